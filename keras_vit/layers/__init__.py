@@ -1,0 +1,27 @@
+"""Keras 3 layers of the Vision Transformer; every layer is registered for `.keras` saving."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
+from keras_vit.layers.resnet import ResidualUnit, ResNetStage, StdConv2D
+
+__all__ = [
+    "ClassToken",
+    "DropPath",
+    "EncoderBlock",
+    "MlpBlock",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "ResNetStage",
+    "ResidualUnit",
+    "StdConv2D",
+    "TokenPooling",
+    "resize_position_embedding",
+    "sincos_2d_table",
+]

@@ -1,0 +1,112 @@
+"""Multi-head self-attention whose kernels have the released checkpoints' layout."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head dot-product self-attention (paper, eq. 5-8 of appendix A).
+
+    The weights are stored exactly as in the checkpoints (`query|key|value/kernel` (D, H, D_h),
+    `query|key|value/bias` (H, D_h), `out/kernel` (H, D_h, D), `out/bias` (D,)), so loading is a copy.
+    The three input projections run as one (D, 3 * H * D_h) matmul: one large matmul is markedly faster
+    than three small ones at ViT's token counts.
+
+    Args:
+        num_heads: H.
+        dropout_rate: dropout on the attention weights (training only).
+        kernel_initializer, bias_initializer: initialisers (reference: Xavier uniform, zeros).
+
+    Call arguments:
+        tokens: (B, T, D).
+        return_attention_scores: also return the softmax attention weights (B, H, T, T).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        dropout_rate=0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if int(num_heads) <= 0:
+            raise ValueError(f"num_heads must be a positive integer. Received: num_heads={num_heads}")
+        if not 0.0 <= float(dropout_rate) < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1). Received: dropout_rate={dropout_rate}")
+        self.num_heads = int(num_heads)
+        self.dropout_rate = float(dropout_rate)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(
+                f"The token width must be divisible by num_heads. Received: width={width}, "
+                f"num_heads={self.num_heads}"
+            )
+        self.head_dim = width // self.num_heads
+        heads = (self.num_heads, self.head_dim)
+        for name in ("query", "key", "value"):
+            # A fan-in/fan-out initialiser must see the kernel as the (D, H * D_h) matrix it is.
+            kernel = self.add_weight(name=f"{name}_kernel", shape=(width, *heads), initializer=self._as_matrix(width))
+            bias = self.add_weight(name=f"{name}_bias", shape=heads, initializer=self.bias_initializer)
+            setattr(self, f"{name}_kernel", kernel)
+            setattr(self, f"{name}_bias", bias)
+        self.out_kernel = self.add_weight(name="out_kernel", shape=(*heads, width), initializer=self._as_matrix(width))
+        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer=self.bias_initializer)
+
+    def _as_matrix(self, width):
+        init = self.kernel_initializer
+
+        def initializer(shape, dtype=None):
+            matrix = (width, math.prod(shape) // width)
+            if shape[0] != width:
+                matrix = matrix[::-1]
+            return ops.reshape(init(matrix, dtype=dtype), shape)
+
+        return initializer
+
+    def call(self, tokens, training=None, return_attention_scores=False):
+        seq_len, width = tokens.shape[1], tokens.shape[2]
+        heads, head_dim = self.num_heads, self.head_dim
+        inner = heads * head_dim
+        qkv_kernel = ops.concatenate(
+            [ops.reshape(k, (width, inner)) for k in (self.query_kernel, self.key_kernel, self.value_kernel)],
+            axis=1,
+        )
+        qkv_bias = ops.concatenate(
+            [ops.reshape(b, (inner,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
+        )
+        qkv = ops.matmul(tokens, qkv_kernel) + qkv_bias
+        qkv = ops.transpose(ops.reshape(qkv, (-1, seq_len, 3, heads, head_dim)), (2, 0, 3, 1, 4))
+        query, key, value = qkv[0], qkv[1], qkv[2]  # (B, H, T, D_h) each
+
+        scores = ops.matmul(query * (1.0 / math.sqrt(head_dim)), ops.transpose(key, (0, 1, 3, 2)))
+        # Softmax in float32 even under a bfloat16/float16 policy: the row sums are what mixed precision hurts.
+        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)
+        attended = ops.matmul(self.dropout(weights, training=training), value)  # (B, H, T, D_h)
+        attended = ops.reshape(ops.transpose(attended, (0, 2, 1, 3)), (-1, seq_len, inner))
+        output = ops.matmul(attended, ops.reshape(self.out_kernel, (inner, width))) + self.out_bias
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            dropout_rate=self.dropout_rate,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+        )
+        return config

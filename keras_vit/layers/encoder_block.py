@@ -1,0 +1,88 @@
+"""One pre-LN transformer encoder block."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.mlp import MlpBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """z' = z + MSA(LN(z)); out = z' + MLP(LN(z')) (paper, eq. 2-3), with dropout and stochastic depth.
+
+    Sub-layers carry the checkpoint names: `LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
+    `MlpBlock_3`.
+
+    Args:
+        num_heads: attention heads.
+        mlp_dim: MLP hidden width.
+        dropout_rate: dropout after attention and inside the MLP.
+        attention_dropout_rate: dropout on the attention weights.
+        drop_path_rate: stochastic-depth rate of this block.
+        layer_norm_epsilon: LayerNorm epsilon (1e-6 in the reference code; Keras' default 1e-3 breaks parity).
+        gelu: "tanh" or "exact".
+
+    Call arguments:
+        tokens: (B, T, D).
+        return_attention_scores: also return the attention weights (B, H, T, T).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu="tanh",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu = gelu
+        policy = self.dtype_policy
+        self.norm_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy
+        )
+        self.norm_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, gelu=gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+        self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, tokens, training=None, return_attention_scores=False):
+        attended = self.attention(self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            attended, scores = attended
+        x = tokens + self.drop_path(self.dropout(attended, training=training), training=training)
+        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
+        if return_attention_scores:
+            return x, scores
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            drop_path_rate=self.drop_path_rate,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            gelu=self.gelu,
+        )
+        return config

@@ -1,0 +1,53 @@
+"""The transformer's MLP block: Dense D -> M, GELU, Dense M -> D, with dropout."""
+
+import keras
+from keras import ops
+
+GELU_FLAVOURS = ("tanh", "exact")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Two Dense layers (`Dense_0`, `Dense_1`, as in the checkpoints) with GELU between them.
+
+    Args:
+        mlp_dim: hidden width M.
+        gelu: "tanh" (default; the approximation the released models were trained with, Flax's default)
+            or "exact" (the erf form, Keras' `"gelu"`).
+        dropout_rate: dropout after the activation and after the second Dense (training only).
+    """
+
+    def __init__(self, mlp_dim, gelu="tanh", dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if gelu not in GELU_FLAVOURS:
+            raise ValueError(f"gelu must be one of {GELU_FLAVOURS}. Received: gelu={gelu!r}")
+        self.mlp_dim = int(mlp_dim)
+        self.gelu = gelu
+        self.dropout_rate = float(dropout_rate)
+        dense = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
+        self.dense_1 = None  # width known at build time
+        self._dense_kwargs = dense
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **self._dense_kwargs)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, x, training=None):
+        x = ops.gelu(self.dense_0(x), approximate=self.gelu == "tanh")
+        x = self.dropout(x, training=training)
+        return self.dropout(self.dense_1(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mlp_dim=self.mlp_dim, gelu=self.gelu, dropout_rate=self.dropout_rate)
+        return config

@@ -1,0 +1,38 @@
+"""Reduces the encoded token sequence to one vector per image."""
+
+import keras
+from keras import ops
+
+POOLING_MODES = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """"token" takes the class token (position 0); "gap" averages the patch tokens, never the prefix tokens.
+
+    Args:
+        mode: "token" or "gap".
+        num_prefix_tokens: tokens before the patch tokens (1 with a class token, else 0).
+    """
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in POOLING_MODES:
+            raise ValueError(f"pooling must be one of {POOLING_MODES}. Received: pooling={mode!r}")
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError("Token pooling needs a class token. Use class_token=True or pooling='gap'.")
+        self.mode = mode
+        self.num_prefix_tokens = int(num_prefix_tokens)
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode, num_prefix_tokens=self.num_prefix_tokens)
+        return config

@@ -1,0 +1,131 @@
+"""Model configurations: one frozen dataclass and one variant table."""
+
+import dataclasses
+import re
+from typing import Optional
+
+# name: (hidden size D, layers L, heads H, MLP width M), from the paper's Table 1 plus DeiT's Ti and S.
+_SIZES = {
+    "Ti": (192, 12, 3, 768),
+    "S": (384, 12, 6, 1536),
+    "B": (768, 12, 12, 3072),
+    "L": (1024, 24, 16, 4096),
+    "H": (1280, 32, 16, 5120),
+}
+_PATCHES = (8, 14, 16, 32)
+# Hybrid stems: ResNet stage depths of the CNN whose feature map is tokenised with 1x1 patches.
+_HYBRIDS = {"R50+B/16": ("B", (3, 4, 9)), "R26+S/32": ("S", (2, 2, 2, 2))}
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Everything that defines a Vision Transformer; the fields are `VisionTransformer`'s arguments.
+
+    Attributes:
+        image_size: (height, width) of the input in pixels.
+        patch_size: side of a square patch, in pixels (in feature-map cells for a hybrid: 1).
+        hidden_size, num_layers, num_heads, mlp_dim: D, L, H, M of the transformer.
+        num_classes: size of the linear head; 0 returns the pooled features.
+        channels: input channels.
+        pooling: "token" (class token) or "gap" (mean of the patch tokens).
+        class_token: prepend a class token (big_vision's GAP models have none).
+        position_embedding: "learned" (the paper) or "sincos2d" (fixed, big_vision's plain baseline).
+        representation_size: width of the `pre_logits` Dense + tanh layer used in pre-training; None for none.
+        dropout_rate, attention_dropout_rate: dropout rates (training only).
+        stochastic_depth_rate: drop-path rate of the last block, growing linearly from 0 at the first.
+        layer_norm_epsilon: 1e-6 as in the reference code.
+        gelu: "tanh" (as the released models were trained) or "exact".
+        head_bias_init: initial bias of the head (-6.9 for sigmoid cross-entropy, AugReg).
+        resnet_layers: stage depths of a hybrid's ResNet stem, e.g. (3, 4, 9); None for a plain ViT.
+        resnet_width: width factor of the ResNet stem.
+        dtype: a Keras dtype policy name such as "mixed_bfloat16"; None for the global policy.
+    """
+
+    image_size: tuple = (224, 224)
+    patch_size: int = 16
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+    channels: int = 3
+    pooling: str = "token"
+    class_token: bool = True
+    position_embedding: str = "learned"
+    representation_size: Optional[int] = None
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    stochastic_depth_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    gelu: str = "tanh"
+    head_bias_init: float = 0.0
+    resnet_layers: Optional[tuple] = None
+    resnet_width: int = 1
+    dtype: Optional[str] = None
+
+    def __post_init__(self):
+        size = self.image_size
+        size = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
+        object.__setattr__(self, "image_size", size)
+        if self.resnet_layers is not None:
+            object.__setattr__(self, "resnet_layers", tuple(int(n) for n in self.resnet_layers))
+
+    def replace(self, **overrides):
+        """A copy with some fields changed; unknown field names raise a clear error."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise TypeError(f"Unknown model option(s) {unknown}. Known options: {sorted(fields)}")
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @property
+    def feature_stride(self):
+        """Pixels per feature-map cell before patching: 1 for a plain ViT, the ResNet's output stride for a hybrid."""
+        if self.resnet_layers is None:
+            return 1
+        return 4 * 2 ** (len(self.resnet_layers) - 1)
+
+    @property
+    def grid_size(self):
+        step = self.feature_stride * self.patch_size
+        return (self.image_size[0] // step, self.image_size[1] // step)
+
+
+def _table():
+    variants = {}
+    for size, (d, layers, heads, mlp) in _SIZES.items():
+        for patch in _PATCHES:
+            variants[f"{size}/{patch}"] = ViTConfig(
+                patch_size=patch, hidden_size=d, num_layers=layers, num_heads=heads, mlp_dim=mlp
+            )
+    for name, (size, stages) in _HYBRIDS.items():
+        d, layers, heads, mlp = _SIZES[size]
+        variants[name] = ViTConfig(
+            patch_size=1, hidden_size=d, num_layers=layers, num_heads=heads, mlp_dim=mlp, resnet_layers=stages
+        )
+    # A tiny model for tests and smoke runs (the shape of the shared reference fixture).
+    variants["testing"] = ViTConfig(
+        image_size=(32, 32), patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=128, num_classes=10
+    )
+    return variants
+
+
+VARIANTS = _table()
+
+
+def get_variant(name):
+    """The `ViTConfig` of a variant name: "B/16", "ViT-B_16", "vit-b/16", "R50+B/16", "testing"."""
+    if isinstance(name, ViTConfig):
+        return name
+    key = str(name).strip()
+    key = re.sub(r"^vit[-_]", "", key, flags=re.IGNORECASE).replace("_", "/")
+    lookup = {k.lower(): k for k in VARIANTS}
+    if key.lower() not in lookup:
+        raise ValueError(
+            f"Unknown ViT variant {name!r}. Known variants: Ti, S, B, L, H with patch 8, 14, 16 or 32 "
+            f"(e.g. 'B/16'), {', '.join(repr(h) for h in _HYBRIDS)} and 'testing'."
+        )
+    return VARIANTS[lookup[key.lower()]]

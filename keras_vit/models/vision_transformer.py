@@ -1,0 +1,189 @@
+"""The Vision Transformer as a functional Keras model, and `create_model`."""
+
+import keras
+
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.resnet import ResNetStage, StdConv2D
+from keras_vit.models.configs import ViTConfig, get_variant
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class VisionTransformer(keras.Model):
+    """Vision Transformer ("An Image is Worth 16x16 Words", Dosovitskiy et al., ICLR 2021), plain or hybrid.
+
+    A functional model: NHWC float images scaled to [-1, 1] in, logits (or pooled features when
+    `num_classes == 0`) out. Layer names follow the released checkpoints (`embedding`, `cls`,
+    `posembed_input`, `encoderblock_{i}`, `encoder_norm`, `pre_logits`, `head`; for a hybrid also
+    `conv_root`, `gn_root`, `block{s}`), so `keras_vit.load_npz` is a table lookup and intermediates can be
+    read with `model.get_layer(...)`. The arguments are the fields of `ViTConfig` (see there).
+
+    Example:
+    ```python
+    model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=2,
+                              num_heads=2, mlp_dim=128, num_classes=10)
+    logits = model(np.zeros((1, 32, 32, 3), "float32"))
+    ```
+    Most users call `keras_vit.create_model("B/16", ...)` instead.
+    """
+
+    def __init__(
+        self,
+        image_size=(224, 224),
+        patch_size=16,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_dim=3072,
+        num_classes=1000,
+        channels=3,
+        pooling="token",
+        class_token=True,
+        position_embedding="learned",
+        representation_size=None,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        stochastic_depth_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu="tanh",
+        head_bias_init=0.0,
+        resnet_layers=None,
+        resnet_width=1,
+        dtype=None,
+        name="vit",
+        **kwargs,
+    ):
+        if isinstance(dtype, keras.DTypePolicy):
+            dtype = dtype.name
+        config = ViTConfig(
+            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
+            num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes, channels=channels, pooling=pooling,
+            class_token=class_token, position_embedding=position_embedding,
+            representation_size=representation_size, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate, stochastic_depth_rate=stochastic_depth_rate,
+            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, head_bias_init=head_bias_init,
+            resnet_layers=resnet_layers, resnet_width=resnet_width, dtype=dtype,
+        )  # fmt: skip
+        _validate(config)
+        policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
+
+        images = keras.Input(shape=(*config.image_size, config.channels), name="images")
+        x = images
+        if config.resnet_layers is not None:
+            x = _resnet_stem(x, config, policy)
+        x = PatchEmbedding(config.hidden_size, config.patch_size, name="embedding", dtype=policy)(x)
+        prefix = 1 if config.class_token else 0
+        if config.class_token:
+            x = ClassToken(name="cls", dtype=policy)(x)
+        x = PositionEmbedding(
+            config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy
+        )(x)
+        x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
+        for i in range(config.num_layers):
+            x = EncoderBlock(
+                config.num_heads,
+                config.mlp_dim,
+                dropout_rate=config.dropout_rate,
+                attention_dropout_rate=config.attention_dropout_rate,
+                drop_path_rate=config.stochastic_depth_rate * i / max(config.num_layers - 1, 1),
+                layer_norm_epsilon=config.layer_norm_epsilon,
+                gelu=config.gelu,
+                name=f"encoderblock_{i}",
+                dtype=policy,
+            )(x)
+        x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
+        x = TokenPooling(config.pooling, prefix, name="pool", dtype=policy)(x)
+        if config.representation_size:
+            x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
+        if config.num_classes:
+            # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
+            x = keras.layers.Dense(
+                config.num_classes,
+                kernel_initializer="zeros",
+                bias_initializer=keras.initializers.Constant(config.head_bias_init),
+                name="head",
+                dtype="float32" if policy.name.startswith("mixed") else policy,
+            )(x)
+        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        self.config = config
+
+    def get_config(self):
+        config = self.config.to_dict()
+        config.update(name=self.name, trainable=self.trainable)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _validate(config):
+    def positive(name):
+        value = getattr(config, name)
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "channels"):
+        positive(name)
+    if config.num_classes < 0:
+        raise ValueError(f"num_classes must be >= 0 (0 returns the pooled features). Received: {config.num_classes}")
+    if config.hidden_size % config.num_heads:
+        raise ValueError(
+            f"hidden_size must be divisible by num_heads. Received: hidden_size={config.hidden_size}, "
+            f"num_heads={config.num_heads}"
+        )
+    step = config.feature_stride * config.patch_size
+    for size, what in zip(config.image_size, ("height", "width")):
+        if size <= 0 or size % step:
+            hint = f"patch_size={config.patch_size}" if config.feature_stride == 1 else (
+                f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}"
+            )
+            raise ValueError(
+                f"The image {what} must be a positive multiple of {step} ({hint}). Received: "
+                f"image_size={config.image_size}. Nearest valid sizes: {max(step, size // step * step)} "
+                f"or {(size // step + 1) * step}."
+            )
+    for name in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
+        value = getattr(config, name)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
+    if config.pooling == "token" and not config.class_token:
+        raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
+
+
+def _resnet_stem(x, config, policy):
+    width = 64 * config.resnet_width
+    x = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, name="conv_root", dtype=policy)(x)
+    x = keras.layers.GroupNormalization(groups=32, epsilon=1e-6, name="gn_root", dtype=policy)(x)
+    x = keras.layers.ReLU(name="root_relu", dtype=policy)(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="root_pool", dtype=policy)(x)
+    for i, units in enumerate(config.resnet_layers):
+        x = ResNetStage(units, width * 2**i, strides=1 if i == 0 else 2, name=f"block{i + 1}", dtype=policy)(x)
+    return x
+
+
+def create_model(variant="B/16", **overrides):
+    """Builds a Vision Transformer from a variant name and optional overrides.
+
+    Args:
+        variant: "Ti/16", "S/16", "S/32", "B/16", "B/32", "L/16", "L/32", "H/14" (any of Ti/S/B/L/H with patch
+            8, 14, 16 or 32), "R50+B/16", "R26+S/32" (hybrids), "testing" (tiny), or a `ViTConfig`.
+        **overrides: any `ViTConfig` field, e.g. `image_size=384` or `(h, w)`, `num_classes=10`,
+            `pooling="gap"`, `representation_size=768`, `dropout_rate=0.1`, `stochastic_depth_rate=0.1`,
+            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, plus `name`.
+
+    Returns:
+        A `VisionTransformer` (a functional `keras.Model`): NHWC float32 images in [-1, 1] -> logits.
+
+    Example:
+    ```python
+    model = keras_vit.create_model("B/16", image_size=384, num_classes=10)
+    keras_vit.load_npz(model, "ViT-B_16.npz")  # position embeddings resized 14x14 -> 24x24
+    ```
+    """
+    name = overrides.pop("name", "vit")
+    config = get_variant(variant).replace(**overrides)
+    return VisionTransformer(**config.to_dict(), name=name)
