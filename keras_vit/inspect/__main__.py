@@ -1,0 +1,74 @@
+"""Command line: write the inspection figures of a model.
+
+    python -m keras_vit.inspect model.keras cat.jpg dog.png --out plots/
+    python -m keras_vit.inspect WORKDIR                       # WORKDIR/model.keras, held-out samples, WORKDIR/plots
+    python -m keras_vit.inspect ViT-B_16.npz --variant B/16 --image-size 224 photo.jpg --out plots/
+    python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
+"""
+
+import argparse
+import os
+import sys
+
+NUM_HELDOUT_SHOWN = 8
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_vit.inspect",
+        description="Write attention-rollout, position-embedding, attention-distance and filter figures (PNG).",
+    )
+    parser.add_argument("model", help="a .keras file, a training workdir, a checkpoint .npz (with --variant), "
+                                      "or a variant name (with --npz)")
+    parser.add_argument("images", nargs="*", help="image files (PNG/JPEG) or .npz with a uint8 'images' array; "
+                                                  "default: a workdir's held-out samples, else synthetic pictures")
+    parser.add_argument("--out", help="output directory (default for a workdir: WORKDIR/plots)")
+    parser.add_argument("--variant", help="variant of the .npz checkpoint, e.g. B/16 or testing")
+    parser.add_argument("--npz", help="checkpoint to load into the variant named as MODEL")
+    parser.add_argument("--image-size", type=int, nargs="+", metavar="PX",
+                        help="input size of a model built from a checkpoint: one value or H W")
+    parser.add_argument("--no-resize", action="store_true", help="require images at the model's size exactly")
+    parser.add_argument("--max-images", type=int, default=8, help="images shown in the rollout figure")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_vit.inspect.inputs import load_images, load_model, synthetic_images
+    from keras_vit.inspect.layout import token_layout
+    from keras_vit.inspect.plots import save_figures
+
+    workdir = args.model if os.path.isdir(args.model) else None
+    out = args.out or (os.path.join(workdir, "plots") if workdir else None)
+    if out is None:
+        parser.error("--out DIR is required (it defaults to WORKDIR/plots only when MODEL is a training workdir)")
+    image_size = None
+    if args.image_size:
+        if len(args.image_size) > 2:
+            parser.error(f"--image-size takes one or two values; received {args.image_size}")
+        image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    try:
+        model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
+        layout = token_layout(model)
+        heldout = os.path.join(workdir, "samples", "heldout.npz") if workdir else None
+        if args.images:
+            images = load_images(args.images, layout, resize=not args.no_resize)
+        elif heldout and os.path.exists(heldout):
+            images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_SHOWN]
+            print(f"Using the first {len(images)} held-out images of {heldout}.", file=sys.stderr)
+        else:
+            images = synthetic_images(layout)
+            print(
+                f"No images given: using {len(images)} synthetic pictures (gradient, checkerboard, disc, blobs); "
+                f"the attention figures show more on real images.",
+                file=sys.stderr,
+            )
+        paths = save_figures(model, images, out, max_images=args.max_images)
+    except (FileNotFoundError, ValueError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for path in paths.values():
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
