@@ -187,6 +187,11 @@ def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
         problems.append("the model has a class token but the checkpoint has none: build it with class_token=False, "
                         "pooling='gap'")
 
+    depth = {name: len({k.split("/")[1] for k in keys if k.startswith("Transformer/encoderblock_")})
+             for name, keys in (("checkpoint", params), ("model", table))}
+    if depth["checkpoint"] != depth["model"]:
+        problems.append(f"the checkpoint has {depth['checkpoint']} encoder blocks, the model {depth['model']}")
+
     if POSEMB_KEY in params and POSEMB_KEY in table:
         have, want = params[POSEMB_KEY], table[POSEMB_KEY]
         if tuple(have.shape) != tuple(want.shape) and have.shape[-1] == want.shape[-1]:

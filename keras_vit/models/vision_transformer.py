@@ -110,6 +110,19 @@ class VisionTransformer(keras.Model):
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.config = config
 
+    # Keras' generic input-spec check would answer first with a terser message; `call` checks instead.
+    @property
+    def input_spec(self):
+        return None
+
+    @input_spec.setter
+    def input_spec(self, value):
+        pass
+
+    def call(self, inputs, training=None, mask=None):
+        _check_images(inputs, self.config, self.name)
+        return super().call(inputs, training=training, mask=mask)
+
     def get_config(self):
         config = self.config.to_dict()
         config.update(name=self.name, trainable=self.trainable)
@@ -118,6 +131,33 @@ class VisionTransformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _check_images(images, config, name):
+    """Fails early, with the fix, on images the model would reject deep inside (or silently misread)."""
+    shape = tuple(images.shape)
+    want = (*config.image_size, config.channels)
+    expected = f"images shaped (batch, {want[0]}, {want[1]}, {want[2]}), NHWC float in [-1, 1]"
+    if len(shape) != 4:
+        raise ValueError(f"Model '{name}' expects {expected}. Received a tensor of rank {len(shape)}: {shape}.")
+    if shape[3] is not None and shape[3] != want[2]:
+        fix = " (grey images: repeat the channel 3 times)" if shape[3] == 1 else ""
+        raise ValueError(
+            f"Model '{name}' expects {want[2]} channels but received {shape[3]}: shape {shape}{fix}. "
+            f"Expected {expected}."
+        )
+    if shape[1:3] != want[:2] and None not in shape[1:3]:
+        raise ValueError(
+            f"Model '{name}' was built for {want[0]}x{want[1]} images but received {shape[1]}x{shape[2]} "
+            f"(shape {shape}). Resize the images, or build a model for this size "
+            f"(create_model(..., image_size={shape[1:3]}) and load_npz, which interpolates position embeddings)."
+        )
+    dtype = keras.backend.standardize_dtype(images.dtype)
+    if "int" in dtype or dtype == "bool":
+        raise ValueError(
+            f"Model '{name}' received {dtype} images; it expects float images scaled to [-1, 1]. "
+            f"Convert first: images = (images.astype('float32') - 127.5) / 127.5."
+        )
 
 
 def _validate(config):
