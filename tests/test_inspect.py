@@ -128,7 +128,8 @@ def test_rollout_of_hand_set_matrices():
     a1 = np.array([[2.0, 0.0], [1.0, 1.0]])
     a2 = np.array([[0.0, 1.0], [0.0, 1.0]])
     joint = vit_inspect.rollout(np.stack([a1, a2])[:, None, None])
-    expected = np.array([[0.5, 0.5], [0.0, 1.0]]) @ np.array([[1.0, 0.0], [1 / 3, 2 / 3]])  # A2' @ A1': last on the left
+    # Joint = A2' @ A1' (the last layer on the left).
+    expected = np.array([[0.5, 0.5], [0.0, 1.0]]) @ np.array([[1.0, 0.0], [1 / 3, 2 / 3]])
     np.testing.assert_allclose(joint[0], expected, atol=1e-12)
     assert not np.allclose(joint[0], np.array([[1.0, 0.0], [1 / 3, 2 / 3]]) @ np.array([[0.5, 0.5], [0.0, 1.0]]))
 
@@ -143,6 +144,9 @@ def test_rollout_of_hand_set_matrices():
     assert result.image.shape == (2, 16, 24)
     upsampled = np.einsum("hi,bij,wj->bhw", _bilinear_matrix(2, 16), result.grid, _bilinear_matrix(3, 24))
     np.testing.assert_allclose(result.image, upsampled, atol=1e-6)
+
+    with pytest.raises(ValueError, match="pass a model"):
+        vit_inspect.attention_rollout(attentions, np.zeros((2, 16, 24, 3)))
 
     # Without a class token the map is the mean of all rows of the joint attention.
     patches = attentions[..., 1:, 1:]
@@ -322,7 +326,8 @@ def test_inspect_works_without_matplotlib(tmp_path):
         "    print('IMPORT-ERROR', err)\n"
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "plots")], capture_output=True, text=True, env=env,
+    command = [sys.executable, "-c", code, str(tmp_path / "plots")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "IMPORT-ERROR" in done.stdout and "pip install matplotlib" in done.stdout

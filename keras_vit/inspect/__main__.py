@@ -29,7 +29,7 @@ def main(argv=None):
                         help="input size of a model built from a checkpoint: one value or H W")
     parser.add_argument("--no-resize", action="store_true", help="require images at the model's size exactly")
     parser.add_argument("--max-images", type=int, default=8, help="images shown in the rollout figure")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit.inspect.inputs import load_images, load_model, synthetic_images

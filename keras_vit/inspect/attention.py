@@ -104,6 +104,8 @@ def attention_rollout(source, images=None, *, num_prefix_tokens=1, grid_size=Non
         attentions = attention_weights(source, images, batch_size=batch_size)
         num_prefix_tokens, grid_size, image_size = layout.num_prefix_tokens, layout.grid_size, layout.image_size
     else:
+        if images is not None:
+            raise ValueError("attention_rollout got attention weights and images; pass a model with the images.")
         attentions = source
     joint = rollout(attentions)
     num_patches = joint.shape[-1] - num_prefix_tokens

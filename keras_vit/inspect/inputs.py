@@ -7,7 +7,7 @@ import keras
 import numpy as np
 
 from keras_vit.inspect.layout import token_layout
-from keras_vit.models import create_model
+from keras_vit.models import create_model, get_variant
 from keras_vit.weights import load_npz, read_npz, to_original_layout
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -51,12 +51,22 @@ def load_model(spec, *, variant=None, npz=None, image_size=None):
         if variant:
             raise ValueError(f"Got both a variant {spec!r} as MODEL and --variant {variant!r}; pass one of them.")
         return _from_checkpoint(spec, npz, image_size)
-    if not os.path.exists(spec) and ("/" in spec or "." in os.path.basename(spec)):
+    if _is_variant(spec):
+        raise ValueError(f"{spec!r} is a variant name: add --npz CHECKPOINT to load its weights.")
+    if not os.path.exists(spec):
         raise FileNotFoundError(f"Model file not found: {spec!r}.")
     raise ValueError(
         f"Do not know how to read the model {spec!r}: pass a .keras file, a training workdir, a checkpoint .npz "
         f"with --variant, or a variant name with --npz."
     )
+
+
+def _is_variant(name):
+    try:
+        get_variant(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _load_keras(path):
@@ -143,6 +153,8 @@ def _read_picture(path, channels):
             )
     except UnidentifiedImageError as err:
         raise ValueError(f"{path!r} is not an image file PIL can read (PNG, JPEG, ...).") from err
+    except OSError as err:  # truncated or corrupt image data
+        raise ValueError(f"Cannot read the image {path!r} ({err}).") from err
 
 
 def _read_arrays(path):

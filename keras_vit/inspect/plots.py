@@ -96,8 +96,9 @@ def similarity_figure(similarity):
     for i in range(gh):
         for j in range(gw):
             mosaic[i * (gh + 1) : i * (gh + 1) + gh, j * (gw + 1) : j * (gw + 1) + gw] = similarity[i, j]
-    side = min(8.0, 2.0 + 0.35 * max(gh, gw))
-    figure.set_size_inches(side + 1.2, side * gh / gw + 0.6)
+    # About 3 screen pixels per cell at 100 dpi, so that large grids (24 x 24 at 384 px) stay legible.
+    width = min(20.0, max(4.0, mosaic.shape[1] * 3 / 100))
+    figure.set_size_inches(width + 1.2, width * mosaic.shape[0] / mosaic.shape[1] + 0.6)
     image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j + 1) for j in range(gw)], fontsize=6)
     ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i + 1) for i in range(gh)], fontsize=6)
@@ -155,12 +156,19 @@ def save_png(figure, path):
     try:
         with os.fdopen(handle, "wb") as stream:
             figure.savefig(stream, format="png", dpi=100, bbox_inches="tight")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it a normal file's mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
     return path
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _matplotlib():
