@@ -104,6 +104,13 @@ def test_attention_weights_match_numpy_reference(tmp_path, grid):
     np.testing.assert_allclose(got, _numpy_attention_weights(images, ckpt, 2, 8), atol=1e-5)
 
 
+def test_attention_weights_of_a_mixed_precision_model_are_float32():
+    model = keras_vit.create_model("testing", dtype="mixed_bfloat16")
+    weights = vit_inspect.attention_weights(model, _images(2))
+    assert weights.dtype == np.float32 and weights.shape == (2, 2, 2, 17, 17)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=2e-2)  # bfloat16 rows: ~3 significant digits
+
+
 def test_attention_weights_reject_bad_input():
     model = keras_vit.create_model("testing")
     with pytest.raises(ValueError, match=r"\(batch, 32, 32, 3\).*received shape \(2, 48, 48, 3\)"):
@@ -299,9 +306,10 @@ def test_patch_embedding_components_recover_planted_directions():
 # ----- plots and imports -----
 
 
-def test_save_figures_writes_four_pngs(tmp_path):
-    model = keras_vit.create_model("testing")
-    paths = vit_inspect.save_figures(model, _images(3), tmp_path / "plots")
+@pytest.mark.parametrize("overrides", [{}, dict(class_token=False, pooling="gap", image_size=(24, 40))])
+def test_save_figures_writes_four_pngs(tmp_path, overrides):
+    model = keras_vit.create_model("testing", **overrides)
+    paths = vit_inspect.save_figures(model, _images(3, model.config.image_size), tmp_path / "plots")
     assert sorted(paths) == sorted(vit_inspect.FIGURES)
     for path in paths.values():
         with open(path, "rb") as stream:
