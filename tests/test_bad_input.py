@@ -144,8 +144,12 @@ def test_pre_logits_dropped_when_fine_tuning(tmp_path):
                           classes=10, pre_logits=16)
     np.savez(tmp_path / "pre.npz", **ckpt)
     model = keras_vit.create_model("testing", num_classes=5)
-    with pytest.warns(UserWarning, match="skipped pre_logits"):
+    with pytest.warns(UserWarning) as caught:
         report = keras_vit.load_npz(model, tmp_path / "pre.npz")
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2
+    assert "skipped head: checkpoint head (16, 10)" in messages[0]
+    assert "skipped pre_logits: the model has no pre_logits layer" in messages[1]
     assert set(report.skipped) == {"pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"}
 
 
