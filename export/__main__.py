@@ -1,0 +1,92 @@
+"""Command line: `python -m export MODEL_OR_WORKDIR [options]` and `python -m export predict ARTIFACT IMAGE...`.
+
+Examples:
+    python -m export runs/digits                      # all formats, verified, report in runs/digits/export/
+    python -m export model.keras --quantize float32,int8 --representative-data calib.npz --out exported/
+    python -m export predict runs/digits/export/model_int8.tflite digit.png --top-k 3
+"""
+
+import argparse
+import os
+import sys
+
+
+def _export_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m export",
+        description="Export a .keras model or a training workdir to SavedModel and TFLite, verify every "
+        "artifact against the Keras model, and write report.json. "
+        "(`python -m export predict ARTIFACT IMAGE...` classifies images with any artifact.)",
+    )
+    p.add_argument("source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/)")
+    p.add_argument("--out", help="output directory (default: WORKDIR/export, or NAME_export beside a .keras file)")
+    p.add_argument("--formats", default="saved_model,tflite", help="comma-separated: saved_model,tflite")
+    p.add_argument(
+        "--quantize",
+        default=None,
+        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8 (default: all; int8 only when "
+        "representative data is available)",
+    )
+    p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
+    p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
+    p.add_argument("--labels", help="class names file, one per line (default: labels.txt beside the model)")
+    p.add_argument("--dynamic-batch", action="store_true", help="TFLite batch dimension left open (default 1)")
+    p.add_argument("--int8-io", default="float32", choices=("float32", "uint8"), help="full-int8 model's I/O type")
+    p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
+    p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
+    p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
+    return p
+
+
+def _predict_parser():
+    p = argparse.ArgumentParser(prog="python -m export predict", description="Top-k labels for image files.")
+    p.add_argument("artifact", help="a .keras file, a SavedModel directory or a .tflite file")
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--labels", help="class names file (default: the labels shipped with the artifact)")
+    p.add_argument("--num-threads", type=int, default=1)
+    return p
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import export
+
+    try:
+        if argv[:1] == ["predict"]:
+            args = _predict_parser().parse_args(argv[1:])
+            results = export.predict(args.artifact, args.images, args.top_k, args.labels, args.num_threads)
+            print(export.format_predictions(results))
+            return 0
+        args = _export_parser().parse_args(argv)
+        report = export.export_path(
+            args.source,
+            out=args.out,
+            labels=args.labels,
+            representative_data=args.representative_data,
+            heldout_data=args.heldout_data,
+            formats=args.formats,
+            quantize=args.quantize,
+            dynamic_batch=args.dynamic_batch,
+            int8_io=args.int8_io,
+            num_threads=args.num_threads,
+            latency_runs=args.latency_runs,
+            top_k=args.top_k,
+        )
+    except export.VerificationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except export.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(export.format_table(report))
+    print("\nartifacts:")
+    for a in report["artifacts"]:
+        print(f"  {a['path']}")
+    print(f"  {report['report_path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

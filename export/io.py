@@ -1,0 +1,179 @@
+"""Atomic file and directory writes, and reading models, labels and images."""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from export.errors import ExportError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+def atomic_write_bytes(path, data):
+    """Writes `data` to `path` through a temporary file in the same directory and `os.replace`.
+
+    A reader (or a crash) sees either the old file or the complete new one, never a partial write.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path, obj):
+    """`atomic_write_bytes` for a JSON document (indented, UTF-8, trailing newline)."""
+    return atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
+
+
+def replace_path(staged, target):
+    """Moves a finished file or directory `staged` onto `target`, replacing what is there.
+
+    Files are swapped with one `os.replace`. A directory cannot be replaced in one step, so the old one
+    is first renamed aside (`.old-*` in the same parent) and deleted only once the new one is in place;
+    a crash between the two renames leaves the old artifact under that `.old-*` name, never a half-written one.
+    """
+    staged, target = Path(staged), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not staged.is_dir():
+        os.replace(staged, target)
+        return target
+    aside = None
+    if target.exists():
+        aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, aside)
+    try:
+        os.replace(staged, target)
+    except BaseException:
+        if aside is not None:
+            os.replace(aside, target)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    return target
+
+
+def load_keras_model(path):
+    """Loads a `.keras` file with the keras_vit layers registered; clear errors for anything else.
+
+    Raises:
+        ExportError: the path is missing, is not a `.keras` archive, or does not hold a Keras model.
+    """
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the custom layers so deserialisation finds them)
+
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"No model file at {str(path)!r}. Pass a .keras file or a training workdir.")
+    if path.suffix != ".keras":
+        raise ExportError(
+            f"Expected a Keras v3 model file ending in .keras. Received: {str(path)!r}. "
+            "Save the model with model.save('model.keras') or pass a training workdir."
+        )
+    # Keras reports a truncated or foreign archive as "File not found"; check the container first.
+    if not zipfile.is_zipfile(path):
+        raise ExportError(
+            f"{str(path)!r} is not a .keras archive (a .keras file is a zip; this one is truncated or something "
+            "else). Re-save the model with model.save(...)."
+        )
+    try:
+        model = keras.saving.load_model(path)
+    except Exception as exc:  # Keras raises many types for broken archives
+        raise ExportError(f"Could not load a Keras model from {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, keras.Model):
+        raise ExportError(f"{str(path)!r} holds a {type(model).__name__}, not a keras.Model.")
+    return model
+
+
+def read_labels(path):
+    """Reads class names, one per line (blank trailing lines ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"No labels file at {str(path)!r}. Expected class names, one per line.")
+    labels = path.read_text(encoding="utf-8").splitlines()
+    while labels and not labels[-1].strip():
+        labels.pop()
+    if not labels:
+        raise ExportError(f"The labels file {str(path)!r} is empty. Expected class names, one per line.")
+    return labels
+
+
+def read_image(path):
+    """Decodes an image file to a uint8 RGB array (H, W, 3).
+
+    Raises:
+        ExportError: the file is missing or is not a decodable image.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"No image file at {str(path)!r}.")
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise ExportError(
+            f"Could not decode {str(path)!r} as an image ({type(exc).__name__}: {exc}). "
+            f"Pass PNG/JPEG/BMP/GIF/WebP files."
+        ) from exc
+
+
+def load_image_set(path):
+    """Reads a set of images and optional labels from an `.npz` (`images`, optional `labels`) or a folder.
+
+    Returns:
+        (images, labels): images a list of uint8 (H, W, 3) arrays, or one uint8 (N, H, W, 3) array for an
+        `.npz`; labels an int64 array or None.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ExportError(
+                f"The folder {str(path)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}). "
+                "Pass a folder of images or an .npz with an 'images' array."
+            )
+        return [read_image(p) for p in files], None
+    if path.suffix != ".npz" or not path.is_file():
+        raise ExportError(
+            f"Expected an .npz file with an 'images' array (uint8, N x H x W x 3) or a folder of images. "
+            f"Received: {str(path)!r}"
+        )
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise ExportError(f"Could not read {str(path)!r} as an .npz archive: {exc}") from exc
+    if "images" not in arrays:
+        raise ExportError(f"{str(path)!r} has no 'images' array (it has {sorted(arrays)}).")
+    images = arrays["images"]
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+        raise ExportError(
+            f"{str(path)!r}: 'images' must be uint8 shaped (N, H, W, 3) (raw RGB pixels). "
+            f"Received dtype={images.dtype}, shape={images.shape}."
+        )
+    labels = arrays.get("labels")
+    if labels is not None:
+        labels = np.asarray(labels).astype(np.int64).reshape(-1)
+        if len(labels) != len(images):
+            raise ExportError(f"{str(path)!r}: {len(images)} images but {len(labels)} labels.")
+    return images, labels

@@ -1,0 +1,296 @@
+"""The export job: convert, load every artifact back, verify it against Keras, then commit and report.
+
+Nothing in the output directory changes until every requested artifact has been built and has passed its
+budget: artifacts are staged in a temporary directory inside `out` and moved into place one by one
+(`os.replace`) at the end, and `report.json` is written last.
+"""
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from export import preprocessing, tflite
+from export.errors import ExportError, VerificationError
+from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+from export.io import atomic_write_bytes, load_image_set, load_keras_model, read_labels, replace_path
+from export.report import format_table, write_report
+from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
+from export.saved_model import save_saved_model
+from export.verify import BUDGETS, check_budget, compare
+
+FORMATS = ("saved_model", "tflite")
+RANDOM_VERIFICATION_IMAGES = 32
+
+
+def check_formats(formats):
+    """Validates a list (or comma-separated string) of formats; returns a list."""
+    if isinstance(formats, str):
+        formats = [f.strip() for f in formats.split(",") if f.strip()]
+    formats = list(formats)
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ExportError(f"Unknown format(s) {unknown or formats}. Choose from {', '.join(FORMATS)}.")
+    return formats
+
+
+def _dir_bytes(path):
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def export_model(
+    model,
+    out,
+    labels=None,
+    formats=FORMATS,
+    quantize=None,
+    representative_images=None,
+    heldout=None,
+    dynamic_batch=False,
+    int8_io="float32",
+    num_threads=1,
+    latency_runs=50,
+    latency_warmup=5,
+    max_verify_images=512,
+    top_k=5,
+    source=None,
+    verification_set=None,
+):
+    """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
+
+    Args:
+        model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits.
+        out: output directory (created; existing artifacts of the same names are replaced only on success).
+        labels: class names (default: "0", "1", ...).
+        formats: subset of ("saved_model", "tflite").
+        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8"); None means all of
+            them, with "int8" left out (and a note) when there are no representative images.
+        representative_images: uint8 images from the training data for int8 calibration.
+        heldout: (images uint8, labels int or None) to verify on; default: the representative images
+            (unlabelled), else seeded random images (parity only, no accuracy).
+        dynamic_batch: TFLite batch dimension left open (default batch 1).
+        int8_io: "float32" or "uint8" input/output tensors for the full-integer model.
+        num_threads: LiteRT interpreter threads for verification and latency.
+        latency_runs, latency_warmup: batch-1 latency is the median of `latency_runs` calls after warm-up.
+        max_verify_images: verify on at most this many images.
+        top_k: classes returned by the SavedModel's serving signature.
+        source: what to call the model in the report (a path).
+        verification_set: a name for the verification images in the report.
+
+    Returns:
+        The report dict (also written to `out/report.json`).
+
+    Raises:
+        ExportError: invalid options or inputs, before anything is written.
+        VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
+    """
+    formats = check_formats(formats)
+    notes = []
+    has_representative = representative_images is not None and len(representative_images) > 0
+    if quantize is None:
+        quantize = [q for q in tflite.QUANTIZATION_MODES if q != "int8" or has_representative]
+        if not has_representative and "tflite" in formats:
+            notes.append("int8 skipped: no representative data (pass --representative-data or export a workdir)")
+    quantize = tflite.check_quantization(quantize) if "tflite" in formats else []
+    if "int8" in quantize and not has_representative:
+        raise ExportError(
+            "--quantize int8 needs representative images to calibrate, and none are available. Pass "
+            "--representative-data PATH (an .npz with a uint8 'images' array or a folder of training images), "
+            "export a training workdir (samples/calibration.npz), or use dynamic_int8."
+        )
+    if int8_io not in tflite.INT8_IO_TYPES:
+        raise ExportError(f"int8_io must be one of {tflite.INT8_IO_TYPES}. Received: {int8_io!r}")
+    if len(model.output_shape) != 2:
+        raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
+    num_classes = int(model.output_shape[-1])
+    labels = list(labels) if labels is not None else [str(i) for i in range(num_classes)]
+    if len(labels) != num_classes:
+        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
+    image_size = tuple(int(d) for d in model.input_shape[1:3])
+
+    # The verification set: held-out first, then calibration images, then seeded noise (parity only).
+    if heldout is not None:
+        images, truth = heldout
+        set_name = verification_set or "held-out set"
+    elif has_representative:
+        images, truth = representative_images, None
+        set_name = "representative images (no held-out set given)"
+        notes.append("accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras")
+    else:
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, (RANDOM_VERIFICATION_IMAGES, *image_size, 3), dtype=np.uint8)
+        truth, set_name = None, "seeded random images (no data given)"
+        notes.append("accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras")
+    images = images[:max_verify_images]
+    truth = None if truth is None else np.asarray(truth)[: len(images)]
+    x = preprocessing.to_model_space(images, image_size)
+    keras_runner = KerasRunner(model, labels)
+    reference = keras_runner.logits(x)
+    keras_row = {"threads": keras_runner.threads, "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
+                 "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
+                 "file_bytes": Path(source).stat().st_size if source and Path(source).is_file() else None}  # fmt: skip
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    artifacts, staged = [], []
+    try:
+        if "saved_model" in formats:
+            path = save_saved_model(model, staging / "saved_model", labels, top_k=top_k)
+            runner = SavedModelRunner(path)
+            figures = compare(runner.logits(x), reference, truth)
+            artifacts.append(_entry("saved_model", "saved_model", None, path, _dir_bytes(path), figures, runner, x,
+                                    latency_runs, latency_warmup))  # fmt: skip
+            staged.append((path, out / "saved_model"))
+        for mode in quantize:
+            flatbuffer = tflite.convert(model, mode, representative_images, dynamic_batch, int8_io)
+            name = f"model_{mode}.tflite"
+            path = staging / name
+            path.write_bytes(flatbuffer)
+            info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io)
+            path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
+            figures = compare(runner.logits(x), reference, truth)
+            entry = _entry(name, "tflite", mode, path, len(flatbuffer), figures, runner, x, latency_runs, latency_warmup)
+            entry["ops"] = read_ops(flatbuffer)
+            entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
+            entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
+            entry["io"] = {"input": info["input"], "output": info["output"]}
+            if entry["non_builtin_ops"]:
+                entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
+                entry["passed"] = False
+            artifacts.append(entry)
+            staged += [(path, out / name), (path.with_suffix(".json"), out / path.with_suffix(".json").name)]
+
+        report = {
+            "source": str(source) if source else type(model).__name__,
+            "out": str(out),
+            "model": {"image_size": list(image_size), "classes": num_classes, "parameters": int(model.count_params())},
+            "labels": labels,
+            "verification": {"set": set_name, "images": int(len(x)), "labelled": truth is not None},
+            "latency_runs": latency_runs,
+            "latency_warmup": latency_warmup,
+            "keras": keras_row,
+            "artifacts": artifacts,
+            "notes": notes,
+            "passed": all(a["passed"] for a in artifacts),
+        }
+        if not report["passed"]:
+            error = VerificationError(
+                "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
+            )
+            error.report = report
+            raise error
+        for source_path, target in staged:
+            replace_path(source_path, target)
+            for a in artifacts:
+                if a["path"] == str(source_path):
+                    a["path"] = str(target)
+        write_report(report, out / "report.json")
+        report["report_path"] = str(out / "report.json")
+        return report
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _entry(name, fmt, mode, path, size, figures, runner, x, runs, warmup):
+    budget = BUDGETS["saved_model" if fmt == "saved_model" else mode]
+    failures = check_budget(figures, budget)
+    return {
+        "name": name,
+        "format": fmt,
+        "quantization": mode,
+        "path": str(path),
+        "file_bytes": int(size),
+        **figures,
+        "latency_ms": runner.latency_ms(x[:1], runs, warmup),
+        "threads": runner.threads,
+        "budget": budget,
+        "failures": failures,
+        "passed": not failures,
+    }
+
+
+def load_source(path, labels=None, representative_data=None, heldout_data=None):
+    """Resolves a `.keras` file or a training workdir into what `export_model` needs.
+
+    Returns:
+        dict with `model`, `labels`, `representative_images`, `heldout`, `source`, `default_out`,
+        `verification_set`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        model_file = path / "model.keras"
+        if not model_file.is_file():
+            raise ExportError(
+                f"{str(path)!r} is a directory without model.keras, so it is not a training workdir. Pass a "
+                ".keras file or a workdir written by `python -m training`."
+            )
+        workdir = path
+        default_out = path / "export"
+    else:
+        model_file, workdir, default_out = path, None, path.with_name(path.stem + "_export")
+    model = load_keras_model(model_file)
+
+    labels_file = Path(labels) if isinstance(labels, (str, Path)) else model_file.with_name("labels.txt")
+    if isinstance(labels, (list, tuple)):
+        label_list = list(labels)
+    elif labels is not None or labels_file.is_file():
+        label_list = read_labels(labels_file)
+    else:
+        label_list = None
+
+    representative = None
+    if representative_data is not None:
+        representative, _ = load_image_set(representative_data)
+    elif workdir is not None and (workdir / "samples" / "calibration.npz").is_file():
+        representative, _ = load_image_set(workdir / "samples" / "calibration.npz")
+
+    heldout, set_name = None, None
+    heldout_file = Path(heldout_data) if heldout_data is not None else (
+        workdir / "samples" / "heldout.npz" if workdir is not None else None
+    )  # fmt: skip
+    if heldout_file is not None and (heldout_data is not None or heldout_file.is_file()):
+        images, truth = load_image_set(heldout_file)
+        heldout, set_name = (images, truth), str(heldout_file)
+    return {
+        "model": model,
+        "labels": label_list,
+        "representative_images": representative,
+        "heldout": heldout,
+        "source": str(model_file),
+        "default_out": default_out,
+        "verification_set": set_name,
+    }
+
+
+def export_path(path, out=None, labels=None, representative_data=None, heldout_data=None, **options):
+    """Exports a `.keras` file or a training workdir; see `export_model` for `options`.
+
+    Output goes to `out`, by default `WORKDIR/export/` for a workdir and `<name>_export/` beside a file.
+    """
+    src = load_source(path, labels=labels, representative_data=representative_data, heldout_data=heldout_data)
+    return export_model(
+        src["model"],
+        out if out is not None else src["default_out"],
+        labels=src["labels"],
+        representative_images=src["representative_images"],
+        heldout=src["heldout"],
+        source=src["source"],
+        verification_set=src["verification_set"],
+        **options,
+    )
+
+
+def export_workdir(workdir, out=None, **options):
+    """Exports a training workdir (model.keras, labels.txt, samples/) to `out` (default `WORKDIR/export`).
+
+    The main job's export stage: SavedModel + TFLite float32/float16/dynamic_int8/int8, each verified on
+    `samples/heldout.npz`, int8 calibrated on `samples/calibration.npz`. Returns the report dict.
+    """
+    workdir = Path(workdir)
+    if not (workdir / "model.keras").is_file():
+        raise ExportError(f"{str(workdir)!r} has no model.keras; it is not a training workdir.")
+    return export_path(workdir, out=out, **options)

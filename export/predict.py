@@ -1,0 +1,66 @@
+"""Top-k predictions from any artifact (.keras, SavedModel directory, .tflite) on image files."""
+
+from pathlib import Path
+
+import numpy as np
+
+from export.errors import ExportError
+from export.io import read_image, read_labels
+from export.runners import load_runner
+
+
+def softmax(logits):
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def predict(artifact, images, top_k=5, labels=None, num_threads=1):
+    """Classifies images with an exported (or Keras) model.
+
+    Args:
+        artifact: path to a `.keras` file, a SavedModel directory or a `.tflite` file.
+        images: image file paths, or uint8 RGB arrays (H, W, 3) of any size.
+        top_k: how many classes to return per image.
+        labels: a labels file path or a list of names; default: the labels shipped with the artifact.
+        num_threads: LiteRT interpreter threads.
+
+    Returns:
+        One dict per image: `{"image": name, "top_k": [{"id", "label", "probability"}, ...]}`.
+    """
+    runner = load_runner(artifact, num_threads=num_threads)
+    names, arrays = [], []
+    for i, image in enumerate(images):
+        if isinstance(image, (str, Path)):
+            names.append(str(image))
+            arrays.append(read_image(image))
+        else:
+            names.append(f"image[{i}]")
+            arrays.append(image)
+    if not arrays:
+        raise ExportError("No images given. Pass one or more image files.")
+    logits = runner.logits_from_images(arrays)
+    if isinstance(labels, (str, Path)):
+        labels = read_labels(labels)
+    labels = labels or runner.labels
+    if labels is not None and len(labels) != logits.shape[-1]:
+        raise ExportError(f"{len(labels)} labels for a model with {logits.shape[-1]} classes; they must match.")
+    probabilities = softmax(logits.astype(np.float64))
+    k = max(1, min(int(top_k), logits.shape[-1]))
+    results = []
+    for name, p in zip(names, probabilities):
+        ids = np.argsort(-p, kind="stable")[:k]
+        results.append({
+            "image": name,
+            "top_k": [{"id": int(c), "label": labels[c] if labels else str(c), "probability": float(p[c])} for c in ids],
+        })  # fmt: skip
+    return results
+
+
+def format_predictions(results):
+    """Readable lines: the image, then `label  probability` for each of its top-k classes."""
+    lines = []
+    for result in results:
+        lines.append(result["image"])
+        lines += [f"  {t['label']:<24} {t['probability']:.4f}  (class {t['id']})" for t in result["top_k"]]
+    return "\n".join(lines)

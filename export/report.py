@@ -1,0 +1,64 @@
+"""The export report: `report.json` and the table printed after an export."""
+
+from export.io import atomic_write_json
+
+
+def _size(n):
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def format_table(report):
+    """A readable table, one row per artifact (plus the Keras reference), and each artifact's op notes."""
+    header = ("artifact", "size", "max|dlogit|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
+    keras = report["keras"]
+    rows = [("keras (reference)", _size(keras.get("file_bytes")), "-", "-", _pct(keras.get("top1_accuracy")),
+             f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]  # fmt: skip
+    for a in report["artifacts"]:
+        rows.append((
+            a["name"], _size(a["file_bytes"]), f"{a['max_abs_logit_diff']:.2e}", _pct(a["top1_agreement"]),
+            _pct(a["top1_accuracy"]), f"{a['latency_ms']:.3f}", str(a["threads"]),
+            "ok" if a["passed"] else "FAIL",
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    v = report["verification"]
+    out = [
+        f"Export of {report['source']}  ->  {report['out']}",
+        f"Verified on {v['images']} images from {v['set']} ({'labelled' if v['labelled'] else 'no labels'}); "
+        f"latency: median of {report['latency_runs']} batch-1 runs after {report['latency_warmup']} warm-up.",
+        "",
+        line(header),
+        line(["-" * w for w in widths]),
+        *[line(r) for r in rows],
+        "",
+    ]
+    for a in report["artifacts"]:
+        budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
+        out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
+        if a["format"] == "tflite":
+            ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
+            out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
+            out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
+            gpu = a["gpu_delegate_rejects"]
+            out.append(
+                "  GPU delegate (static check): "
+                + ("all ops accepted" if not gpu else "; ".join(f"{k}: {', '.join(v)}" for k, v in gpu.items()))
+            )
+    for note in report.get("notes", []):
+        out.append(f"note: {note}")
+    out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
+    return "\n".join(out)
+
+
+def write_report(report, path):
+    """Writes `report` as JSON, atomically."""
+    return atomic_write_json(path, report)

@@ -1,0 +1,208 @@
+"""One interface over the three artifact kinds: a Keras model, a SavedModel directory, a .tflite file.
+
+Each runner turns model-space float32 images (N, H, W, 3) in [-1, 1] into logits (N, classes), checks the
+tensor it is given, and times a batch-1 call. `load_runner` picks the kind from the path.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from export import preprocessing
+from export.errors import ExportError
+from export.io import load_keras_model, read_labels
+
+
+def _check_batch(x, image_size, what):
+    x = np.asarray(x)
+    expected = (*image_size, 3)
+    if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+        raise ExportError(
+            f"{what} expects model-space images shaped (N, {expected[0]}, {expected[1]}, 3). Received shape "
+            f"{x.shape}. Resize raw uint8 images with export.preprocessing.to_model_space first."
+        )
+    if x.dtype != np.float32:
+        raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")
+    return x
+
+
+def _median_ms(call, runs, warmup):
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+class KerasRunner:
+    """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do)."""
+
+    kind = "keras"
+
+    def __init__(self, model, labels=None):
+        import tensorflow as tf
+
+        self.model = model
+        self.image_size = tuple(model.input_shape[1:3])
+        self.labels = labels
+        self._call = tf.function(lambda x: model(x, training=False))
+
+    @property
+    def threads(self):
+        return "tf-default"
+
+    def logits(self, x, batch_size=64):
+        x = _check_batch(x, self.image_size, "The Keras model")
+        return np.concatenate([np.asarray(self._call(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
+
+    def latency_ms(self, x1, runs=50, warmup=5):
+        return _median_ms(lambda: np.asarray(self._call(x1)), runs, warmup)
+
+    def logits_from_images(self, images):
+        return self.logits(preprocessing.to_model_space(images, self.image_size))
+
+
+class SavedModelRunner:
+    """Runs an exported SavedModel: `model_space` for tensors, `serving_default` for raw images."""
+
+    kind = "saved_model"
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        path = Path(path)
+        if not (path / "saved_model.pb").is_file():
+            raise ExportError(f"{str(path)!r} is not a SavedModel directory (no saved_model.pb).")
+        try:
+            self.loaded = tf.saved_model.load(str(path))
+        except Exception as exc:
+            raise ExportError(f"Could not load the SavedModel at {str(path)!r}: {exc}") from exc
+        missing = {"serving_default", "model_space"} - set(self.loaded.signatures)
+        if missing:
+            raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
+        self.serving = self.loaded.signatures["serving_default"]
+        self.model_space = self.loaded.signatures["model_space"]
+        spec = self.model_space.structured_input_signature[1]["images"]
+        self.image_size = tuple(int(d) for d in spec.shape[1:3])
+        labels_file = path / "assets" / "labels.txt"
+        self.labels = read_labels(labels_file) if labels_file.is_file() else None
+
+    @property
+    def threads(self):
+        return "tf-default"
+
+    def logits(self, x, batch_size=64):
+        x = _check_batch(x, self.image_size, "The SavedModel's model_space signature")
+        out = [self.model_space(images=x[i : i + batch_size])["logits"].numpy() for i in range(0, len(x), batch_size)]
+        return np.concatenate(out)
+
+    def latency_ms(self, x1, runs=50, warmup=5):
+        return _median_ms(lambda: self.model_space(images=x1)["logits"].numpy(), runs, warmup)
+
+    def serve(self, image):
+        """Runs `serving_default` on one raw uint8 image of any size; returns its output dict (numpy)."""
+        (image,) = preprocessing.check_images(np.asarray(image)[None] if np.ndim(image) == 3 else image)
+        return {k: v.numpy() for k, v in self.serving(images=image[None]).items()}
+
+    def logits_from_images(self, images):
+        return np.concatenate([self.serve(image)["logits"] for image in preprocessing.check_images(images)])
+
+
+class TFLiteRunner:
+    """Runs a .tflite flatbuffer with LiteRT's interpreter; quantized I/O is (de)quantized here."""
+
+    kind = "tflite"
+
+    def __init__(self, flatbuffer=None, path=None, num_threads=1, labels=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if flatbuffer is None:
+            path = Path(path)
+            if not path.is_file():
+                raise ExportError(f"No .tflite file at {str(path)!r}.")
+            flatbuffer = path.read_bytes()
+            sidecar = path.with_suffix(".json")
+            if labels is None and sidecar.is_file():
+                labels = json.loads(sidecar.read_text(encoding="utf-8")).get("labels")
+        try:
+            self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
+            self.interpreter.allocate_tensors()
+        except Exception as exc:
+            raise ExportError(f"LiteRT could not load the flatbuffer{f' {str(path)!r}' if path else ''}: {exc}") from exc
+        self.flatbuffer = bytes(flatbuffer)
+        self.num_threads = int(num_threads)
+        self.labels = labels
+        inputs, outputs = self.interpreter.get_input_details(), self.interpreter.get_output_details()
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ExportError(f"Expected one input and one output tensor; found {len(inputs)} and {len(outputs)}.")
+        self.input, self.output = inputs[0], outputs[0]
+        self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
+        self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
+        self._batch = int(self.input["shape"][0])
+
+    @property
+    def threads(self):
+        return self.num_threads
+
+    def _quantize(self, x):
+        dtype = self.input["dtype"]
+        if dtype == np.float32:
+            return x
+        scale, zero_point = self.input["quantization"]
+        info = np.iinfo(dtype)
+        return np.clip(np.round(x / scale + zero_point), info.min, info.max).astype(dtype)
+
+    def _dequantize(self, y):
+        if self.output["dtype"] == np.float32:
+            return y
+        scale, zero_point = self.output["quantization"]
+        return (y.astype(np.float32) - zero_point) * scale
+
+    def _invoke(self, xq):
+        if self.dynamic_batch and xq.shape[0] != self._batch:
+            self.interpreter.resize_tensor_input(self.input["index"], xq.shape)
+            self.interpreter.allocate_tensors()
+            self._batch = xq.shape[0]
+        self.interpreter.set_tensor(self.input["index"], xq)
+        self.interpreter.invoke()
+        return self.interpreter.get_tensor(self.output["index"])
+
+    def logits(self, x, batch_size=64):
+        x = _check_batch(x, self.image_size, "The TFLite model")
+        xq = self._quantize(x)
+        step = batch_size if self.dynamic_batch else 1
+        out = [self._dequantize(self._invoke(xq[i : i + step])) for i in range(0, len(xq), step)]
+        return np.concatenate(out).astype(np.float32)
+
+    def latency_ms(self, x1, runs=50, warmup=5):
+        xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))
+        return _median_ms(lambda: self._invoke(xq), runs, warmup)
+
+    def logits_from_images(self, images):
+        return self.logits(preprocessing.to_model_space(images, self.image_size))
+
+
+def load_runner(path, num_threads=1):
+    """Opens any artifact: a `.keras` file, a SavedModel directory, or a `.tflite` file.
+
+    Labels come from beside the artifact: `labels.txt` next to a `.keras` file (a training workdir),
+    `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return SavedModelRunner(path)
+    if path.suffix == ".tflite":
+        return TFLiteRunner(path=path, num_threads=num_threads)
+    if path.suffix == ".keras":
+        labels_file = path.with_name("labels.txt")
+        return KerasRunner(load_keras_model(path), read_labels(labels_file) if labels_file.is_file() else None)
+    if not path.exists():
+        raise ExportError(f"No artifact at {str(path)!r}.")
+    raise ExportError(
+        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory or a .tflite file."
+    )

@@ -1,0 +1,111 @@
+"""SavedModel export: a uint8-image serving signature with preprocessing inside, plus a model-space one."""
+
+import json
+import tempfile
+from pathlib import Path
+
+from export import preprocessing
+from export.io import replace_path
+
+SERVING_KEY = "serving_default"
+MODEL_SPACE_KEY = "model_space"
+
+
+def build_serving_module(model, labels, top_k=5):
+    """Wraps a Keras model in a `tf.Module` with the two exported signatures.
+
+    `serving_default(images)`: uint8 RGB images (batch, any height, any width, 3) -> `logits`,
+    `probabilities` (batch, classes), `top_k_ids` (int32), `top_k_probabilities`, `top_k_labels` (string),
+    each (batch, k). The bilinear resize to the model's size and the scaling to [-1, 1] happen inside.
+
+    `model_space(images)`: float32 images already resized and scaled (batch, H, W, 3) -> `logits`,
+    `probabilities`.
+
+    Args:
+        model: a Keras classifier with a static (H, W, 3) input and logits output.
+        labels: class names, one per model output.
+        top_k: how many classes the serving signature returns (capped at the class count).
+    """
+    import tensorflow as tf
+
+    height, width, channels = model.input_shape[1:]
+    num_classes = int(model.output_shape[-1])
+    if len(labels) != num_classes:
+        raise ValueError(f"{len(labels)} labels for a model with {num_classes} outputs; they must match.")
+    k = max(1, min(int(top_k), num_classes))
+    module = tf.Module()
+    module.model = model
+    module.labels = tf.constant(list(labels), dtype=tf.string)
+
+    def heads(logits):
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        return {"logits": logits, "probabilities": probabilities}
+
+    @tf.function(input_signature=[tf.TensorSpec((None, height, width, channels), tf.float32, name="images")])
+    def model_space(images):
+        return heads(model(images, training=False))
+
+    @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name="images")])
+    def serving(images):
+        x = tf.image.resize(tf.cast(images, tf.float32), (height, width), method="bilinear")
+        x = (x - preprocessing.PIXEL_CENTER) / preprocessing.PIXEL_SCALE
+        out = heads(model(x, training=False))
+        top_probabilities, top_ids = tf.math.top_k(out["probabilities"], k=k)
+        out.update(
+            top_k_ids=top_ids,
+            top_k_probabilities=top_probabilities,
+            top_k_labels=tf.gather(module.labels, top_ids),
+        )
+        return out
+
+    module.serving = serving
+    module.model_space = model_space
+    return module, {SERVING_KEY: serving.get_concrete_function(), MODEL_SPACE_KEY: model_space.get_concrete_function()}
+
+
+def write_saved_model(model, path, labels, top_k=5, metadata=None):
+    """Exports `model` as a SavedModel directory at `path`, atomically.
+
+    The directory is built beside `path` under a temporary name and renamed into place only when complete,
+    so an existing SavedModel at `path` survives a failed or interrupted export. `assets/labels.txt` and
+    `assets/preprocessing.json` travel with it; the labels are also baked into the graph.
+
+    Args:
+        model: Keras classifier (static input size).
+        path: target directory.
+        labels: class names in output order.
+        top_k: classes returned by `serving_default`.
+        metadata: extra JSON-serialisable facts written into `assets/preprocessing.json`.
+
+    Returns:
+        The `Path` of the SavedModel directory.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.staging-") as staging:
+        staged = save_saved_model(model, Path(staging) / path.name, labels, top_k=top_k, metadata=metadata)
+        return replace_path(staged, path)
+
+
+def save_saved_model(model, path, labels, top_k=5, metadata=None):
+    """Writes the SavedModel to `path`, which must not exist yet (no atomicity: see `write_saved_model`)."""
+    import tensorflow as tf
+
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{str(path)!r} exists; save_saved_model writes only new directories.")
+    info = {"preprocessing": preprocessing.describe(model.input_shape[1:3]), "labels_file": "labels.txt",
+            "signatures": {SERVING_KEY: "uint8 images (batch, any H, any W, 3)",
+                           MODEL_SPACE_KEY: "float32 images in [-1, 1] at the model size"}}  # fmt: skip
+    info.update(metadata or {})
+    with tempfile.TemporaryDirectory() as scratch:
+        labels_file = Path(scratch) / "labels.txt"
+        labels_file.write_text("\n".join(labels) + "\n", encoding="utf-8")
+        info_file = Path(scratch) / "preprocessing.json"
+        info_file.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        module, signatures = build_serving_module(model, labels, top_k=top_k)
+        # Tracked assets are copied into the SavedModel's assets/ folder and found again by tf.saved_model.load.
+        module.labels_file = tf.saved_model.Asset(str(labels_file))
+        module.preprocessing_file = tf.saved_model.Asset(str(info_file))
+        tf.saved_model.save(module, str(path), signatures=signatures)
+    return path

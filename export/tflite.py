@@ -1,0 +1,153 @@
+"""TFLite (LiteRT) conversion of a Keras model: float32, float16, dynamic-range int8, full-integer int8.
+
+Keras 3 models are traced into a `tf.function` with a fixed input signature, their variables frozen into
+constants (`convert_variables_to_constants_v2`), and that graph is converted with the builtin op set only.
+Freezing matters: converting the live function (or a SavedModel of it) keeps VAR_HANDLE/READ_VARIABLE ops
+whose buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN.
+"""
+
+import numpy as np
+
+from export import preprocessing
+from export.errors import ExportError
+from export.flatbuffer import non_builtin_ops, read_ops
+
+QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8")
+INT8_IO_TYPES = ("float32", "uint8")
+DEFAULT_CALIBRATION_STEPS = 512
+
+
+def check_quantization(modes):
+    """Validates a list (or comma-separated string) of quantization modes; returns a list."""
+    if isinstance(modes, str):
+        modes = [m.strip() for m in modes.split(",") if m.strip()]
+    modes = list(modes)
+    unknown = [m for m in modes if m not in QUANTIZATION_MODES]
+    if unknown or not modes:
+        raise ExportError(
+            f"Unknown quantization mode(s) {unknown or modes}. Choose from {', '.join(QUANTIZATION_MODES)} "
+            "(e.g. --quantize float32,int8)."
+        )
+    return modes
+
+
+def frozen_function(model, dynamic_batch=False):
+    """Traces `model` at its input size (batch 1, or dynamic) and freezes its variables into constants."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
+    if any(d is None for d in shape[1:]):
+        raise ExportError(
+            f"TFLite export needs a static image size; the model's input shape is {model.input_shape}. "
+            "Build the model with a fixed image_size."
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
+    def logits(images):
+        return {"logits": model(images, training=False)}
+
+    return convert_variables_to_constants_v2(logits.get_concrete_function())
+
+
+def convert(
+    model,
+    quantize="float32",
+    representative_images=None,
+    dynamic_batch=False,
+    int8_io="float32",
+    calibration_steps=DEFAULT_CALIBRATION_STEPS,
+):
+    """Converts a Keras model to a TFLite flatbuffer with builtin ops only.
+
+    Args:
+        model: Keras model, NHWC float input in [-1, 1] at a static size, logits out.
+        quantize: "float32", "float16" (float16 weights), "dynamic_int8" (int8 weights, float activations),
+            or "int8" (full integer: int8 weights and activations, calibrated on `representative_images`).
+        representative_images: for "int8": raw uint8 images (N, H, W, 3) or a list of them, drawn from the
+            training data; they are resized and scaled exactly like the model's inputs.
+        dynamic_batch: leave the batch dimension open (-1) instead of fixing it to 1.
+        int8_io: for "int8": "float32" (quantize/dequantize inside the model) or "uint8" (the caller feeds
+            and reads quantized tensors, using the scale/zero-point of the input and output details).
+        calibration_steps: at most this many representative images are used.
+
+    Returns:
+        The flatbuffer as `bytes`.
+
+    Raises:
+        ExportError: unknown mode, missing representative data, or a graph that needs non-builtin ops.
+    """
+    import tensorflow as tf
+
+    (quantize,) = check_quantization([quantize])
+    if int8_io not in INT8_IO_TYPES:
+        raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
+    calibration = None
+    if quantize == "int8":
+        if representative_images is None or len(representative_images) == 0:
+            raise ExportError(
+                "Full-integer int8 needs representative images to calibrate activation ranges, and none were "
+                "given. Pass --representative-data PATH (an .npz with a uint8 'images' array, or a folder of "
+                "images from the training data), export a training workdir (it has samples/calibration.npz), "
+                "or choose --quantize dynamic_int8, which needs no data."
+            )
+        chosen = representative_images[: int(calibration_steps)]
+        calibration = preprocessing.to_model_space(chosen, model.input_shape[1:3])
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen_function(model, dynamic_batch)])
+    # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantize == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantize == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        # INT8 builtins only: conversion fails instead of silently leaving float islands in the graph.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+        if int8_io == "uint8":
+            converter.inference_input_type = tf.uint8
+            converter.inference_output_type = tf.uint8
+    try:
+        flatbuffer = converter.convert()
+    except Exception as exc:
+        raise ExportError(
+            f"TFLite conversion ({quantize}) failed with builtin ops only: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}. A layer uses a TensorFlow op "
+            "with no TFLite builtin kernel (for example Erf from gelu='exact'); this exporter never falls "
+            "back to SELECT_TF_OPS because mobile runtimes cannot load them."
+        ) from exc
+    bad = non_builtin_ops(read_ops(flatbuffer))
+    if bad:
+        raise ExportError(f"The {quantize} TFLite model contains non-builtin ops {bad}; refusing to write it.")
+    return flatbuffer
+
+
+def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io):
+    """The JSON written next to a .tflite file: labels, preprocessing and the I/O tensors' details."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+
+    def tensor(detail):
+        scale, zero_point = detail["quantization"]
+        return {
+            "name": detail["name"],
+            "dtype": np.dtype(detail["dtype"]).name,
+            "shape": [int(d) for d in detail["shape_signature"]],
+            "quantization": {"scale": float(scale), "zero_point": int(zero_point)} if scale else None,
+        }
+
+    return {
+        "format": "tflite",
+        "quantization": quantize,
+        "int8_io": int8_io if quantize == "int8" else None,
+        "dynamic_batch": bool(dynamic_batch),
+        "labels": list(labels),
+        "preprocessing": preprocessing.describe(model.input_shape[1:3]),
+        "input": tensor(inp),
+        "output": dict(tensor(out), meaning="logits"),
+    }

@@ -1,0 +1,206 @@
+"""Acceptance tests of export/ on a digits model: parity, int8 accuracy and size, builtin ops, serving.
+
+One small ViT is trained on scikit-learn's digits (module fixture, plain `fit`), written as a training
+workdir, and exported once with `export.export_workdir`; the tests then re-check the artifacts with code
+independent of export/ (LiteRT's interpreter, TFLite's flatbuffer schema, hand-written preprocessing).
+"""
+
+import contextlib
+import io
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import export
+from export.__main__ import main as cli
+from tests import export_fixtures as fx
+
+pytestmark = pytest.mark.slow  # trains a model (~30-60 s on 2 cores) and exports it once
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers for load_model)
+
+    workdir = tmp_path_factory.mktemp("digits_run")
+    metrics = fx.make_digits_workdir(workdir)
+    report = export.export_workdir(workdir, latency_runs=20)
+    with np.load(workdir / "samples" / "heldout.npz") as held:
+        images, labels = held["images"], held["labels"]
+    model = keras.saving.load_model(workdir / "model.keras")
+    x = (images.astype(np.float32) - 127.5) / 127.5  # held-out images are stored at the model's size
+    return SimpleNamespace(
+        workdir=workdir, out=workdir / "export", report=report, metrics=metrics, model=model,
+        images=images, labels=labels, x=x, keras_logits=model.predict(x, verbose=0),
+    )  # fmt: skip
+
+
+def run_tflite(path, x):
+    """Runs a .tflite file image by image with LiteRT, (de)quantizing with the tensors' own parameters."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path), num_threads=1)
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    logits = []
+    for image in x:
+        feed = image[None]
+        if inp["dtype"] != np.float32:
+            scale, zero = inp["quantization"]
+            feed = np.clip(np.round(feed / scale + zero), 0, 255).astype(inp["dtype"])
+        interpreter.set_tensor(inp["index"], feed)
+        interpreter.invoke()
+        y = interpreter.get_tensor(out["index"])[0]
+        if out["dtype"] != np.float32:
+            scale, zero = out["quantization"]
+            y = (y.astype(np.float32) - zero) * scale
+        logits.append(y)
+    return np.array(logits)
+
+
+def flatbuffer_ops(path):
+    """Operator names read straight from the flatbuffer with TFLite's schema (custom ops -> 'CUSTOM:name')."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(bytearray(path.read_bytes()), 0)
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    ops = []
+    for s in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(s)
+        for o in range(subgraph.OperatorsLength()):
+            code = model.OperatorCodes(subgraph.Operators(o).OpcodeIndex())
+            builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+            ops.append(names[builtin] if builtin != schema.BuiltinOperator.CUSTOM else f"CUSTOM:{code.CustomCode()}")
+    return ops
+
+
+def test_the_digits_model_learned(digits):
+    assert digits.metrics["top1"] >= 0.93
+    assert np.mean(digits.keras_logits.argmax(-1) == digits.labels) == pytest.approx(digits.metrics["top1"])
+
+
+def test_export_wrote_every_artifact_and_passed(digits):
+    names = {a["name"] for a in digits.report["artifacts"]}
+    assert names == {"saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
+                     "model_int8.tflite"}  # fmt: skip
+    assert digits.report["passed"]
+    assert digits.report["verification"] == {
+        "set": str(digits.workdir / "samples" / "heldout.npz"), "images": len(digits.labels), "labelled": True,
+    }  # fmt: skip
+    on_disk = json.loads((digits.out / "report.json").read_text())
+    assert on_disk["artifacts"] == json.loads(json.dumps(digits.report["artifacts"]))
+    for a in digits.report["artifacts"]:
+        assert (digits.out / a["name"]).exists() and a["path"] == str(digits.out / a["name"])
+        assert a["latency_ms"] > 0 and a["file_bytes"] > 0
+    leftovers = [p.name for p in digits.out.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_tflite_float32_matches_keras(digits):
+    logits = run_tflite(digits.out / "model_float32.tflite", digits.x)
+    assert np.abs(logits - digits.keras_logits).max() <= 1e-4
+    assert np.array_equal(logits.argmax(-1), digits.keras_logits.argmax(-1))  # 100% top-1 agreement
+    entry = next(a for a in digits.report["artifacts"] if a["name"] == "model_float32.tflite")
+    assert entry["max_abs_logit_diff"] == pytest.approx(np.abs(logits - digits.keras_logits).max(), abs=1e-6)
+    assert entry["top1_agreement"] == 1.0
+
+
+def test_full_int8_keeps_accuracy_and_is_small(digits):
+    logits = run_tflite(digits.out / "model_int8.tflite", digits.x)
+    keras_accuracy = np.mean(digits.keras_logits.argmax(-1) == digits.labels)
+    int8_accuracy = np.mean(logits.argmax(-1) == digits.labels)
+    assert 100 * (keras_accuracy - int8_accuracy) <= 1.0
+    int8_size = (digits.out / "model_int8.tflite").stat().st_size
+    float_size = (digits.out / "model_float32.tflite").stat().st_size
+    assert int8_size <= 0.30 * float_size, (int8_size, float_size)
+    entry = next(a for a in digits.report["artifacts"] if a["name"] == "model_int8.tflite")
+    assert entry["top1_accuracy"] == pytest.approx(int8_accuracy)
+
+
+def test_other_quantized_models_within_budget(digits):
+    keras_top1 = digits.keras_logits.argmax(-1)
+    for name in ("model_float16.tflite", "model_dynamic_int8.tflite"):
+        logits = run_tflite(digits.out / name, digits.x)
+        drop = 100 * (np.mean(keras_top1 == digits.labels) - np.mean(logits.argmax(-1) == digits.labels))
+        assert drop <= 1.0, name
+    logits16 = run_tflite(digits.out / "model_float16.tflite", digits.x)
+    assert np.abs(logits16 - digits.keras_logits).max() <= 1e-2 * max(1.0, np.abs(digits.keras_logits).max())
+
+
+def test_every_tflite_artifact_has_builtin_ops_only(digits):
+    files = sorted(digits.out.glob("*.tflite"))
+    assert len(files) == 4
+    for path in files:
+        ops = flatbuffer_ops(path)
+        assert ops and not [op for op in ops if op.startswith("CUSTOM")], (path.name, set(ops))
+        # export.read_ops must report the same list as TFLite's own analyzer prints.
+        text = io.StringIO()
+        import tensorflow as tf
+
+        with contextlib.redirect_stdout(text):
+            tf.lite.experimental.Analyzer.analyze(model_path=str(path))
+        analyzed = re.findall(r"Op#\d+ (\w+)\(", text.getvalue())
+        counted = export.read_ops(path.read_bytes())
+        assert sorted(analyzed) == sorted(op for op, n in counted.items() for _ in range(n)) == sorted(ops)
+
+
+def test_tflite_sidecar_records_labels_and_preprocessing(digits):
+    info = json.loads((digits.out / "model_int8.json").read_text())
+    assert info["labels"] == [str(i) for i in range(10)]
+    assert info["preprocessing"]["resize"]["size"] == [16, 16]
+    assert info["preprocessing"]["center"] == 127.5 and info["preprocessing"]["divisor"] == 127.5
+    assert info["input"]["shape"] == [1, 16, 16, 3]  # batch 1 by default
+
+
+def test_saved_model_serves_uint8_images_of_two_sizes(digits):
+    import tensorflow as tf
+
+    serving = tf.saved_model.load(str(digits.out / "saved_model")).signatures["serving_default"]
+    for height, width in ((40, 40), (23, 31)):
+        big = tf.image.resize(digits.images[:60].astype(np.float32), (height, width)).numpy()
+        big = np.clip(np.round(big), 0, 255).astype(np.uint8)
+        out = serving(images=tf.constant(big))
+        # The Keras model on the same images resized to its input size (the preprocessing contract).
+        resized = tf.image.resize(big.astype(np.float32), (16, 16), method="bilinear").numpy()
+        expected = digits.model.predict((resized - 127.5) / 127.5, verbose=0).argmax(-1)
+        assert np.array_equal(out["top_k_ids"].numpy()[:, 0], expected)
+        assert np.abs(out["logits"].numpy() - digits.model.predict((resized - 127.5) / 127.5, verbose=0)).max() < 1e-4
+        labels = out["top_k_labels"].numpy()[:, 0].astype(str)
+        assert list(labels) == [str(i) for i in expected]
+        np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
+    assets = digits.out / "saved_model" / "assets"
+    assert (assets / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+    assert json.loads((assets / "preprocessing.json").read_text())["preprocessing"]["divisor"] == 127.5
+
+
+def test_predict_on_every_artifact_kind(digits, tmp_path, capsys):
+    from PIL import Image
+
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"digit{i}.png")
+        Image.fromarray(digits.images[i]).save(files[-1])
+    expected = [str(c) for c in digits.keras_logits[:3].argmax(-1)]
+    for artifact in ("model.keras", "export/saved_model", "export/model_float32.tflite", "export/model_int8.tflite"):
+        assert cli(["predict", str(digits.workdir / artifact), *map(str, files), "--top-k", "3"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 3 * 4
+        top1 = [lines[4 * i + 1].split()[0] for i in range(3)]
+        if "int8" not in artifact:
+            assert top1 == expected, artifact
+        assert all(t in [str(c) for c in range(10)] for t in top1)
+
+
+def test_cli_export_prints_table_and_paths(digits, tmp_path, capsys):
+    code = cli([str(digits.workdir), "--out", str(tmp_path / "out"), "--formats", "tflite", "--quantize",
+                "float32", "--latency-runs", "3"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "model_float32.tflite" in printed and "status: PASSED" in printed
+    assert str(tmp_path / "out" / "model_float32.tflite") in printed
+    assert str(tmp_path / "out" / "report.json") in printed
