@@ -1,0 +1,74 @@
+"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`.
+
+    python -m training                                   # digits, into runs/digits (re-run to resume)
+    python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
+    python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
+    python -m training evaluate --workdir runs/digits
+"""
+
+import argparse
+import json
+import sys
+
+
+def _train_parser():
+    parser = argparse.ArgumentParser(prog="python -m training", description="Train or fine-tune a ViT.")
+    parser.add_argument("--config", default="digits", help="recipe in training/configs/ (default: digits)")
+    parser.add_argument("--workdir", help="output directory; re-running with it resumes (default: runs/CONFIG)")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int, help="global batch size")
+    parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"))
+    parser.add_argument("--init", help=".npz or .keras checkpoint to fine-tune from")
+    parser.add_argument("--data-dir", help="TFDS data directory")
+    parser.add_argument("--dataset", help="digits, synthetic, tfds:NAME or folder:PATH")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any TrainConfig field, e.g. learning_rate=1e-3 or model.dropout_rate=0.1")
+    return parser
+
+
+def _evaluate_parser():
+    parser = argparse.ArgumentParser(prog="python -m training evaluate", description="Evaluate a trained run.")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--dataset", help="evaluate on another dataset than the run's")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--split", help="TFDS split to evaluate on")
+    parser.add_argument("--batch-size", type=int)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Imported late so that --help is instant.
+    from training import config as config_module
+    from training.checkpointing import NonFiniteLossError, Preempted
+    from training.strategy import StrategyError
+
+    try:
+        if argv[:1] == ["evaluate"]:
+            args = _evaluate_parser().parse_args(argv[1:])
+            from training.trainer import evaluate
+
+            metrics = evaluate(args.workdir, dataset=args.dataset, data_dir=args.data_dir, eval_split=args.split,
+                               batch_size=args.batch_size)
+            print(json.dumps(metrics, indent=2))
+            return 0
+        args = _train_parser().parse_args(argv)
+        overrides = config_module.parse_overrides(args.set)
+        for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("strategy", "strategy"),
+                          ("init", "init"), ("data_dir", "data_dir"), ("dataset", "dataset")):
+            if getattr(args, flag) is not None:
+                overrides[key] = getattr(args, flag)
+        from training.trainer import train
+
+        train(args.config, args.workdir, **overrides)
+        return 0
+    except Preempted as err:
+        print(f"[training] {err}", file=sys.stderr)
+        return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
+    except (NonFiniteLossError, StrategyError, ValueError, KeyError, FileNotFoundError) as err:
+        print(f"[training] error: {err}", file=sys.stderr)
+        return 2 if not isinstance(err, NonFiniteLossError) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

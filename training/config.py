@@ -1,0 +1,187 @@
+"""The training configuration: one frozen dataclass, recipes in `training/configs/`, `key=value` overrides."""
+
+import ast
+import dataclasses
+import importlib
+import pkgutil
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs. Recipes return one of these; CLI flags and `--set` override its fields.
+
+    Attributes:
+        dataset: "digits" (embedded), "synthetic", "tfds:NAME" or "folder:PATH" (one sub-folder per class).
+        data_dir: TFDS data directory (datasets are never downloaded at run time).
+        train_split, eval_split: split strings for TFDS ("train", "train[:90%]", ...). For digits and folders the
+            held-out split is a fixed stratified `holdout_fraction` of the images.
+        holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
+        shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
+        variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
+        image_size: model input size in pixels (images are resized to it).
+        model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
+        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; the head is
+            re-created (zero-initialised) when the class count differs and position embeddings are interpolated.
+        batch_size: the GLOBAL batch (per-replica batch x replicas).
+        epochs: passes over `steps_per_epoch` steps.
+        steps_per_epoch: None for dataset size // batch_size; set it to express step-based recipes.
+        optimizer: "adamw" or "sgd" (momentum).
+        learning_rate: peak learning rate (after warm-up).
+        weight_decay: Keras AdamW convention (multiplied by the learning rate); see `training.optim`.
+        beta_1, beta_2, momentum: optimizer moments.
+        schedule: "cosine", "linear" or "constant" decay after the linear warm-up.
+        warmup_steps: linear warm-up from 0 to `learning_rate`.
+        global_clipnorm: clip the global gradient norm (1.0 in the paper); None for none.
+        loss: "softmax" or "sigmoid" cross-entropy.
+        label_smoothing: label smoothing of the targets.
+        head_bias_init: initial bias of the head (-6.9 with sigmoid, as in AugReg); None keeps the variant's.
+        augment: train pre-processing: "inception" (inception crop + flip), "translate" (small random shifts,
+            for digits), "resize" (none).
+        flip: random left-right flips (with "inception").
+        translate: maximum shift, in pixels of the original image, for "translate".
+        crop_area: (min, max) area fraction of the inception crop.
+        randaugment: (layers, magnitude 0-30 as in AugReg) or None.
+        mixup: probability of mixing a batch (AugReg's p), 0 for none.
+        jit_compile: XLA-compile the train step (needed on TPUs).
+        steps_per_execution: steps run per call into the compiled function.
+        precision: "float32" or "mixed_bfloat16".
+        seed: seeds the model init, the data order and the augmentation.
+        deterministic: enable TF op determinism (bitwise-reproducible CPU runs; slower).
+        checkpoint_every: steps between checkpoints (also written at each epoch end); 0 for epoch ends only.
+        eval_every: epochs between held-out evaluations during training (0 for the final one only).
+        num_samples: held-out images saved to samples/heldout.npz.
+        num_calibration: training images saved to samples/calibration.npz (<= 512).
+        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default".
+    """
+
+    dataset: str = "digits"
+    data_dir: Optional[str] = None
+    train_split: str = "train"
+    eval_split: Optional[str] = "test"
+    holdout_fraction: float = 0.2
+    shuffle_buffer: Optional[int] = None
+    variant: str = "testing"
+    image_size: int = 32
+    model: dict = dataclasses.field(default_factory=dict)
+    init: Optional[str] = None
+    batch_size: int = 64
+    epochs: int = 10
+    steps_per_epoch: Optional[int] = None
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    momentum: float = 0.9
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    global_clipnorm: Optional[float] = 1.0
+    loss: str = "softmax"
+    label_smoothing: float = 0.0
+    head_bias_init: Optional[float] = None
+    augment: str = "inception"
+    flip: bool = True
+    translate: float = 0.0
+    crop_area: tuple = (0.05, 1.0)
+    randaugment: Optional[tuple] = None
+    mixup: float = 0.0
+    jit_compile: bool = True
+    steps_per_execution: int = 1
+    precision: str = "float32"
+    seed: int = 0
+    deterministic: bool = False
+    checkpoint_every: int = 100
+    eval_every: int = 1
+    num_samples: int = 64
+    num_calibration: int = 256
+    strategy: str = "auto"
+
+    def __post_init__(self):
+        _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
+        _check_choice("schedule", self.schedule, ("cosine", "linear", "constant"))
+        _check_choice("loss", self.loss, ("softmax", "sigmoid"))
+        _check_choice("augment", self.augment, ("inception", "translate", "resize"))
+        _check_choice("precision", self.precision, ("float32", "mixed_bfloat16"))
+        _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
+        for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
+            raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
+        if not 0.0 < self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
+        if not 0.0 <= self.mixup <= 1.0:
+            raise ValueError(f"mixup is a probability in [0, 1]. Received: {self.mixup}")
+        if self.num_calibration > 512:
+            raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
+        object.__setattr__(self, "model", dict(self.model))
+        object.__setattr__(self, "crop_area", tuple(self.crop_area))
+        if self.randaugment is not None:
+            object.__setattr__(self, "randaugment", tuple(self.randaugment))
+
+    def replace(self, **overrides):
+        """A copy with fields changed; `model.NAME` keys go into the `model` overrides dict."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        model = dict(self.model)
+        plain = {}
+        for key, value in overrides.items():
+            if key.startswith("model."):
+                model[key[len("model."):]] = value
+            elif key in fields:
+                plain[key] = value
+            else:
+                raise KeyError(
+                    f"Unknown training option {key!r}. Known options: {', '.join(sorted(fields))}, "
+                    f"or model.NAME for a keras_vit.create_model override."
+                )
+        if "model" not in plain:
+            plain["model"] = model
+        return dataclasses.replace(self, **plain)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(choices)}.")
+
+
+def available_configs():
+    """Names of the recipes in `training/configs/`."""
+    from training import configs
+
+    return sorted(m.name for m in pkgutil.iter_modules(configs.__path__) if not m.name.startswith("_"))
+
+
+def get_config(name_or_config="digits"):
+    """The `TrainConfig` of a recipe name ("digits", "cifar10_finetune", ...), or the config itself."""
+    if isinstance(name_or_config, TrainConfig):
+        return name_or_config
+    if isinstance(name_or_config, dict):
+        return TrainConfig(**name_or_config)
+    name = str(name_or_config)
+    if name not in available_configs():
+        raise ValueError(f"Unknown config {name!r}. Available configs: {', '.join(available_configs())}.")
+    return importlib.import_module(f"training.configs.{name}").get_config()
+
+
+def parse_value(text):
+    """A `--set key=value` value: a Python literal (1e-3, (2, 10), None, True, "x") or else the plain string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_overrides(items):
+    """["lr=1e-3", "model.dropout_rate=0.1"] -> {"lr": 0.001, "model.dropout_rate": 0.1}."""
+    overrides = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value. Received: {item!r} (e.g. --set learning_rate=3e-3)")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = parse_value(value.strip())
+    return overrides

@@ -1,0 +1,1 @@
+"""Training recipes: one module per recipe, each with `get_config() -> TrainConfig` and its command line."""

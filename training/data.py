@@ -1,0 +1,389 @@
+"""Datasets and tf.data pipelines: digits, synthetic, TFDS and image folders, resumable at any step.
+
+A `Source` holds raw (undecoded) training and held-out elements. `train_dataset` turns it into an endless
+stream of augmented, batched examples that is a pure function of (seed, step): a seeded shuffle that reshuffles
+on every pass orders the training split, every element is augmented with stateless ops seeded by its position
+in the stream, and a run resumed at step `s` simply starts the stream at element `s * batch_size`. Nothing is
+lost or repeated after a restart, and with op determinism the batches are bitwise the ones an uninterrupted
+run would have seen. Pre-processing follows the contract of the project: uint8 RGB, bilinear resize to the
+model's size, then `(x - 127.5) / 127.5`. Augmentation lives here, never in the model (TPU-friendly).
+"""
+
+import dataclasses
+import os
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+_DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
+
+
+@dataclasses.dataclass
+class Source:
+    """Raw data of one dataset.
+
+    Attributes:
+        train, heldout: `tf.data.Dataset`s of (raw, label) with raw a uint8 image, an encoded image or a path.
+        num_train, num_heldout: their sizes.
+        class_names: label names in index order.
+        decode: raw element -> uint8 (H, W, 3) image tensor.
+        original_size: pixel size of the stored images when they all share one (digits: 8), else None.
+    """
+
+    train: tf.data.Dataset
+    heldout: tf.data.Dataset
+    num_train: int
+    num_heldout: int
+    class_names: list
+    decode: Callable
+    original_size: Optional[int] = None
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0):
+    """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input."""
+    if dataset == "digits":
+        return _digits(holdout_fraction)
+    if dataset == "synthetic":
+        return _synthetic(seed)
+    if isinstance(dataset, str) and dataset.startswith("tfds:"):
+        return _tfds(dataset[len("tfds:"):], data_dir, train_split, eval_split)
+    if isinstance(dataset, str) and dataset.startswith("folder:"):
+        return _folder(dataset[len("folder:"):], holdout_fraction)
+    raise ValueError(f"Unknown dataset {dataset!r}. Use {_DATASET_FORMS}.")
+
+
+def digits_uint8():
+    """scikit-learn's 8x8 digits as uint8 RGB (values 0..16 -> round(v * 255 / 16), grey repeated) and labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)
+    return np.repeat(images[..., None], 3, axis=-1), digits.target.astype(np.int64)
+
+
+def _stratified_split(labels, fraction):
+    """Fixed (seed 0) stratified split, so every run and every tool sees the same held-out images."""
+    from sklearn.model_selection import train_test_split
+
+    index = np.arange(len(labels))
+    train, heldout = train_test_split(index, test_size=fraction, stratify=labels, random_state=0)
+    return np.sort(train), np.sort(heldout)
+
+
+def _in_memory(images, labels, train_idx, heldout_idx, class_names, original_size=None):
+    return Source(
+        train=tf.data.Dataset.from_tensor_slices((images[train_idx], labels[train_idx])),
+        heldout=tf.data.Dataset.from_tensor_slices((images[heldout_idx], labels[heldout_idx])),
+        num_train=len(train_idx),
+        num_heldout=len(heldout_idx),
+        class_names=class_names,
+        decode=tf.identity,
+        original_size=original_size,
+    )
+
+
+def _digits(fraction):
+    images, labels = digits_uint8()
+    train, heldout = _stratified_split(labels, fraction)
+    return _in_memory(images, labels, train, heldout, [str(i) for i in range(10)], original_size=8)
+
+
+def _synthetic(seed, num_train=256, num_heldout=64, num_classes=10, size=32):
+    """Learnable random images (a class-dependent colour plus noise): for tests and input-free benchmarks."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, num_classes, num_train + num_heldout).astype(np.int64)
+    palette = rng.integers(0, 256, (num_classes, 1, 1, 3))
+    noise = rng.normal(0, 40, (len(labels), size, size, 3))
+    images = np.clip(palette[labels] + noise, 0, 255).astype(np.uint8)
+    index = np.arange(len(labels))
+    return _in_memory(images, labels, index[:num_train], index[num_train:],
+                      [f"class_{i}" for i in range(num_classes)], original_size=size)
+
+
+def _decode_encoded(raw):
+    image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _decode_path(path):
+    return _decode_encoded(tf.io.read_file(path))
+
+
+def _tfds(name, data_dir, train_split, eval_split):
+    import tensorflow_datasets as tfds
+
+    if not name:
+        raise ValueError("Empty TFDS name. Use e.g. --config ... --set dataset=tfds:cifar10 --data-dir DIR.")
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(
+            f"Data directory {data_dir!r} does not exist. Point --data-dir at the directory where the TFDS "
+            f"dataset was prepared (e.g. `tfds build {name} --data_dir DIR`)."
+        )
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as err:  # tfds raises several types (DatasetNotFoundError, registry errors)
+        raise ValueError(
+            f"Cannot find TFDS dataset {name!r} (data_dir={data_dir!r}): {err}. Check the name "
+            f"(`tfds.list_builders()`) and --data-dir."
+        ) from err
+    if not builder.is_prepared():
+        raise FileNotFoundError(
+            f"TFDS dataset {name!r} is not prepared in {builder.data_dir!r}; this trainer never downloads. "
+            f"Prepare it first: `tfds build {name} --data_dir {data_dir or '~/tensorflow_datasets'}`, then pass "
+            f"--data-dir."
+        )
+    features = builder.info.features
+    if "image" not in features or "label" not in features:
+        raise ValueError(f"TFDS dataset {name!r} needs 'image' and 'label' features; it has {list(features)}.")
+    class_names = list(features["label"].names)
+    decoders = {"image": tfds.decode.SkipDecoding()}  # decode after shuffling: cheaper buffers, as the reference
+
+    def split(split_name):
+        try:
+            ds = builder.as_dataset(split=split_name, decoders=decoders, shuffle_files=False)
+            count = builder.info.splits[split_name].num_examples
+        except (KeyError, ValueError) as err:
+            raise ValueError(
+                f"Unknown split {split_name!r} of TFDS dataset {name!r}: {err}. Known splits: "
+                f"{list(builder.info.splits)} (slices like 'train[:90%]' work)."
+            ) from err
+        return ds.map(lambda ex: (ex["image"], ex["label"]), num_parallel_calls=tf.data.AUTOTUNE), count
+
+    if eval_split is None:
+        raise ValueError("TFDS datasets need an eval_split, e.g. --set eval_split=test or eval_split='train[99%:]'.")
+    train, num_train = split(train_split)
+    heldout, num_heldout = split(eval_split)
+    return Source(train, heldout, num_train, num_heldout, class_names, _decode_encoded)
+
+
+def list_image_folder(path):
+    """(paths, labels, class names) of a folder with one sub-folder of images per class."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"Image folder {path!r} does not exist. Use folder:PATH with one sub-folder per class "
+            f"(PATH/cat/1.jpg, PATH/dog/2.png, ...)."
+        )
+    class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        for root, _, files in sorted(os.walk(os.path.join(path, name))):
+            for file in sorted(files):
+                if file.lower().endswith(IMAGE_EXTENSIONS):
+                    paths.append(os.path.join(root, file))
+                    labels.append(label)
+    if not paths:
+        raise ValueError(
+            f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
+            f"class holding {', '.join(IMAGE_EXTENSIONS)} files."
+        )
+    return paths, np.asarray(labels, np.int64), class_names
+
+
+def find_unreadable_images(paths):
+    """[(path, reason)] of images Pillow cannot open, so a bad file is reported up front, never mid-epoch."""
+    from PIL import Image
+
+    bad = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                image.verify()
+            with Image.open(path) as image:  # verify() does not decode the pixels; load() does
+                image.load()
+        except Exception as err:  # Pillow raises many types for broken files
+            bad.append((path, f"{type(err).__name__}: {err}"))
+    return bad
+
+
+def _folder(path, fraction):
+    paths, labels, class_names = list_image_folder(path)
+    bad = find_unreadable_images(paths)
+    if bad:
+        listing = "\n".join(f"  {p}: {reason}" for p, reason in bad[:20])
+        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise ValueError(
+            f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again:\n{listing}{more}"
+        )
+    if len(class_names) < 2:
+        raise ValueError(f"Image folder {path!r} has {len(class_names)} class sub-folder(s); at least 2 are needed.")
+    counts = np.bincount(labels, minlength=len(class_names))
+    if counts.min() < 2:
+        few = [class_names[i] for i in np.flatnonzero(counts < 2)]
+        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 images; a held-out split needs at least 2.")
+    train, heldout = _stratified_split(labels, fraction)
+    paths = np.asarray(paths)
+    source = Source(
+        train=tf.data.Dataset.from_tensor_slices((paths[train], labels[train])),
+        heldout=tf.data.Dataset.from_tensor_slices((paths[heldout], labels[heldout])),
+        num_train=len(train),
+        num_heldout=len(heldout),
+        class_names=class_names,
+        decode=_decode_path,
+    )
+    return source
+
+
+# --------------------------------------------------------------------------------------------- pre-processing
+
+
+def scale(image):
+    """uint8 (or float 0..255) -> float32 in [-1, 1], the project's contract."""
+    return (tf.cast(image, tf.float32) - 127.5) / 127.5
+
+
+def resize(image, size):
+    return tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear")
+
+
+def eval_preprocess(image, size):
+    return tf.ensure_shape(scale(resize(image, size)), [size, size, 3])
+
+
+def _inception_crop(image, size, area, seed):
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image),
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        area_range=area,
+        aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0,  # any crop; the reference's inception_crop does the same
+        use_image_if_no_bounding_boxes=True,
+    )
+    return resize(tf.slice(image, begin, crop_size), size)
+
+
+def _translate(image, size, max_shift, seed):
+    """Random shift by up to `max_shift` pixels (of the model's input), padding with black (-1 after scaling)."""
+    pad = int(np.ceil(max_shift))
+    image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+    offset = tf.random.stateless_uniform([2], seed, -max_shift, max_shift)
+    offset = tf.cast(tf.round(offset), tf.int32) + pad
+    return tf.slice(image, [offset[0], offset[1], 0], [size, size, 3])
+
+
+def augment_fn(config, original_size=None):
+    """(uint8 image, stateless seed) -> float32 training image in [-1, 1], per `config.augment`."""
+    size = config.image_size
+
+    def augment(image, seed):
+        seeds = tf.random.experimental.stateless_split(seed, 2)
+        if config.augment == "inception":
+            image = _inception_crop(image, size, config.crop_area, seeds[0])
+        else:
+            image = resize(image, size)
+        if config.augment == "translate" and config.translate > 0:
+            factor = size / original_size if original_size else 1.0
+            image = _translate(image, size, config.translate * factor, seeds[0])
+        if config.flip and config.augment == "inception":
+            image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+        return tf.ensure_shape(image, [size, size, 3])  # static shapes for XLA/TPU; still 0..255 for RandAugment
+
+    return augment
+
+
+def _mixup(images, labels, probability, seed):
+    """Mixes a batch with its reverse with probability `probability` (AugReg's p), lambda ~ Beta(1, 1)."""
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    mix = tf.random.stateless_uniform([], seeds[0]) < probability
+    lam = tf.random.stateless_uniform([], seeds[1])
+    lam = tf.where(mix, tf.maximum(lam, 1.0 - lam), 1.0)
+    return lam * images + (1.0 - lam) * tf.reverse(images, [0]), lam * labels + (1.0 - lam) * tf.reverse(labels, [0])
+
+
+def train_dataset(source, config, *, start_step=0, num_steps=None):
+    """The endless (or `num_steps`-long) stream of training batches, starting at global step `start_step`.
+
+    Args:
+        source: a `Source`.
+        config: a `TrainConfig` (batch_size, seed, augmentation options, shuffle_buffer, image_size).
+        start_step: the global step of the first batch (a resumed run passes its optimizer's step count).
+        num_steps: the number of batches to yield; None for an endless stream.
+
+    Returns:
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)).
+    """
+    batch = config.batch_size
+    count = source.num_train
+    if batch > count:
+        raise ValueError(
+            f"batch_size={batch} is larger than the training split ({count} images); static-shape batches "
+            f"(drop_remainder) need batch_size <= {count}. Use --batch-size {min(count, 64)} or more data."
+        )
+    buffer = config.shuffle_buffer or count
+    augment = augment_fn(config, source.original_size)
+    num_classes = source.num_classes
+
+    def prepare(index, element):
+        raw, label = element
+        # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
+        image = augment(source.decode(raw), tf.stack([tf.cast(config.seed, tf.int64), index]))
+        return image, tf.one_hot(label, num_classes)
+
+    # A seeded shuffle that reshuffles on every pass gives an order that depends on (seed, position) only, so a
+    # resumed run skips to its position (raw elements: cheap, decoding happens after) and sees the same stream.
+    ds = source.train.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.enumerate().skip(start_step * batch)
+    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch, drop_remainder=True)
+    if config.randaugment:
+        ds = ds.map(_randaugment_fn(config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(lambda images, labels: (scale(images), labels))
+    if config.mixup > 0:
+        ds = ds.enumerate(start_step).map(
+            lambda step, b: _mixup(b[0], b[1], config.mixup, tf.stack([tf.cast(config.seed, tf.int64), step])),
+        )
+    if num_steps is not None:
+        ds = ds.take(num_steps)
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _randaugment_fn(config):
+    import keras
+
+    num_ops, magnitude = config.randaugment
+    # AugReg's magnitude is on a 0..30 scale (randaug(2, 15)); Keras' RandAugment factor is magnitude / 30.
+    # The layer draws from its own seeded generator, so a resumed run is equivalent but not bitwise equal.
+    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops), factor=float(magnitude) / 30.0,
+                                     seed=config.seed)
+
+    def apply(images, labels):
+        return layer(images), labels
+
+    return apply
+
+
+def eval_dataset(source, config, batch_size=None):
+    """Held-out batches: resize + scale, every image once (last batch may be smaller), one-hot labels."""
+    num_classes = source.num_classes
+    size = config.image_size
+    ds = source.heldout.map(
+        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return _with_options(ds.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE))
+
+
+def _with_options(ds):
+    options = tf.data.Options()
+    # AUTO: a multi-worker run shards TFDS sources by file (each worker reads its own files) and in-memory
+    # sources by element.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.AUTO
+    options.deterministic = True
+    return ds.with_options(options)
+
+
+def uint8_images(ds, decode, size, limit):
+    """Up to `limit` (images uint8 (N, size, size, 3), labels int64) resized to the model's size, no augmentation."""
+    images, labels = [], []
+    for raw, label in ds.take(limit):
+        image = resize(decode(raw), size)
+        images.append(np.clip(np.round(image.numpy()), 0, 255).astype(np.uint8))
+        labels.append(int(label))
+    return np.stack(images), np.asarray(labels, np.int64)

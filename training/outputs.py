@@ -1,0 +1,167 @@
+"""What a finished run leaves in its workdir besides checkpoints: model, labels, metrics, samples, plots."""
+
+import csv
+import json
+import logging
+import os
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from training.checkpointing import atomic_write, atomic_write_text
+from training.data import uint8_images
+
+logger = logging.getLogger("training")
+
+
+def save_model(model, path):
+    """`model.save` to a temporary `.keras` file in the same directory, then an atomic rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".keras")
+    os.close(fd)
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path, data):
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_labels(path, class_names):
+    atomic_write_text(path, "".join(f"{name}\n" for name in class_names))
+
+
+def write_samples(workdir, source, config):
+    """samples/heldout.npz (held-out split) and samples/calibration.npz (training split), uint8 at model size."""
+    size = config.image_size
+    images, labels = uint8_images(source.heldout, source.decode, size, config.num_samples)
+    _savez(os.path.join(workdir, "samples", "heldout.npz"), images=images, labels=labels)
+    pool = source.train.shuffle(min(source.num_train, 10_000), seed=config.seed, reshuffle_each_iteration=False)
+    images, labels = uint8_images(pool, source.decode, size, config.num_calibration)
+    _savez(os.path.join(workdir, "samples", "calibration.npz"), images=images, labels=labels)
+
+
+def _savez(path, **arrays):
+    atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+
+
+def read_csv_log(path):
+    """Rows of the CSV log as {column: float}, one per epoch (the last row wins if a resume repeated one)."""
+    if not os.path.exists(path):
+        return []
+    rows = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            values = {}
+            for key, value in row.items():
+                try:
+                    values[key] = float(value)
+                except (TypeError, ValueError):  # "NA" on epochs without a held-out evaluation
+                    continue
+            if "epoch" in values:
+                rows[int(values["epoch"])] = values
+    return [rows[k] for k in sorted(rows)]
+
+
+def plot_training_curves(csv_path, plots_dir, schedule=None, total_steps=0):
+    """plots/training_curves.png (loss, top-1 per epoch) and plots/learning_rate.png; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_csv_log(csv_path)
+    os.makedirs(plots_dir, exist_ok=True)
+    paths = {}
+    if rows:
+        epochs = [r["epoch"] + 1 for r in rows]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, key, title in ((axes[0], "loss", "loss"), (axes[1], "top1", "top-1 accuracy")):
+            for prefix, label in (("", "train"), ("val_", "held-out")):
+                points = [(e, r[prefix + key]) for e, r in zip(epochs, rows) if prefix + key in r]
+                if points:
+                    ax.plot(*zip(*points), marker=".", label=label)
+            ax.set_xlabel("epoch")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        paths["training_curves"] = _save_figure(fig, os.path.join(plots_dir, "training_curves.png"))
+        plt.close(fig)
+    if schedule is not None and total_steps:
+        steps = np.linspace(0, total_steps - 1, min(total_steps, 500)).astype(np.int64)
+        values = [float(schedule(int(s))) for s in steps]
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot(steps, values)
+        ax.set_xlabel("step")
+        ax.set_title("learning rate")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths["learning_rate"] = _save_figure(fig, os.path.join(plots_dir, "learning_rate.png"))
+        plt.close(fig)
+    return paths
+
+
+def _save_figure(fig, path):
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    return path
+
+
+def inspection_figures(model, images_uint8, plots_dir, count=4):
+    """keras_vit.inspect's figures (attention maps, ...) for a few held-out images, when that module exists."""
+    try:
+        from keras_vit.inspect import save_figures
+    except ImportError:
+        return {}
+    images = (images_uint8[:count].astype(np.float32) - 127.5) / 127.5
+    try:
+        return dict(save_figures(model, images, plots_dir))
+    except Exception as err:  # figures are a bonus: never lose a finished training run to a plotting problem
+        logger.warning("keras_vit.inspect.save_figures failed (%s: %s); skipped the inspection figures.",
+                       type(err).__name__, err)
+        return {}
+
+
+class EventLogger(keras.callbacks.Callback):
+    """Writes each epoch's metrics and learning rate as TensorBoard scalars under `log_dir/{train,validation}`.
+
+    Keras' `TensorBoard` callback needs the `tensorboard` package for `tf.summary.scalar`; the event-file
+    writer and the scalar-summary op are part of TensorFlow itself, so this works with TensorFlow alone and
+    TensorBoard (wherever it is installed) reads the files.
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.log_dir = log_dir
+        self._writers = {}
+
+    def _writer(self, name):
+        if name not in self._writers:
+            self._writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
+        return self._writers[name]
+
+    def _scalar(self, writer, tag, value, step):
+        tf.raw_ops.WriteScalarSummary(writer=writer._resource, step=tf.constant(step, tf.int64), tag=tag,
+                                      value=tf.constant(float(value), tf.float32))
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            split, tag = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+            self._scalar(self._writer(split), f"epoch_{tag}", value, epoch)
+        optimizer = self.model.optimizer
+        learning_rate = optimizer.learning_rate
+        self._scalar(self._writer("train"), "learning_rate", float(np.asarray(learning_rate)), epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}

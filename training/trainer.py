@@ -1,0 +1,293 @@
+"""`train` and `evaluate`: one function each, for the CLI and for notebooks alike.
+
+Everything runs through plain `keras.Model.fit` inside `strategy.scope()`. Resuming is the callbacks' and the
+data pipeline's business (see `training.checkpointing` and `training.data`): a run restores its newest
+checkpoint, reads the step counter, and starts the input stream at that step.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.weights import checkpoint_variables
+from training import workarounds
+from training.checkpointing import CheckpointManager, FaultTolerance
+from training.config import TrainConfig, get_config
+from training.data import eval_dataset, load_source, train_dataset
+from training.optim import make_loss, make_optimizer, make_schedule
+from training.outputs import (
+    EventLogger,
+    inspection_figures,
+    plot_training_curves,
+    save_model,
+    write_json,
+    write_labels,
+    write_samples,
+)
+from training.strategy import is_chief, select_strategy
+
+logger = logging.getLogger("training")
+
+# Changing these between a run and its resume would silently change what the restored step means.
+_RESUME_KEYS = ("dataset", "train_split", "batch_size", "seed", "variant", "image_size", "model", "holdout_fraction")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns: the trained model, the held-out metrics and the Keras histories of this call."""
+
+    model: keras.Model
+    metrics: dict
+    workdir: str
+    histories: list
+
+
+def default_workdir(config_name):
+    return os.path.join("runs", str(config_name))
+
+
+def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verbose=None, **overrides):
+    """Trains (or resumes) a run and writes its workdir.
+
+    Args:
+        config: a recipe name from `training/configs/` ("digits", "cifar10_finetune", ...) or a `TrainConfig`.
+        workdir: output directory; a second call with the same one resumes from its last checkpoint.
+            Default: runs/<config name>.
+        tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`.
+        callbacks: extra Keras callbacks.
+        verbose: Keras verbosity (default: progress bars on a terminal, one line per epoch otherwise).
+        **overrides: `TrainConfig` fields, e.g. `epochs=5`, `learning_rate=1e-3`, or `model.dropout_rate=0.1`
+            passed as `**{"model.dropout_rate": 0.1}`.
+
+    Returns:
+        A `TrainResult` (model, metrics, workdir, histories).
+
+    Raises:
+        NonFiniteLossError: the loss became NaN/Inf (the last good checkpoint is kept).
+        Preempted: SIGTERM arrived; a checkpoint was saved, run again to resume.
+        ValueError / FileNotFoundError: bad configuration or data, with the fix in the message.
+    """
+    started = time.time()
+    name = config if isinstance(config, str) else "custom"
+    config = get_config(config).replace(**overrides)
+    workdir = os.path.abspath(workdir or default_workdir(name))
+    if verbose is None:
+        verbose = 1 if sys.stdout.isatty() else 2
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(config.seed)
+
+    strategy = tf_strategy
+    if strategy is None:
+        strategy, reason = select_strategy(config.strategy)
+        print(f"[training] strategy: {type(strategy).__name__} - {reason}", flush=True)
+    chief = is_chief(strategy)
+
+    source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+    if config.batch_size > source.num_train:
+        raise ValueError(
+            f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
+            f"{config.dataset!r}). Use --batch-size {min(64, source.num_train)} or a larger dataset."
+        )
+    if config.batch_size % strategy.num_replicas_in_sync:
+        raise ValueError(
+            f"The global batch_size={config.batch_size} must be divisible by the {strategy.num_replicas_in_sync} "
+            f"replicas of {type(strategy).__name__}."
+        )
+    steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
+    total_steps = steps_per_epoch * config.epochs
+
+    _check_resume_config(workdir, config)
+    with strategy.scope():
+        model = build_model(config, source.num_classes)
+        optimizer = make_optimizer(config, total_steps)
+        optimizer.build(model.trainable_variables)
+        k = min(5, source.num_classes)
+        model.compile(
+            optimizer=optimizer,
+            loss=make_loss(config),
+            metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                     keras.metrics.TopKCategoricalAccuracy(k=k, name="top5")],
+            jit_compile=config.jit_compile,
+            steps_per_execution=config.steps_per_execution,
+        )
+        if workarounds.needs_local_batch_build(strategy):
+            workarounds.use_local_batch_for_symbolic_build(model)
+        manager = CheckpointManager(os.path.join(workdir, "checkpoints"), model, optimizer, write=chief)
+        header = manager.restore_latest()
+    start = manager.step()
+    if header:
+        print(f"[training] resuming from step {start} of {total_steps} ({manager.checkpoints()[-1]})", flush=True)
+    if chief:
+        os.makedirs(workdir, exist_ok=True)
+        write_json(os.path.join(workdir, "config.json"), config.to_dict())
+
+    fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every)
+    all_callbacks = [fault_tolerance, *callbacks]
+    if chief:
+        all_callbacks += [
+            keras.callbacks.CSVLogger(os.path.join(workdir, "log.csv"), append=True),
+            EventLogger(os.path.join(workdir, "logs")),
+        ]
+    eval_ds = eval_dataset(source, config)
+    histories = []
+    fit_seconds = 0.0
+    # A mid-epoch resume first finishes the interrupted epoch, so later epochs keep their boundaries.
+    epoch, offset = divmod(start, steps_per_epoch)
+    segments = []
+    if start < total_steps and offset:
+        segments.append((epoch, steps_per_epoch - offset, start))
+        epoch, start = epoch + 1, (epoch + 1) * steps_per_epoch
+    if start < total_steps:
+        segments.append((epoch, steps_per_epoch, start))
+    for first_epoch, steps, first_step in segments:
+        epochs = first_epoch + (1 if steps != steps_per_epoch else (total_steps - first_step) // steps_per_epoch)
+        data = train_dataset(source, config, start_step=first_step, num_steps=(epochs - first_epoch) * steps)
+        fit_started = time.time()
+        history = model.fit(
+            data,
+            epochs=epochs,
+            initial_epoch=first_epoch,
+            steps_per_epoch=steps,
+            validation_data=eval_ds if config.eval_every else None,
+            validation_freq=config.eval_every or 1,
+            callbacks=all_callbacks,
+            shuffle=False,  # the stream is shuffled by training.data
+            verbose=verbose,
+        )
+        fit_seconds += time.time() - fit_started
+        histories.append(history.history)
+        fault_tolerance.raise_if_stopped()
+        if model.stop_training:  # a user callback stopped the run
+            break
+    trained_steps = manager.step() - (header or {}).get("step", 0)
+
+    results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+    metrics = {
+        "top1": float(results["top1"]),
+        "top5": float(results["top5"]),
+        "loss": float(results["loss"]),
+        "epochs": config.epochs,
+        "steps": manager.step(),
+        "steps_per_epoch": steps_per_epoch,
+        "batch_size": config.batch_size,
+        "images_per_second": trained_steps * config.batch_size / fit_seconds if fit_seconds else None,
+        "wall_seconds": time.time() - started,
+        "train_seconds": fit_seconds,
+        "resumed_from_step": (header or {}).get("step", 0),
+        "num_heldout": source.num_heldout,
+        "num_train": source.num_train,
+        "dataset": config.dataset,
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+        "parameters": int(model.count_params()),
+    }
+    if chief:
+        metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps)
+        metrics["wall_seconds"] = time.time() - started
+        write_json(os.path.join(workdir, "metrics.json"), metrics)
+    print(f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
+          f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}", flush=True)
+    return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
+
+
+def _write_outputs(workdir, model, source, config, total_steps):
+    save_model(model, os.path.join(workdir, "model.keras"))
+    write_labels(os.path.join(workdir, "labels.txt"), source.class_names)
+    write_samples(workdir, source, config)
+    plots_dir = os.path.join(workdir, "plots")
+    plots = plot_training_curves(os.path.join(workdir, "log.csv"), plots_dir, make_schedule(config, total_steps),
+                                 total_steps)
+    with np.load(os.path.join(workdir, "samples", "heldout.npz")) as samples:
+        plots.update(inspection_figures(model, samples["images"], plots_dir))
+    return {key: os.path.relpath(path, workdir) for key, path in plots.items()}
+
+
+def _check_resume_config(workdir, config):
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        previous = json.load(f)
+    current = json.loads(json.dumps(config.to_dict()))
+    changed = [k for k in _RESUME_KEYS if previous.get(k) != current.get(k)]
+    if changed:
+        details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
+        raise ValueError(
+            f"{workdir} holds a run with a different {', '.join(changed)} ({details}); resuming it would not "
+            f"continue the same run. Use a new --workdir, or the original settings."
+        )
+
+
+def build_model(config, num_classes):
+    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras)."""
+    overrides = dict(config.model)
+    if config.head_bias_init is not None:
+        overrides["head_bias_init"] = config.head_bias_init
+    if config.precision != "float32":
+        overrides["dtype"] = config.precision
+    model = keras_vit.create_model(config.variant, image_size=config.image_size, num_classes=num_classes,
+                                   **overrides)
+    if config.init:
+        initialise_from(model, config.init)
+    return model
+
+
+def initialise_from(model, path):
+    """Loads a `.npz` (original/big_vision layout) or a `.keras` ViT into `model` for fine-tuning.
+
+    Position embeddings are interpolated to the model's patch grid and a head with another class count is left
+    at its fresh zero initialisation (`keras_vit.load_npz`'s rules); a `.keras` model goes through the same table.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--init checkpoint not found: {path!r}. Pass a .npz or .keras file.")
+    if path.endswith(".npz"):
+        return keras_vit.load_npz(model, path)
+    if path.endswith(".keras"):
+        source = keras.saving.load_model(path, compile=False)
+        if not isinstance(source, keras_vit.VisionTransformer):
+            raise ValueError(f"--init {path!r} is a {type(source).__name__}, not a keras_vit VisionTransformer.")
+        arrays = {key: np.asarray(v.numpy()) for key, v in checkpoint_variables(source).items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            npz = os.path.join(tmp, "init.npz")
+            np.savez(npz, **arrays)
+            return keras_vit.load_npz(model, npz, checkpoint_grid=source.config.grid_size)
+    raise ValueError(f"--init expects a .npz or .keras file. Received: {path!r}")
+
+
+def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_size=None, verbose=0):
+    """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics."""
+    model_path = os.path.join(workdir, "model.keras")
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"No model at {model_path!r}: train first (python -m training --workdir {workdir}).")
+    config_path = os.path.join(workdir, "config.json")
+    config = TrainConfig()
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            config = TrainConfig(**json.load(f))
+    overrides = {k: v for k, v in (("dataset", dataset), ("data_dir", data_dir), ("eval_split", eval_split),
+                                   ("batch_size", batch_size)) if v is not None}
+    config = config.replace(**overrides)
+    model = keras.saving.load_model(model_path, compile=False)
+    config = config.replace(image_size=int(model.input_shape[1]))
+    source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+    if model.output_shape[-1] != source.num_classes:
+        raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
+                         f"{source.num_classes}; evaluate it on the dataset it was trained for.")
+    model.compile(loss=make_loss(config), metrics=[
+        keras.metrics.CategoricalAccuracy(name="top1"),
+        keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
+    results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
+    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]),
+            "num_heldout": source.num_heldout, "dataset": config.dataset}
