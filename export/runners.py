@@ -155,7 +155,10 @@ class TFLiteRunner:
             return x
         scale, zero_point = self.input["quantization"]
         info = np.iinfo(dtype)
-        return np.clip(np.round(x / scale + zero_point), info.min, info.max).astype(dtype)
+        # Round half away from zero like TFLite's own QUANTIZE (np.round goes to even): with the [-1, 1]
+        # calibration range, x / scale lands on (or within float error of) .5 for every raw pixel value.
+        q = x.astype(np.float64) / scale + zero_point
+        return np.clip(np.sign(q) * np.floor(np.abs(q) + 0.5), info.min, info.max).astype(dtype)
 
     def _dequantize(self, y):
         if self.output["dtype"] == np.float32:

@@ -4,7 +4,8 @@ import numpy as np
 
 # The budget each artifact must meet. Logit differences are max |artifact - keras| over the verification
 # set; accuracy drops are in percentage points of top-1 accuracy on the labelled held-out set (or, with no
-# labels, of disagreement with the Keras model's top-1).
+# labels, of disagreement with the Keras model's top-1; on an unlabelled set, often random noise near class
+# boundaries, one flipped image is always allowed, so the budget there is max(limit, 100 / N) points).
 BUDGETS = {
     "saved_model": {"max_abs_logit_diff": 1e-4},
     "float32": {"max_abs_logit_diff": 1e-4},
@@ -44,6 +45,8 @@ def check_budget(figures, budget):
     """Returns the list of budget violations (empty when the artifact passes)."""
     failures = []
     for key, limit in budget.items():
+        if key == "max_accuracy_drop" and figures["top1_accuracy"] is None:
+            limit = max(limit, 100.0 / max(figures["images"], 1))
         if key == "max_accuracy_drop":
             value, what = figures["accuracy_drop_points"], (
                 "top-1 accuracy drop (points)" if figures["top1_accuracy"] is not None

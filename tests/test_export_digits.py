@@ -122,6 +122,16 @@ def test_full_int8_keeps_accuracy_and_is_small(digits):
     assert entry["top1_accuracy"] == pytest.approx(int8_accuracy)
 
 
+def test_full_int8_with_uint8_io_keeps_accuracy(digits):
+    with np.load(digits.workdir / "samples" / "calibration.npz") as calibration:
+        representative = calibration["images"]
+    path = digits.workdir / "int8_uint8_io.tflite"
+    path.write_bytes(export.convert_tflite(digits.model, "int8", representative, int8_io="uint8"))
+    logits = run_tflite(path, digits.x)  # quantizes the model-space input with the tensor's scale/zero-point
+    drop = 100 * (np.mean(digits.keras_logits.argmax(-1) == digits.labels) - np.mean(logits.argmax(-1) == digits.labels))
+    assert drop <= 1.0
+
+
 def test_other_quantized_models_within_budget(digits):
     keras_top1 = digits.keras_logits.argmax(-1)
     for name in ("model_float16.tflite", "model_dynamic_int8.tflite"):

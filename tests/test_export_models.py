@@ -1,0 +1,111 @@
+"""export/ on untrained models of two sizes, the TFLite options, and the flatbuffer readers."""
+
+import numpy as np
+import pytest
+
+import export
+from export.runners import KerasRunner, TFLiteRunner
+from tests import export_fixtures as fx
+
+
+def random_images(n, size, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def check_report(report, expected_names):
+    assert report["passed"], export.format_table(report)
+    assert [a["name"] for a in report["artifacts"]] == expected_names
+    for a in report["artifacts"]:
+        if a["quantization"] in (None, "float32"):
+            assert a["max_abs_logit_diff"] <= 1e-4 and a["top1_agreement"] == 1.0
+        if a["format"] == "tflite":
+            assert a["non_builtin_ops"] == [] and a["ops"]
+
+
+def test_testing_variant_float32_and_dynamic_int8(tmp_path):
+    model = fx.random_classifier("testing", head_scale=4.0)
+    images = random_images(64, 32)
+    report = export.export_model(
+        model, tmp_path, quantize=("float32", "dynamic_int8"), heldout=(images, None), latency_runs=5
+    )
+    check_report(report, ["saved_model", "model_float32.tflite", "model_dynamic_int8.tflite"])
+    # The verification is independent of the report's own code path: rerun the written file.
+    tflite = TFLiteRunner(path=tmp_path / "model_float32.tflite")
+    x = export.to_model_space(images, (32, 32))
+    np.testing.assert_allclose(tflite.logits(x), model.predict(x, verbose=0), atol=1e-4)
+    assert tflite.labels == [str(i) for i in range(10)]
+
+
+@pytest.mark.slow
+def test_ti16_at_224_float32_and_dynamic_int8(tmp_path):
+    model = fx.random_classifier("Ti/16", image_size=224, num_classes=10, head_scale=4.0)
+    report = export.export_model(
+        model, tmp_path, formats=("tflite",), quantize=("float32", "dynamic_int8"),
+        heldout=(random_images(12, 224), None), latency_runs=3, latency_warmup=1,
+    )  # fmt: skip
+    check_report(report, ["model_float32.tflite", "model_dynamic_int8.tflite"])
+    sizes = {a["quantization"]: a["file_bytes"] for a in report["artifacts"]}
+    assert sizes["dynamic_int8"] < 0.3 * sizes["float32"]  # 5.5 M weights: int8 weights dominate the file
+
+
+def test_dynamic_batch_option(tmp_path):
+    model = fx.random_classifier("testing", head_scale=4.0)
+    flatbuffer = export.convert_tflite(model, "float32", dynamic_batch=True)
+    runner = TFLiteRunner(flatbuffer)
+    assert runner.dynamic_batch and list(runner.input["shape_signature"]) == [-1, 32, 32, 3]
+    x = export.to_model_space(random_images(5, 32), (32, 32))
+    np.testing.assert_allclose(runner.logits(x), model.predict(x, verbose=0), atol=1e-4)
+    fixed = TFLiteRunner(export.convert_tflite(model, "float32"))
+    assert list(fixed.input["shape_signature"]) == [1, 32, 32, 3]
+
+
+def test_full_int8_with_uint8_io(tmp_path):
+    model = fx.random_classifier("testing", head_scale=4.0)
+    images = random_images(64, 32)
+    flatbuffer = export.convert_tflite(model, "int8", representative_images=images, int8_io="uint8")
+    runner = TFLiteRunner(flatbuffer)
+    assert runner.input["dtype"] == np.uint8 and runner.output["dtype"] == np.uint8
+    assert runner.input["quantization"][0] == pytest.approx(2 / 255, rel=1e-3)  # calibrated on [-1, 1]
+    assert export.non_builtin_ops(export.read_ops(flatbuffer)) == []
+    # A loose sanity check on noise; the accuracy of uint8 I/O is checked on the digits model.
+    x = export.to_model_space(images[:16], (32, 32))
+    assert np.corrcoef(runner.logits(x).ravel(), model.predict(x, verbose=0).ravel())[0, 1] > 0.9
+
+
+def test_exact_gelu_converts_to_the_builtin_op():
+    model = fx.random_classifier("testing", gelu="exact")
+    ops = export.read_ops(export.convert_tflite(model, "float32"))
+    assert "GELU" in ops and export.non_builtin_ops(ops) == []
+
+
+def test_gpu_delegate_check_flags_unsupported_ops():
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 3), tf.float32)])
+    def plain(x):
+        return tf.nn.relu(tf.nn.conv2d(x, tf.ones((3, 3, 3, 4)), 1, "SAME"))
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 10), tf.float32)])
+    def with_top_k(x):
+        return tf.math.top_k(x, 3).values * 2.0
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 2, 3, 4, 5), tf.float32)])
+    def five_d(x):
+        return tf.transpose(x, (0, 2, 1, 3, 4)) + 1.0
+
+    def convert(fn):
+        return tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()]).convert()
+
+    assert export.gpu_delegate_issues(convert(plain)) == {}
+    assert export.gpu_delegate_issues(convert(with_top_k)) == {"TOPK_V2": ["not supported by the GPU delegate"]}
+    issues = export.gpu_delegate_issues(convert(five_d))
+    assert "TRANSPOSE" in issues and "5-D" in issues["TRANSPOSE"][0]
+
+
+def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
+    model = fx.random_classifier("testing", head_scale=4.0)
+    path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
+    runner = export.load_runner(path)
+    images = [random_images(1, 45, seed=1)[0], random_images(1, 20, seed=2)[0]]
+    np.testing.assert_allclose(runner.logits_from_images(images), KerasRunner(model).logits_from_images(images), atol=1e-4)
+    assert runner.labels == [f"c{i}" for i in range(10)]
