@@ -30,6 +30,9 @@ class Source:
         class_names: label names in index order.
         decode: raw element -> uint8 (H, W, 3) image tensor.
         original_size: pixel size of the stored images when they all share one (digits: 8), else None.
+        train_arrays: (raw, labels) numpy arrays of the training split when it is held in memory: the stream then
+            indexes them with a stateless permutation per pass (exact under any strategy) instead of a shuffle
+            buffer.
     """
 
     train: tf.data.Dataset
@@ -39,6 +42,7 @@ class Source:
     class_names: list
     decode: Callable
     original_size: Optional[int] = None
+    train_arrays: Optional[tuple] = None
 
     @property
     def num_classes(self):
@@ -85,6 +89,7 @@ def _in_memory(images, labels, train_idx, heldout_idx, class_names, original_siz
         class_names=class_names,
         decode=tf.identity,
         original_size=original_size,
+        train_arrays=(images[train_idx], labels[train_idx]),
     )
 
 
@@ -226,6 +231,7 @@ def _folder(path, fraction):
         num_heldout=len(heldout),
         class_names=class_names,
         decode=_decode_path,
+        train_arrays=(paths[train], labels[train]),
     )
     return source
 
@@ -326,10 +332,14 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         image = augment(source.decode(raw), tf.stack([tf.cast(config.seed, tf.int64), index]))
         return image, tf.one_hot(label, num_classes)
 
-    # A seeded shuffle that reshuffles on every pass gives an order that depends on (seed, position) only, so a
-    # resumed run skips to its position (raw elements: cheap, decoding happens after) and sees the same stream.
-    ds = source.train.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.enumerate().skip(start_step * batch)
+    if source.train_arrays is not None:
+        ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch)
+    else:
+        # Not random-access (TFDS): a seeded shuffle that reshuffles on every pass. Its order depends on (seed,
+        # position) only, so a resumed run skips to its position (raw elements: decoding happens after). A
+        # distribution strategy that rewrites the pipeline re-seeds it, so that order is strategy-specific.
+        ds = source.train.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.enumerate().skip(start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
     if config.randaugment:
@@ -342,6 +352,19 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     if num_steps is not None:
         ds = ds.take(num_steps)
     return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _indexed_stream(arrays, seed, start):
+    """(position, (raw, label)) from element `start` of the endless stream: pass p is permutation (seed, p)."""
+    raw, labels = (tf.constant(a) for a in arrays)
+    count = len(arrays[1])
+
+    def element(position):
+        p, j = position // count, position % count
+        index = tf.random.experimental.index_shuffle(j, tf.stack([tf.cast(seed, tf.int64), p]), count - 1)
+        return position, (tf.gather(raw, index), tf.gather(labels, index))
+
+    return tf.data.Dataset.range(start, np.iinfo(np.int64).max).map(element)
 
 
 def _randaugment_fn(config):

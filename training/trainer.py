@@ -110,7 +110,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     _check_resume_config(workdir, config)
     with strategy.scope():
         model = build_model(config, source.num_classes)
-        optimizer = make_optimizer(config, total_steps)
+        optimizer = workarounds.clip_after_all_reduce(make_optimizer(config, total_steps), strategy)
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
         model.compile(

@@ -1,4 +1,5 @@
-"""The one work-around for Keras 3.15 `fit` under MultiWorkerMirroredStrategy (keras-team/keras#20585).
+"""Work-arounds for Keras 3.15 under tf.distribute: `fit` under MultiWorkerMirroredStrategy (keras-team/keras#20585)
+and gradient clipping with several replicas (`clip_after_all_reduce`, at the end).
 
 Keras' TensorFlow trainer fails twice under MultiWorkerMirroredStrategy, and both places are patched here, on
 the model instance only (nothing global is changed):
@@ -57,3 +58,35 @@ def _logs_as_vectors(step):
         return tf.nest.map_structure(vector, step(data))
 
     return step_with_vector_logs
+
+
+def clip_after_all_reduce(optimizer, strategy):
+    """Makes `global_clipnorm` clip the replica-summed gradient, as on one device (Keras 3.15, all strategies).
+
+    Keras' optimizer clips each replica's gradient (`_clip_gradients`) before the cross-replica sum in
+    `_backend_update_step`, so with several replicas the clipped update differs from the one-device update (the
+    paper's recipes clip at 1.0, so this matters on every TPU and multi-GPU run). With more than one replica we
+    move the clipping after the sum: Keras' own clipping is switched off and `_backend_update_step` (private; this
+    instance only) sums, clips by the global norm, then applies the update exactly as Keras does.
+    `tests/test_training_distributed.py` checks Mirrored == default with clipping active.
+    """
+    norm = optimizer.global_clipnorm
+    if not norm or strategy.num_replicas_in_sync <= 1:
+        return optimizer
+    import keras
+
+    optimizer.global_clipnorm = None
+
+    def backend_update_step(grads, trainable_variables, learning_rate):
+        variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+        summed = optimizer._all_reduce_sum_gradients(list(zip(grads, variables)))
+        clipped, _ = tf.clip_by_global_norm([g for g, _ in summed], norm)
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            optimizer._distributed_tf_update_step,
+            optimizer._distribution_strategy,
+            list(zip(clipped, [v for _, v in summed])),
+            learning_rate,
+        )
+
+    optimizer._backend_update_step = backend_update_step
+    return optimizer

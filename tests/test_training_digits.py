@@ -1,0 +1,75 @@
+"""Acceptance: `python -m training` (digits) reaches >= 98% held-out top-1 in < 3 minutes and writes the workdir."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("digits") / "run"
+    # Log level 0 so that XLA's "Compiled cluster" line shows the jit-compiled train step ran on the CPU.
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": ROOT}
+    started = time.time()
+    result = subprocess.run([sys.executable, "-m", "training", "--workdir", str(workdir)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    elapsed = time.time() - started
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return workdir, result, elapsed
+
+
+@pytest.mark.slow
+def test_digits_reaches_98_percent_within_3_minutes(digits_run):
+    workdir, result, elapsed = digits_run
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    print(f"digits: top-1 {metrics['top1']:.4f} in {elapsed:.1f} s wall ({metrics['train_seconds']:.1f} s training)")
+    assert metrics["top1"] >= 0.98
+    assert elapsed < 180
+    for key in ("top1", "top5", "loss", "epochs", "steps", "images_per_second", "wall_seconds"):
+        assert key in metrics
+    assert metrics["steps"] == 50 * (1437 // 64) and metrics["epochs"] == 50
+    assert "Compiled cluster using XLA" in result.stderr  # the jit_compile=True train step ran through XLA
+
+
+@pytest.mark.slow
+def test_digits_workdir_follows_the_contract(digits_run):
+    workdir, _, _ = digits_run
+    model = keras.saving.load_model(workdir / "model.keras")
+    assert model.input_shape == (None, 16, 16, 3) and model.output_shape == (None, 10)
+    assert (workdir / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+    with np.load(workdir / "samples" / "heldout.npz") as held:
+        images, labels = held["images"], held["labels"]
+    assert images.shape == (360, 16, 16, 3) and images.dtype == np.uint8 and labels.dtype == np.int64
+    # The saved model scores on the saved held-out samples what metrics.json says (same preprocessing contract).
+    logits = model.predict((images.astype("float32") - 127.5) / 127.5, verbose=0)
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert np.mean(logits.argmax(-1) == labels) == pytest.approx(metrics["top1"], abs=1e-6)
+    with np.load(workdir / "samples" / "calibration.npz") as calibration:
+        assert calibration["images"].shape[1:] == (16, 16, 3) and 0 < len(calibration["images"]) <= 512
+    assert (workdir / "plots" / "training_curves.png").stat().st_size > 1000
+    assert (workdir / "plots" / "learning_rate.png").exists()
+    assert len((workdir / "log.csv").read_text().splitlines()) == 51  # header + 50 epochs
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(workdir / "logs" / "train"))
+    assert sorted(os.listdir(workdir / "checkpoints"))[-1] == f"ckpt-{metrics['steps']:08d}.npz"
+
+
+@pytest.mark.slow
+def test_evaluate_command_reproduces_the_metrics(digits_run):
+    workdir, _, _ = digits_run
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+    result = subprocess.run([sys.executable, "-m", "training", "evaluate", "--workdir", str(workdir)], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluated = json.loads(re.search(r"\{.*\}", result.stdout, re.S).group(0))
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert evaluated["top1"] == pytest.approx(metrics["top1"], abs=1e-6)
+    assert evaluated["loss"] == pytest.approx(metrics["loss"], rel=1e-4)

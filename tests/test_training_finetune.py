@@ -1,0 +1,80 @@
+"""Fine-tuning: --init from .npz (original layout) or .keras at a new resolution with a new class count."""
+
+import numpy as np
+import pytest
+
+import keras_vit
+import training
+from keras_vit.weights import checkpoint_variables
+from training.config import TrainConfig
+from training.trainer import build_model
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A 'testing' ViT at 32 px with 10 classes and random non-zero weights, as .npz and .keras."""
+    directory = tmp_path_factory.mktemp("pretrained")
+    model = keras_vit.create_model("testing", image_size=32, num_classes=10)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        variable.assign(rng.normal(0, 0.05, variable.shape).astype("float32"))
+    np.savez(directory / "vit.npz", **{k: np.asarray(v.numpy()) for k, v in checkpoint_variables(model).items()})
+    model.save(directory / "vit.keras")
+    return model, directory
+
+
+def _finetune_config(init, **overrides):
+    return TrainConfig(dataset="synthetic", variant="testing", image_size=48, init=str(init), batch_size=16, epochs=1,
+                       steps_per_epoch=3, optimizer="sgd", learning_rate=0.01, eval_every=0, jit_compile=False,
+                       strategy="default", num_samples=8, num_calibration=8, **overrides)
+
+
+@pytest.mark.parametrize("suffix", ["npz", "keras"])
+def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix):
+    source, directory = pretrained
+    with pytest.warns(UserWarning, match="skipped head"):
+        model = build_model(_finetune_config(directory / f"vit.{suffix}"), num_classes=3)
+    assert model.config.image_size == (48, 48) and model.output_shape == (None, 3)
+    # The 4x4 grid of position embeddings was interpolated to 6x6 (class row kept), everything else copied.
+    expected = keras_vit.layers.resize_position_embedding(
+        source.get_layer("posembed_input").pos_embedding.numpy(), (6, 6), old_grid=(4, 4), num_prefix_tokens=1,
+        method="zoom")
+    np.testing.assert_allclose(model.get_layer("posembed_input").pos_embedding.numpy(), expected, atol=1e-6)
+    np.testing.assert_array_equal(model.get_layer("embedding").kernel.numpy(),
+                                  source.get_layer("embedding").kernel.numpy())
+    np.testing.assert_array_equal(model.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy(),
+                                  source.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy())
+    assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
+
+
+def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path):
+    from PIL import Image
+
+    _, directory = pretrained
+    rng = np.random.default_rng(1)
+    for c, name in enumerate(["a", "b", "c"]):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(12):
+            pixels = rng.integers(0, 80, (20, 20, 3), dtype=np.uint8)
+            pixels[..., c] += 150
+            Image.fromarray(pixels).save(tmp_path / "data" / name / f"{i}.png")
+    config = _finetune_config(directory / "vit.npz").replace(dataset=f"folder:{tmp_path / 'data'}",
+                                                             holdout_fraction=0.25, batch_size=8, epochs=3)
+    with pytest.warns(UserWarning, match="skipped head"):
+        result = training.train(config, str(tmp_path / "run"), verbose=0)
+    assert result.model.output_shape == (None, 3) and result.model.input_shape == (None, 48, 48, 3)
+    assert result.metrics["steps"] == 9 and np.isfinite(result.metrics["loss"])
+    assert (tmp_path / "run" / "labels.txt").read_text() == "a\nb\nc\n"
+    with np.load(tmp_path / "run" / "samples" / "heldout.npz") as samples:
+        assert samples["images"].shape == (9, 48, 48, 3) and samples["images"].dtype == np.uint8
+    assert np.abs(result.model.get_layer("head").kernel.numpy()).max() > 0  # the new head trained
+
+
+def test_bad_init_and_non_divisible_image_size(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--init checkpoint not found"):
+        build_model(_finetune_config(tmp_path / "missing.npz"), 3)
+    (tmp_path / "weights.h5").write_bytes(b"x")
+    with pytest.raises(ValueError, match="expects a .npz or .keras"):
+        build_model(_finetune_config(tmp_path / "weights.h5"), 3)
+    with pytest.raises(ValueError, match="multiple of 8.*Nearest valid sizes: 48 or 56"):
+        training.train(TrainConfig(dataset="synthetic", image_size=50, strategy="default"), str(tmp_path / "r"))
