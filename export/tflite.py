@@ -6,6 +6,8 @@ Freezing matters: converting the live function (or a SavedModel of it) keeps VAR
 whose buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN.
 """
 
+import warnings
+
 import numpy as np
 
 from export import preprocessing
@@ -94,7 +96,9 @@ def convert(
         chosen = representative_images[: int(calibration_steps)]
         calibration = preprocessing.to_model_space(chosen, model.input_shape[1:3])
 
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen_function(model, dynamic_batch)])
+    # Passing the model as the trackable object selects the converter's current path (without it TF warns and
+    # falls back to a deprecated one); the frozen function has no variables left for it to track.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen_function(model, dynamic_batch)], model)
     # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "float16":
@@ -111,7 +115,10 @@ def convert(
             converter.inference_input_type = tf.uint8
             converter.inference_output_type = tf.uint8
     try:
-        flatbuffer = converter.convert()
+        with warnings.catch_warnings():
+            # Emitted for every full-integer conversion with float I/O; the calibration covers the input.
+            warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
+            flatbuffer = converter.convert()
     except Exception as exc:
         raise ExportError(
             f"TFLite conversion ({quantize}) failed with builtin ops only: {type(exc).__name__}: "
