@@ -2,7 +2,7 @@
 
 ```python
 import export
-report = export.export_workdir("runs/digits")          # -> runs/digits/export/{saved_model, model_*.tflite, report.json}
+report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, report.json
 print(export.format_table(report))
 export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
 ```

@@ -15,7 +15,7 @@ import numpy as np
 from export import preprocessing, tflite
 from export.errors import ExportError, VerificationError
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
-from export.io import atomic_write_bytes, load_image_set, load_keras_model, read_labels, replace_path
+from export.io import load_image_set, load_keras_model, read_labels, replace_path
 from export.report import format_table, write_report
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
@@ -128,9 +128,12 @@ def export_model(
     x = preprocessing.to_model_space(images, image_size)
     keras_runner = KerasRunner(model, labels)
     reference = keras_runner.logits(x)
-    keras_row = {"threads": keras_runner.threads, "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
-                 "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
-                 "file_bytes": Path(source).stat().st_size if source and Path(source).is_file() else None}  # fmt: skip
+    keras_row = {
+        "threads": keras_runner.threads,
+        "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
+        "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
+        "file_bytes": Path(source).stat().st_size if source and Path(source).is_file() else None,
+    }
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -153,7 +156,9 @@ def export_model(
             path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
             runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
             figures = compare(runner.logits(x), reference, truth)
-            entry = _entry(name, "tflite", mode, path, len(flatbuffer), figures, runner, x, latency_runs, latency_warmup)
+            entry = _entry(
+                name, "tflite", mode, path, len(flatbuffer), figures, runner, x, latency_runs, latency_warmup
+            )
             entry["ops"] = read_ops(flatbuffer)
             entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
             entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)

@@ -50,10 +50,8 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1):
     results = []
     for name, p in zip(names, probabilities):
         ids = np.argsort(-p, kind="stable")[:k]
-        results.append({
-            "image": name,
-            "top_k": [{"id": int(c), "label": labels[c] if labels else str(c), "probability": float(p[c])} for c in ids],
-        })  # fmt: skip
+        top = [{"id": int(c), "label": labels[c] if labels else str(c), "probability": float(p[c])} for c in ids]
+        results.append({"image": name, "top_k": top})
     return results
 
 

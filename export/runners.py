@@ -133,7 +133,8 @@ class TFLiteRunner:
             self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
             self.interpreter.allocate_tensors()
         except Exception as exc:
-            raise ExportError(f"LiteRT could not load the flatbuffer{f' {str(path)!r}' if path else ''}: {exc}") from exc
+            where = f" {str(path)!r}" if path else ""
+            raise ExportError(f"LiteRT could not load the flatbuffer{where}: {exc}") from exc
         self.flatbuffer = bytes(flatbuffer)
         self.num_threads = int(num_threads)
         self.labels = labels

@@ -107,5 +107,22 @@ def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
     path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
     runner = export.load_runner(path)
     images = [random_images(1, 45, seed=1)[0], random_images(1, 20, seed=2)[0]]
-    np.testing.assert_allclose(runner.logits_from_images(images), KerasRunner(model).logits_from_images(images), atol=1e-4)
+    expected = KerasRunner(model).logits_from_images(images)
+    np.testing.assert_allclose(runner.logits_from_images(images), expected, atol=1e-4)
     assert runner.labels == [f"c{i}" for i in range(10)]
+
+
+def test_op_reader_flags_custom_ops():
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 10), tf.float32)])
+    def with_erf(x):
+        return tf.math.erf(x) + 1.0
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([with_erf.get_concrete_function()])
+    converter.allow_custom_ops = True  # what a careless exporter does: Erf becomes a custom op no runtime has
+    flatbuffer = converter.convert()
+    ops = export.read_ops(flatbuffer)
+    assert ops == {"ADD": 1, "CUSTOM:Erf": 1}
+    assert export.non_builtin_ops(ops) == ["CUSTOM:Erf"]
+    assert export.gpu_delegate_issues(flatbuffer) == {"CUSTOM:Erf": ["not supported by the GPU delegate"]}
