@@ -192,12 +192,14 @@ class TFLiteRunner:
 
 
 def load_runner(path, num_threads=1):
-    """Opens any artifact: a `.keras` file, a SavedModel directory, or a `.tflite` file.
+    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a `.tflite` file.
 
     Labels come from beside the artifact: `labels.txt` next to a `.keras` file (a training workdir),
     `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file.
     """
     path = Path(path)
+    if path.is_dir() and not (path / "saved_model.pb").is_file() and (path / "model.keras").is_file():
+        path = path / "model.keras"  # a training workdir: its Keras model
     if path.is_dir():
         return SavedModelRunner(path)
     if path.suffix == ".tflite":

@@ -180,3 +180,20 @@ def test_replacing_a_directory_keeps_the_old_one_until_the_new_one_is_in_place(t
     export_io.replace_path(staged, target)
     assert (target / "a.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved_model"]
+
+
+def test_predict_on_something_that_is_not_an_artifact(tmp_path):
+    image = tmp_path / "x.png"
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    with pytest.raises(export.ExportError, match="not a SavedModel directory"):
+        export.predict(tmp_path, [image])
+    with pytest.raises(export.ExportError, match="Cannot tell what"):
+        export.predict(image, [image])
+    with pytest.raises(export.ExportError, match="No .tflite file"):
+        export.predict(tmp_path / "absent.tflite", [image])
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"not a flatbuffer")
+    with pytest.raises(export.ExportError, match="LiteRT could not load"):
+        export.predict(junk, [image])
