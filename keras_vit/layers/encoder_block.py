@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -48,11 +49,11 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu = gelu
         policy = self.dtype_policy
-        self.norm_1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+        self.norm_1 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy
         )
-        self.norm_2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
+        self.norm_2 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, gelu=gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
