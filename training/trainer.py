@@ -61,7 +61,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     Args:
         config: a recipe name from `training/configs/` ("digits", "cifar10_finetune", ...) or a `TrainConfig`.
         workdir: output directory; a second call with the same one resumes from its last checkpoint.
-            Default: runs/<config name>.
+            Default: runs/<config name>. A local or mounted (NFS, gcsfuse) directory: atomic writes rely on
+            `os.replace`, and on multi-worker runs every worker must see the chief's checkpoints there.
         tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`.
         callbacks: extra Keras callbacks.
         verbose: Keras verbosity (default: progress bars on a terminal, one line per epoch otherwise).

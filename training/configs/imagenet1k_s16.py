@@ -1,7 +1,7 @@
 """big_vision's plain ViT-S/16 ImageNet-1k baseline (76.5% top-1 in 90 epochs, about 7 h on a TPUv3-8).
 
     python -m training --config imagenet1k_s16 --data-dir gs://BUCKET/tensorflow_datasets --strategy tpu \
-        --workdir gs://BUCKET/runs/s16_i1k
+        --workdir runs/s16_i1k
 
 Batch 1024, Adam with decoupled weight decay 1e-4 (big_vision's convention, multiplied by the schedule:
 Keras AdamW weight_decay 1e-4 / 1e-3 = 0.1), lr 1e-3, 10k warm-up steps then cosine, global-norm clip 1, GAP

@@ -1,7 +1,7 @@
 """The paper's ImageNet-21k pre-training of ViT-B/16 (Table 3): Adam, lr 1e-3, weight decay 0.03, linear decay.
 
     python -m training --config imagenet21k_b16 --data-dir gs://BUCKET/tensorflow_datasets --strategy tpu \
-        --workdir gs://BUCKET/runs/b16_i21k
+        --workdir runs/b16_i21k
 
 Paper: batch 4096, Adam b1 0.9 b2 0.999, 10k warm-up steps, global-norm clip 1, 224 px, dropout 0.1, 90 epochs,
 a `pre_logits` layer (representation size 768) and sigmoid cross-entropy with head bias -10 as big_vision's

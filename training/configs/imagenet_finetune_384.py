@@ -1,7 +1,7 @@
 """The paper's ImageNet fine-tuning at 384 px from a pre-trained ViT-B/16 (e.g. its ImageNet-21k `.npz`).
 
     python -m training --config imagenet_finetune_384 --init ViT-B_16.npz \
-        --data-dir gs://BUCKET/tensorflow_datasets --strategy tpu --workdir gs://BUCKET/runs/b16_384
+        --data-dir gs://BUCKET/tensorflow_datasets --strategy tpu --workdir runs/b16_384
 
 Paper: SGD momentum 0.9, no weight decay, global-norm clip 1, batch 512, cosine decay with 500 warm-up steps,
 20k steps, lr from {0.003, 0.01, 0.03, 0.06}; position embeddings interpolated 14x14 -> 24x24 and a fresh
