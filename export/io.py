@@ -94,7 +94,9 @@ def load_keras_model(path):
             "else). Re-save the model with model.save(...)."
         )
     try:
-        model = keras.saving.load_model(path)
+        # compile=False: export needs the network only; a training run may have saved an optimizer whose
+        # custom schedule lives in training/, which export/ must not import.
+        model = keras.saving.load_model(path, compile=False)
     except Exception as exc:  # Keras raises many types for broken archives
         raise ExportError(f"Could not load a Keras model from {str(path)!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, keras.Model):

@@ -197,3 +197,25 @@ def test_predict_on_something_that_is_not_an_artifact(tmp_path):
     junk.write_bytes(b"not a flatbuffer")
     with pytest.raises(export.ExportError, match="LiteRT could not load"):
         export.predict(junk, [image])
+
+
+def test_a_model_saved_with_an_unknown_optimizer_schedule_still_exports(tmp_path):
+    """A training run saves its optimizer, whose schedule class lives in training/ (never imported here)."""
+    import keras
+
+    @keras.saving.register_keras_serializable(package="export_test")
+    class Schedule(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return 1e-3
+
+        def get_config(self):
+            return {}
+
+    model = fx.random_classifier("testing", head_scale=4.0)
+    model.compile(optimizer=keras.optimizers.AdamW(Schedule()), loss="mse")
+    model.save(tmp_path / "model.keras")
+    del keras.saving.get_custom_objects()["export_test>Schedule"]  # as in a process that never imported it
+    with pytest.raises(Exception, match="Schedule"):
+        keras.saving.load_model(tmp_path / "model.keras")
+    report = export.export_path(tmp_path / "model.keras", formats="tflite", quantize="float32", latency_runs=2)
+    assert report["passed"]
