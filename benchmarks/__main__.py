@@ -1,0 +1,64 @@
+"""`python -m benchmarks`: keras-vit vs keras-hub vs timm, interleaved, one JSON report.
+
+Default (ViT-Ti/16, 224 px, batch 32, 3 rounds) takes about 10-15 minutes on 2 cores. A quick look:
+`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit`.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from benchmarks import coordinator, report
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    p.add_argument("--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--train-steps", type=int, default=3, help="timed training steps per setting and round")
+    p.add_argument("--infer-reps", type=int, default=4, help="timed batches for inference throughput")
+    p.add_argument("--latency-reps", type=int, default=20, help="timed batch-1 calls (Keras/timm)")
+    p.add_argument("--tflite-reps", type=int, default=30, help="timed TFLite batch-1 invocations")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls before each timed block")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
+    p.add_argument("--impls", default=",".join(coordinator.IMPLS), help="comma-separated subset of keras-vit,keras-hub,timm")
+    p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
+    p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
+    p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
+    p.add_argument("--calibration-size", type=int, default=32, help="images calibrating full-int8 conversion")
+    p.add_argument("--agreement-size", type=int, default=64, help="images comparing TFLite with Keras top-1")
+    p.add_argument("--digits-workdir", default=None,
+                   help="a training workdir (python -m training) of a digits model: adds its held-out accuracy as "
+                        "Keras float32 and as each TFLite mode (the int8 accuracy-drop target)")  # fmt: skip
+    p.add_argument("--out", default="benchmark_results", help="directory for report.json, .tflite files, worker logs")
+    args = p.parse_args(argv)
+    args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    unknown = [i for i in args.impls if i not in coordinator.IMPLS]
+    if unknown or not args.impls:
+        p.error(f"--impls takes a subset of {','.join(coordinator.IMPLS)}; received {unknown or 'nothing'}")
+    if min(args.rounds, args.train_steps, args.infer_reps, args.latency_reps, args.tflite_reps, args.threads) < 1:
+        p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = coordinator.run(args, progress=lambda line: print(line, flush=True))
+    text = report.table(result)
+    print("\n" + text)
+    path = os.path.join(args.out, "report.json")
+    fd, tmp = tempfile.mkstemp(dir=args.out, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, path)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

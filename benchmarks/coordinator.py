@@ -1,0 +1,293 @@
+"""Runs the workers in interleaved rounds and turns their measurements into medians, ratios and targets."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks import flops
+from benchmarks.worker import PREFIX
+
+IMPLS = ("keras-vit", "keras-hub", "timm")
+KERAS_IMPLS = ("keras-vit", "keras-hub")
+
+
+def _variant_table():
+    """keras_vit's variant table, loaded from its file: importing the package would start TF in the coordinator,
+    which must stay idle while the workers are timed."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("_keras_vit_configs", os.path.join(root, "keras_vit", "models", "configs.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolves the module of the class by name
+    spec.loader.exec_module(module)
+    return module
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    """A long-lived worker subprocess for one implementation."""
+
+    def __init__(self, impl, spec, threads, log_path):
+        self.impl = impl
+        self.log = open(log_path, "w")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        if impl == "timm":
+            # PyTorch's OpenMP threads spin at barriers; on a machine shared with other processes that makes
+            # timm up to 10x slower. PASSIVE is what a fair comparison on a shared machine needs.
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.worker", "--impl", impl, "--spec", json.dumps(spec), "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=root, env=env,
+        )  # fmt: skip
+        self.hello = self._read()
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.startswith(PREFIX):
+                return json.loads(line[len(PREFIX) :])
+        raise WorkerError(f"worker {self.impl} exited (code {self.process.wait()}); see {self.log.name}")
+
+    def request(self, task, **args):
+        self.process.stdin.write(json.dumps({"task": task, "args": args}) + "\n")
+        self.process.stdin.flush()
+        reply = self._read()
+        if not reply["ok"]:
+            raise WorkerError(f"{self.impl} {task}{args}: {reply['error']}")
+        return reply
+
+    def close(self):
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"task": "exit"}) + "\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+        self.log.close()
+
+
+def task_list(options):
+    """(key, impls, task, args, unit) for every measurement of a round, in the order they run."""
+    b = options.batch
+    tasks = []
+    train = dict(steps=options.train_steps, warmup=options.warmup)
+    for dtype in ("float32", "bfloat16") if options.bf16 else ("float32",):
+        for xla in (False, True) if options.xla else (False,):
+            impls = KERAS_IMPLS + (() if xla else ("timm",))
+            key = f"train/{dtype}" + ("+xla" if xla else "")
+            tasks.append((key, impls, "train", dict(dtype=dtype, xla=xla, **train), "img/s"))
+    for batch, reps, name in ((b, options.infer_reps, f"infer/b{b}"), (1, options.latency_reps, "latency/b1")):
+        for xla in (False, True) if options.xla else (False,):
+            impls = KERAS_IMPLS + (() if xla else ("timm",))
+            unit = "img/s" if batch > 1 else "ms"
+            args = dict(batch=batch, xla=xla, reps=reps, warmup=options.warmup)
+            tasks.append((name + ("+xla" if xla else ""), impls, "infer", args, unit))
+    if options.tflite:
+        for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
+            args = dict(mode=mode, reps=options.tflite_reps, warmup=max(options.warmup, 3))
+            tasks.append((f"tflite/{mode}", KERAS_IMPLS, "tflite_latency", args, "ms"))
+    for dtype in ("float32", "bfloat16") if options.bf16 else ("float32",):
+        tasks.append((f"peak/{dtype}", ("keras-vit",), "peak", dict(dtype=dtype), "GFLOP/s"))
+    return tasks
+
+
+def _value(key, result):
+    if key.startswith("peak/"):
+        return result["gflops"]
+    if key.startswith(("latency/", "tflite/")):
+        return result["latency_ms"]
+    return result["images_per_second"]
+
+
+def run(options, progress=print):
+    """Runs the benchmark; returns the JSON-ready report dict."""
+    get_variant = _variant_table().get_variant
+    wall_start = time.time()
+    config = get_variant(options.variant).replace(image_size=options.image_size, num_classes=options.num_classes)
+    spec = {
+        "variant": options.variant, "image_size": options.image_size, "batch": options.batch,
+        "num_classes": options.num_classes,
+        "config": {k: config.to_dict()[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")},
+    }  # fmt: skip
+    if config.resnet_layers is not None:
+        raise ValueError(f"The benchmark covers plain ViTs; {options.variant!r} is a hybrid. Use e.g. 'Ti/16'.")
+    forward = flops.vit_forward_flops(config.image_size, config.patch_size, config.hidden_size, config.num_layers,
+                                      config.mlp_dim, config.num_classes)  # fmt: skip
+    os.makedirs(options.out, exist_ok=True)
+    report = {
+        "settings": {k: v for k, v in vars(options).items()},
+        "spec": spec,
+        "flops": {"forward_per_image": forward, "train_per_image": flops.training_flops(forward)},
+        "machine": {"cpus": os.cpu_count(), "threads": options.threads, "loadavg_start": os.getloadavg()},
+        "implementations": {},
+        "rounds": [],
+    }
+    workers = {}
+    try:
+        for impl in options.impls:
+            progress(f"[setup] starting {impl} worker")
+            try:
+                worker = Worker(impl, spec, options.threads, os.path.join(options.out, f"worker_{impl.replace('-', '_')}.log"))
+            except WorkerError as error:
+                report["implementations"][impl] = {"available": False, "reason": str(error)}
+                continue
+            if not worker.hello["ok"]:
+                reason = worker.hello["error"]
+                progress(f"[setup] {impl} unavailable: {reason}")
+                report["implementations"][impl] = {"available": False, "reason": reason}
+                worker.close()
+                continue
+            info = {"available": True, "versions": worker.hello["versions"], "ready_seconds": worker.hello["ready_seconds"]}
+            workers[impl] = worker
+            report["implementations"][impl] = info
+        tasks = [t for t in task_list(options) if any(i in workers for i in t[1])]
+        for r in range(options.rounds):
+            progress(f"[round {r + 1}/{options.rounds}]")
+            values = {}
+            for key, impls, task, args, unit in tasks:
+                for impl in impls:
+                    if impl not in workers:
+                        continue
+                    if task == "tflite_latency" and "tflite" not in report["implementations"][impl]:
+                        progress(f"  {impl}: converting to TFLite (float32, dynamic int8, full int8, int8 matmuls)")
+                        try:
+                            reply = workers[impl].request(
+                                "tflite_setup", out_dir=os.path.abspath(options.out), threads=options.threads,
+                                calibration_size=options.calibration_size, agreement_size=options.agreement_size,
+                            )  # fmt: skip
+                            report["implementations"][impl]["tflite"] = reply["result"]
+                        except WorkerError as error:
+                            progress(f"  {impl}: TFLite conversion FAILED: {error}")
+                            report["implementations"][impl]["tflite"] = {}
+                            report["implementations"][impl]["tflite_error"] = str(error)
+                    if task == "tflite_latency" and not report["implementations"][impl]["tflite"]:
+                        continue
+                    try:
+                        reply = workers[impl].request(task, **args)
+                    except WorkerError as error:
+                        progress(f"  {key:24s} {impl:10s} FAILED: {error}")
+                        report.setdefault("errors", []).append({"round": r, "key": key, "impl": impl, "error": str(error)})
+                        if workers[impl].process.poll() is not None:
+                            raise
+                        continue
+                    value = _value(key, reply["result"])
+                    values.setdefault(key, {})[impl] = value
+                    info = report["implementations"][impl]
+                    # The first request of every worker is float32 training: its peak RSS is that setting's.
+                    info.setdefault("peak_rss_mb_train_float32", reply["max_rss_mb"])
+                    info["peak_rss_mb_all_settings"] = reply["max_rss_mb"]
+                    progress(f"  {key:24s} {impl:10s} {value:9.2f} {unit}")
+            report["rounds"].append(values)
+        for impl, worker in workers.items():
+            report["implementations"][impl].update(worker.request("sizes")["result"])
+        if options.digits_workdir and "keras-vit" in workers:
+            progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
+            try:
+                report["digits_int8"] = workers["keras-vit"].request(
+                    "digits_int8", workdir=os.path.abspath(options.digits_workdir), threads=options.threads
+                )["result"]
+            except WorkerError as error:
+                report["digits_int8"] = {"error": str(error)}
+    finally:
+        for worker in workers.values():
+            worker.close()
+    report["units"] = {key: unit for key, _, _, _, unit in task_list(options)}
+    summarise(report)
+    report["wall_seconds"] = time.time() - wall_start
+    report["targets"]["6_wall_minutes"] = {"target": "<= 15", "measured": report["wall_seconds"] / 60,
+                                           "met": report["wall_seconds"] <= 15 * 60}  # fmt: skip
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    return report
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _best(round_values, prefix, impl, higher=True):
+    """Best value of `impl` over the settings of `prefix` (with and without XLA) in one round."""
+    found = [v[impl] for k, v in round_values.items() if k in (prefix, prefix + "+xla") and impl in v]
+    if not found:
+        return None
+    return max(found) if higher else min(found)
+
+
+def summarise(report):
+    """Adds medians, per-round ratios, MFU and the issue's targets to `report`."""
+    rounds = report["rounds"]
+    keys = sorted({k for r in rounds for k in r})
+    report["median"] = {k: {i: _median([r.get(k, {}).get(i) for r in rounds]) for i in IMPLS if any(i in r.get(k, {}) for r in rounds)} for k in keys}
+    ratios = {}
+    for k in keys:
+        for other in ("keras-hub", "timm"):
+            per_round = [r[k]["keras-vit"] / r[k][other] for r in rounds if "keras-vit" in r.get(k, {}) and other in r.get(k, {})]
+            if per_round:
+                ratios.setdefault(k, {})[f"keras-vit/{other}"] = {"median": statistics.median(per_round), "rounds": per_round}
+    report["ratios"] = ratios
+
+    train_flops, forward = report["flops"]["train_per_image"], report["flops"]["forward_per_image"]
+    mfu = {}
+    for r in rounds:
+        peaks = {d: r.get(f"peak/{d}", {}).get("keras-vit") for d in ("float32", "bfloat16")}
+        for k, v in r.items():
+            if k.startswith("train/"):
+                peak = peaks["bfloat16" if "bfloat16" in k else "float32"]
+                for impl, ips in v.items():
+                    if peak:
+                        mfu.setdefault(k, {}).setdefault(impl, []).append(ips * train_flops / (peak * 1e9))
+    report["mfu"] = {k: {i: statistics.median(x) for i, x in v.items()} for k, v in mfu.items()}
+
+    def per_round(fn):
+        out = [fn(r) for r in rounds]
+        out = [x for x in out if x is not None]
+        return {"median": statistics.median(out), "rounds": out} if out else None
+
+    def ratio(a, b):
+        return None if a is None or b is None else a / b
+
+    batch = report["spec"]["batch"]
+    tflite = report["implementations"].get("keras-vit", {}).get("tflite", {})
+    targets = {
+        "1_train_f32_vs_keras_hub": (">=", 1.25, per_round(lambda r: ratio(_best(r, "train/float32", "keras-vit"), _best(r, "train/float32", "keras-hub")))),
+        "1_train_f32_vs_timm": (">=", 1.25, per_round(lambda r: ratio(_best(r, "train/float32", "keras-vit"), _best(r, "train/float32", "timm")))),
+        "2_train_bf16_vs_keras_hub_f32": (">=", 1.8, per_round(lambda r: ratio(_best(r, "train/bfloat16", "keras-vit"), _best(r, "train/float32", "keras-hub")))),
+        "3_infer_b32_vs_keras_hub": (">=", 1.25, per_round(lambda r: ratio(_best(r, f"infer/b{batch}", "keras-vit"), _best(r, f"infer/b{batch}", "keras-hub")))),
+        "3_latency_b1_vs_keras_hub": ("<=", 0.8, per_round(lambda r: ratio(_best(r, "latency/b1", "keras-vit", False), _best(r, "latency/b1", "keras-hub", False)))),
+        "4_tflite_f32_vs_keras_hub": ("<=", 1.0, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-hub")))),
+        "4_tflite_f32_vs_matmul_bound": ("<=", 1.15, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, r)))),
+        "5_tflite_full_int8_vs_own_f32": ("<=", 0.5, per_round(lambda r: ratio(r.get("tflite/full_int8", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
+        "5_tflite_int8_matmul_vs_own_f32": ("<=", 0.5, per_round(lambda r: ratio(r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
+    }
+    for mode in ("full_int8", "int8_matmul"):
+        agreement = tflite.get(mode, {}).get("top1_agreement")
+        if agreement is not None:
+            targets[f"5_{mode}_top1_agreement_random_inputs"] = (">=", 0.99, {"median": agreement, "rounds": [agreement]})
+        digits = report.get("digits_int8", {})
+        if mode in digits:
+            agreement = digits[mode]["agreement_with_keras"]
+            drop = digits["keras_float32_top1"] - digits[mode]["top1"]
+            targets[f"5_{mode}_top1_agreement_digits"] = (">=", 0.99, {"median": agreement, "rounds": [agreement]})
+            targets[f"5_{mode}_accuracy_drop_digits"] = ("<=", 0.01, {"median": drop, "rounds": [drop]})
+    report["targets"] = {}
+    for name, (op, bound, measured) in targets.items():
+        if measured is None:
+            report["targets"][name] = {"target": f"{op} {bound}", "measured": None, "met": None}
+            continue
+        m = measured["median"]
+        report["targets"][name] = {"target": f"{op} {bound}", "measured": m, "rounds": measured["rounds"],
+                                   "met": m >= bound if op == ">=" else m <= bound}  # fmt: skip
+
+
+def _bound_ms(forward_flops, round_values):
+    peak = round_values.get("peak/float32", {}).get("keras-vit")
+    return None if not peak else forward_flops / (peak * 1e9) * 1e3

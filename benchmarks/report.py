@@ -1,0 +1,79 @@
+"""The printed summary of a benchmark report."""
+
+
+def _fmt(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(report):
+    """Returns the human-readable summary: medians per implementation, ratios, and targets."""
+    med, mfu = report["median"], report.get("mfu", {})
+    b = report["spec"]["batch"]
+    columns = [
+        ("train f32 img/s", "train/float32", 1), ("+XLA", "train/float32+xla", 1),
+        ("MFU f32", None, 0), ("train bf16", "train/bfloat16", 1), ("+XLA", "train/bfloat16+xla", 1),
+        (f"infer b{b} img/s", f"infer/b{b}", 1), ("+XLA", f"infer/b{b}+xla", 1),
+        ("lat b1 ms", "latency/b1", 1), ("+XLA", "latency/b1+xla", 1),
+        ("TFLite f32 ms", "tflite/float32", 1), ("dyn-int8", "tflite/dynamic_int8", 1), ("full-int8", "tflite/full_int8", 1),
+        ("int8-matmul", "tflite/int8_matmul", 1),
+    ]  # fmt: skip
+    lines = []
+    s = report["settings"]
+    lines.append(
+        f"ViT {s['variant']} at {s['image_size']} px, batch {b}, {s['rounds']} interleaved rounds, "
+        f"{s['threads']} threads (TFLite too); medians over rounds"
+    )
+    header = f"{'':10s} | " + " | ".join(c[0] for c in columns)
+    lines += [header, "-" * len(header)]
+    for impl, info in report["implementations"].items():
+        if not info.get("available"):
+            lines.append(f"{impl:10s} | not measured: {info.get('reason', '')[:100]}")
+            continue
+        cells = []
+        for title, key, digits in columns:
+            if key is None:
+                values = [mfu.get(k, {}).get(impl) for k in ("train/float32", "train/float32+xla")]
+                values = [v for v in values if v is not None]
+                value = 100 * max(values) if values else None
+                text = "-" if value is None else f"{value:.0f}%"
+            else:
+                text = _fmt(med.get(key, {}).get(impl), digits)
+            cells.append(text.rjust(len(title)))
+        lines.append(f"{impl:10s} | " + " | ".join(cells))
+    peaks = {k: v.get("keras-vit") for k, v in med.items() if k.startswith("peak/")}
+    lines.append(
+        "matmul peak (GFLOP/s): " + ", ".join(f"{k[5:]} {v:.0f}" for k, v in peaks.items() if v)
+        + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
+    )
+    lines.append("")
+    lines.append("per-round ratios keras-vit / baseline (median; >1 is faster for img/s, <1 is faster for ms):")
+    for key, by in sorted(report["ratios"].items()):
+        lines.append(f"  {key:24s} " + "  ".join(f"{o}: {r['median']:.2f}" for o, r in by.items()))
+    lines.append("")
+    lines.append("targets (issue 6):")
+    for name, t in report["targets"].items():
+        state = "n/a" if t["met"] is None else ("MET" if t["met"] else "not met")
+        lines.append(f"  {name:32s} {t['target']:8s} measured {_fmt(t['measured'], 3):>7s}  {state}")
+    for impl, info in report["implementations"].items():
+        for mode, t in info.get("tflite", {}).items():
+            floats = ", ".join(f"{k} x{v}" for k, v in t["float_ops"].items()) or "none"
+            lines.append(
+                f"  {impl} {mode}: {t['bytes'] / 1e6:.1f} MB, top-1 agreement {t['top1_agreement']:.3f}, "
+                f"max |dlogit| {t['max_abs_logit_diff']:.3g}" + (f"; float ops: {floats}" if mode in ("full_int8", "int8_matmul") else "")
+            )
+    digits = report.get("digits_int8")
+    if digits and "error" not in digits:
+        lines.append(
+            f"  digits held-out top-1 ({digits['heldout_images']} images): Keras float32 {digits['keras_float32_top1']:.4f}; "
+            + ", ".join(f"{m} {digits[m]['top1']:.4f} (agreement {digits[m]['agreement_with_keras']:.4f})"
+                        for m in ("float32", "dynamic_int8", "full_int8", "int8_matmul") if m in digits)
+        )  # fmt: skip
+    elif digits:
+        lines.append(f"  digits int8 check failed: {digits['error'][:200]}")
+    mem = ", ".join(
+        f"{i} {v['peak_rss_mb_train_float32']:.0f} MB" for i, v in report["implementations"].items() if "peak_rss_mb_train_float32" in v
+    )
+    lines.append(f"peak RSS of the worker after float32 training: {mem}")
+    lines.append(f"wall time {report['wall_seconds'] / 60:.1f} min; load average start/end "
+                 f"{report['machine']['loadavg_start'][0]:.1f}/{report['machine']['loadavg_end'][0]:.1f}")  # fmt: skip
+    return "\n".join(lines)

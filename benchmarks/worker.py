@@ -1,0 +1,87 @@
+"""One implementation's worker process: builds once, then answers measurement requests from the coordinator.
+
+Protocol: one JSON request per stdin line ({"task": ..., "args": {...}}), one reply per stdout line prefixed
+with `@@result `, so stray prints of the frameworks cannot be mistaken for a reply. Idle workers block on
+stdin and use no CPU, so only the implementation being measured runs.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+
+PREFIX = "@@result "
+
+
+def _reply(payload):
+    payload["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sys.stdout.write(PREFIX + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def _make_bench(impl, spec, threads):
+    if impl == "timm":
+        from benchmarks.torch_impl import TimmBench
+
+        return TimmBench(spec, threads)
+    from benchmarks.keras_impl import KerasBench
+
+    return KerasBench(impl, spec)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--impl", required=True, choices=("keras-vit", "keras-hub", "timm"))
+    parser.add_argument("--spec", required=True, help="JSON: variant, image_size, batch, num_classes, config")
+    parser.add_argument("--threads", type=int, required=True)
+    args = parser.parse_args(argv)
+    spec = json.loads(args.spec)
+    try:
+        start = time.perf_counter()
+        bench = _make_bench(args.impl, spec, args.threads)
+        versions = _versions(args.impl)
+        if args.impl == "timm":
+            versions["torchvision_placeholder"] = bench.torchvision_placeholder
+        _reply({"ok": True, "ready_seconds": time.perf_counter() - start, "versions": versions})
+    except Exception as error:  # the coordinator reports the implementation as unavailable and goes on
+        _reply({"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()})
+        return 1
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["task"] == "exit":
+            break
+        try:
+            start = time.perf_counter()
+            if request["task"] == "peak":
+                from benchmarks.peak import matmul_peak
+
+                result = matmul_peak(**request["args"])
+            else:
+                result = getattr(bench, request["task"])(**request["args"])
+            _reply({"ok": True, "result": result, "seconds": time.perf_counter() - start})
+        except Exception as error:
+            _reply({"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()})
+    return 0
+
+
+def _versions(impl):
+    import importlib.metadata as md
+
+    names = ["numpy"] + (["torch", "timm"] if impl == "timm" else ["tensorflow", "keras", "ai-edge-litert"])
+    if impl == "keras-hub":
+        names.append("keras-hub")
+    out = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())
