@@ -144,8 +144,16 @@ def export_model(
             path = save_saved_model(model, staging / "saved_model", labels, top_k=top_k)
             runner = SavedModelRunner(path)
             figures = compare(runner.logits(x), reference, truth)
-            artifacts.append(_entry("saved_model", "saved_model", None, path, _dir_bytes(path), figures, runner, x,
-                                    latency_runs, latency_warmup))  # fmt: skip
+            entry = _entry(
+                "saved_model", "saved_model", None, path, _dir_bytes(path), figures, runner, x, latency_runs,
+                latency_warmup,
+            )  # fmt: skip
+            # The signature users call: raw uint8 images in, resize and scaling inside the graph.
+            served = compare(runner.logits_from_images(images), reference, truth)
+            entry["serving_default_max_abs_logit_diff"] = served["max_abs_logit_diff"]
+            entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
+            entry["passed"] = not entry["failures"]
+            artifacts.append(entry)
             staged.append((path, out / "saved_model"))
         for mode in quantize:
             flatbuffer = tflite.convert(model, mode, representative_images, dynamic_batch, int8_io)

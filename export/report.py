@@ -44,6 +44,9 @@ def format_table(report):
     for a in report["artifacts"]:
         budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
         out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
+        if "serving_default_max_abs_logit_diff" in a:
+            served = a["serving_default_max_abs_logit_diff"]
+            out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
         if a["format"] == "tflite":
             ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
             out.append(f"  ops ({sum(a['ops'].values())}): {ops}")

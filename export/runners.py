@@ -109,8 +109,12 @@ class SavedModelRunner:
         (image,) = preprocessing.check_images(np.asarray(image)[None] if np.ndim(image) == 3 else image)
         return {k: v.numpy() for k, v in self.serving(images=image[None]).items()}
 
-    def logits_from_images(self, images):
-        return np.concatenate([self.serve(image)["logits"] for image in preprocessing.check_images(images)])
+    def logits_from_images(self, images, batch_size=64):
+        images = preprocessing.check_images(images)
+        if len({image.shape for image in images}) == 1:  # one size: batch them through the signature
+            batches = [np.stack(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
+            return np.concatenate([self.serving(images=b)["logits"].numpy() for b in batches])
+        return np.concatenate([self.serve(image)["logits"] for image in images])
 
 
 class TFLiteRunner:

@@ -97,6 +97,8 @@ def test_export_wrote_every_artifact_and_passed(digits):
     for a in digits.report["artifacts"]:
         assert (digits.out / a["name"]).exists() and a["path"] == str(digits.out / a["name"])
         assert a["latency_ms"] > 0 and a["file_bytes"] > 0
+    saved_model = next(a for a in digits.report["artifacts"] if a["name"] == "saved_model")
+    assert saved_model["max_abs_logit_diff"] <= 1e-4 and saved_model["serving_default_max_abs_logit_diff"] <= 1e-4
     leftovers = [p.name for p in digits.out.iterdir() if p.name.startswith(".")]
     assert leftovers == []
 
