@@ -17,7 +17,14 @@ logger = logging.getLogger("training")
 
 
 def save_model(model, path):
-    """`model.save` to a temporary `.keras` file in the same directory, then an atomic rename."""
+    """Saves an uncompiled copy of `model` to a temporary `.keras` file next to `path`, then renames it.
+
+    Uncompiled, so that `keras.saving.load_model(path)` works without importing `training` (whose schedule and
+    loss classes a compiled model would reference) and the file holds no optimizer state (checkpoints do).
+    """
+    weights = model.get_weights()
+    model = model.__class__.from_config(model.get_config())  # fresh, never compiled
+    model.set_weights(weights)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".keras")
