@@ -1,0 +1,41 @@
+"""training.train / evaluate options: mixed_bfloat16, XLA with steps_per_execution, errors of evaluate."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import training
+
+TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=2, steps_per_epoch=4, eval_every=1,
+            strategy="default", num_samples=8, num_calibration=8, checkpoint_every=0)
+
+
+def test_mixed_bfloat16_trains_with_float32_variables_and_logits(tmp_path):
+    config = training.TrainConfig(**TINY, precision="mixed_bfloat16", jit_compile=False)
+    result = training.train(config, str(tmp_path), verbose=0)
+    block = result.model.get_layer("encoderblock_0")
+    assert block.compute_dtype == "bfloat16" and all(w.dtype == "float32" for w in result.model.weights)
+    assert result.model.output.dtype == "float32"
+    assert np.isfinite(result.metrics["loss"]) and result.metrics["steps"] == 8
+
+
+@pytest.mark.slow  # XLA compiles the train and eval steps: ~25 s on 2 busy cores
+def test_xla_steps_per_execution_counts_every_step(tmp_path):
+    config = training.TrainConfig(**TINY, jit_compile=True, steps_per_execution=2)
+    result = training.train(config, str(tmp_path), verbose=0)
+    assert result.model.jit_compile is True and result.metrics["steps"] == 8
+    rows = (tmp_path / "log.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("epoch,")
+    # The held-out metrics of metrics.json are those of the saved model.
+    model = keras.saving.load_model(tmp_path / "model.keras")
+    with np.load(tmp_path / "samples" / "heldout.npz") as held:
+        logits = model.predict((held["images"].astype("float32") - 127.5) / 127.5, verbose=0)
+    assert logits.shape == (8, 10) and np.isfinite(logits).all()
+    assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 8
+
+
+def test_evaluate_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No model at .*train first"):
+        training.evaluate(str(tmp_path))
