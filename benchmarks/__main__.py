@@ -1,6 +1,7 @@
 """`python -m benchmarks`: keras-vit vs keras-hub vs timm, interleaved, one JSON report.
 
-Default (ViT-Ti/16, 224 px, batch 32, 3 rounds) takes about 10-15 minutes on 2 cores. A quick look:
+Default (ViT-Ti/16, 224 px, batch 32, 5 rounds of short alternating measurements) takes about 15 minutes
+on 2 cores. A quick look:
 `python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit`.
 """
 
@@ -19,19 +20,21 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; ratios are taken per round")
-    p.add_argument("--train-steps", type=int, default=3, help="timed training steps per setting and round")
-    p.add_argument("--infer-reps", type=int, default=4, help="timed batches for inference throughput")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--train-steps", type=int, default=2,
+                   help="timed training steps per setting and round (short, so implementations alternate often)")
+    p.add_argument("--infer-reps", type=int, default=3, help="timed batches for inference throughput")
     p.add_argument("--latency-reps", type=int, default=20, help="timed batch-1 calls (Keras/timm)")
-    p.add_argument("--tflite-reps", type=int, default=30, help="timed TFLite batch-1 invocations")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls before each timed block")
+    p.add_argument("--tflite-reps", type=int, default=20, help="timed TFLite batch-1 invocations")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="untimed calls before each timed block (the first block of a setting always gets >= 1)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
     p.add_argument("--impls", default=",".join(coordinator.IMPLS), help="comma-separated subset of keras-vit,keras-hub,timm")
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
-    p.add_argument("--calibration-size", type=int, default=32, help="images calibrating full-int8 conversion")
-    p.add_argument("--agreement-size", type=int, default=64, help="images comparing TFLite with Keras top-1")
+    p.add_argument("--calibration-size", type=int, default=16, help="images calibrating full-int8 conversion")
+    p.add_argument("--agreement-size", type=int, default=32, help="images comparing TFLite with Keras top-1")
     p.add_argument("--digits-workdir", default=None,
                    help="a training workdir (python -m training) of a digits model: adds its held-out accuracy as "
                         "Keras float32 and as each TFLite mode (the int8 accuracy-drop target)")  # fmt: skip

@@ -236,9 +236,13 @@ def summarise(report):
     report["ratios"] = ratios
 
     train_flops, forward = report["flops"]["train_per_image"], report["flops"]["forward_per_image"]
+    # The ceiling is the best probe of the whole run: a probe that ran while another process held a core
+    # measured the machine's bad moment, not its peak, and would inflate MFU past 100%.
+    peaks = {d: max((r.get(f"peak/{d}", {}).get("keras-vit") or 0 for r in rounds), default=0) or None
+             for d in ("float32", "bfloat16")}  # fmt: skip
+    report["peak_gflops"] = peaks
     mfu = {}
     for r in rounds:
-        peaks = {d: r.get(f"peak/{d}", {}).get("keras-vit") for d in ("float32", "bfloat16")}
         for k, v in r.items():
             if k.startswith("train/"):
                 peak = peaks["bfloat16" if "bfloat16" in k else "float32"]
@@ -264,7 +268,7 @@ def summarise(report):
         "3_infer_b32_vs_keras_hub": (">=", 1.25, per_round(lambda r: ratio(_best(r, f"infer/b{batch}", "keras-vit"), _best(r, f"infer/b{batch}", "keras-hub")))),
         "3_latency_b1_vs_keras_hub": ("<=", 0.8, per_round(lambda r: ratio(_best(r, "latency/b1", "keras-vit", False), _best(r, "latency/b1", "keras-hub", False)))),
         "4_tflite_f32_vs_keras_hub": ("<=", 1.0, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-hub")))),
-        "4_tflite_f32_vs_matmul_bound": ("<=", 1.15, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, r)))),
+        "4_tflite_f32_vs_matmul_bound": ("<=", 1.15, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["float32"])))),
         "5_tflite_full_int8_vs_own_f32": ("<=", 0.5, per_round(lambda r: ratio(r.get("tflite/full_int8", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
         "5_tflite_int8_matmul_vs_own_f32": ("<=", 0.5, per_round(lambda r: ratio(r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
     }
@@ -288,6 +292,6 @@ def summarise(report):
                                    "met": m >= bound if op == ">=" else m <= bound}  # fmt: skip
 
 
-def _bound_ms(forward_flops, round_values):
-    peak = round_values.get("peak/float32", {}).get("keras-vit")
-    return None if not peak else forward_flops / (peak * 1e9) * 1e3
+def _bound_ms(forward_flops, peak_gflops):
+    """Batch-1 latency at the measured matmul peak: the floor no float32 implementation can beat."""
+    return None if not peak_gflops else forward_flops / (peak_gflops * 1e9) * 1e3

@@ -79,7 +79,7 @@ class KerasBench:
             x = tf.constant(self.images[self.spec["batch"]])
             y = tf.constant(self.labels)
             self._train[key] = (model, x, y)
-            warmup = max(warmup, 1)  # the first step traces (and compiles, with XLA): never time it
+            warmup = max(warmup, 2)  # the first steps trace, compile (XLA) and allocate: never time them
         model, x, y = self._train[key]
         times = []
         for i in range(warmup + steps):
@@ -98,7 +98,7 @@ class KerasBench:
             model = self.float_model()
             function = tf.function(lambda images: model(images, training=False), jit_compile=xla)
             self._infer[key] = (function, tf.constant(self.images[batch]))
-            warmup = max(warmup, 1)
+            warmup = max(warmup, 2)
         function, x = self._infer[key]
         times = []
         for i in range(warmup + reps):

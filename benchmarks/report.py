@@ -40,9 +40,9 @@ def table(report):
                 text = _fmt(med.get(key, {}).get(impl), digits)
             cells.append(text.rjust(len(title)))
         lines.append(f"{impl:10s} | " + " | ".join(cells))
-    peaks = {k: v.get("keras-vit") for k, v in med.items() if k.startswith("peak/")}
+    peaks = report.get("peak_gflops", {})
     lines.append(
-        "matmul peak (GFLOP/s): " + ", ".join(f"{k[5:]} {v:.0f}" for k, v in peaks.items() if v)
+        "matmul peak (best probe of the run, GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
         + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
     )
     lines.append("")

@@ -41,7 +41,7 @@ class TimmBench:
             b: torch.from_numpy(rng.uniform(-1, 1, (b, 3, size, size)).astype("float32")) for b in (1, spec["batch"])
         }
         self.labels = torch.from_numpy(rng.integers(0, spec["num_classes"], spec["batch"]).astype("int64"))
-        self._train, self._eval = {}, None
+        self._train, self._eval, self._warm = {}, None, set()
 
     def train(self, dtype, xla, steps, warmup):
         torch = self.torch
@@ -50,6 +50,7 @@ class TimmBench:
         if dtype not in self._train:
             model = self.make().train()
             self._train[dtype] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+            warmup = max(warmup, 2)  # first steps allocate and pick kernels: never time them
         model, optimizer = self._train[dtype]
         x, y = self.images[self.spec["batch"]], self.labels
         times = []
@@ -71,6 +72,9 @@ class TimmBench:
             raise ValueError("timm has no XLA setting here")
         if self._eval is None:
             self._eval = self.make().eval()
+        if batch not in self._warm:
+            self._warm.add(batch)
+            warmup = max(warmup, 2)
         x = self.images[batch]
         times = []
         with torch.inference_mode():
