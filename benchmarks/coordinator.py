@@ -273,9 +273,8 @@ def summarise(report):
         "5_tflite_int8_matmul_vs_own_f32": ("<=", 0.5, per_round(lambda r: ratio(r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
     }
     for mode in ("full_int8", "int8_matmul"):
-        agreement = tflite.get(mode, {}).get("top1_agreement")
-        if agreement is not None:
-            targets[f"5_{mode}_top1_agreement_random_inputs"] = (">=", 0.99, {"median": agreement, "rounds": [agreement]})
+        # Agreement on random inputs through a random model (in the TFLite info) is not a target: its logits
+        # are nearly tied, so any quantisation noise flips top-1. The trained digits model is the test.
         digits = report.get("digits_int8", {})
         if mode in digits:
             agreement = digits[mode]["agreement_with_keras"]
