@@ -260,7 +260,6 @@ def summarise(report):
         return None if a is None or b is None else a / b
 
     batch = report["spec"]["batch"]
-    tflite = report["implementations"].get("keras-vit", {}).get("tflite", {})
     targets = {
         "1_train_f32_vs_keras_hub": (">=", 1.25, per_round(lambda r: ratio(_best(r, "train/float32", "keras-vit"), _best(r, "train/float32", "keras-hub")))),
         "1_train_f32_vs_timm": (">=", 1.25, per_round(lambda r: ratio(_best(r, "train/float32", "keras-vit"), _best(r, "train/float32", "timm")))),

@@ -1,7 +1,7 @@
-"""Acceptance tests of export/ on a digits model: parity, int8 accuracy and size, builtin ops, serving.
+"""Acceptance tests of export/ on the digits model: parity, int8 accuracy and size, builtin ops, serving.
 
-One small ViT is trained on scikit-learn's digits (module fixture, plain `fit`), written as a training
-workdir, and exported once with `export.export_workdir`; the tests then re-check the artifacts with code
+The model is the one README's main job trains (`python -m training`) and exports (`python -m export
+runs/digits`), run once per session by tests/conftest.py; the tests re-check its artifacts with code
 independent of export/ (LiteRT's interpreter, TFLite's flatbuffer schema, hand-written preprocessing).
 """
 
@@ -16,26 +16,26 @@ import pytest
 
 import export
 from export.__main__ import main as cli
-from tests import export_fixtures as fx
 
-pytestmark = pytest.mark.slow  # trains a model (~30-60 s on 2 cores) and exports it once
+pytestmark = pytest.mark.slow  # uses the main job's training run (~2 min on 2 cores)
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
+def digits(digits_main_job):
     import keras
 
     import keras_vit  # noqa: F401  (registers the layers for load_model)
 
-    workdir = tmp_path_factory.mktemp("digits_run")
-    metrics = fx.make_digits_workdir(workdir)
-    report = export.export_workdir(workdir, latency_runs=20)
+    workdir = digits_main_job.workdir
+    report = json.loads((workdir / "export" / "report.json").read_text())
+    metrics = json.loads((workdir / "metrics.json").read_text())
     with np.load(workdir / "samples" / "heldout.npz") as held:
         images, labels = held["images"], held["labels"]
     model = keras.saving.load_model(workdir / "model.keras")
     x = (images.astype(np.float32) - 127.5) / 127.5  # held-out images are stored at the model's size
     return SimpleNamespace(
         workdir=workdir, out=workdir / "export", report=report, metrics=metrics, model=model,
+        cwd=digits_main_job.cwd,
         images=images, labels=labels, x=x, keras_logits=model.predict(x, verbose=0),
     )  # fmt: skip
 
@@ -89,13 +89,16 @@ def test_export_wrote_every_artifact_and_passed(digits):
     assert names == {"saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
                      "model_int8.tflite"}  # fmt: skip
     assert digits.report["passed"]
-    assert digits.report["verification"] == {
-        "set": str(digits.workdir / "samples" / "heldout.npz"), "images": len(digits.labels), "labelled": True,
+    # Paths in the report are as the command was given: relative to where the main job ran.
+    resolve = lambda path: str((digits.cwd / path).resolve())  # noqa: E731
+    verification = dict(digits.report["verification"], set=resolve(digits.report["verification"]["set"]))
+    assert verification == {
+        "set": resolve(digits.workdir / "samples" / "heldout.npz"), "images": len(digits.labels), "labelled": True,
     }  # fmt: skip
     on_disk = json.loads((digits.out / "report.json").read_text())
     assert on_disk["artifacts"] == json.loads(json.dumps(digits.report["artifacts"]))
     for a in digits.report["artifacts"]:
-        assert (digits.out / a["name"]).exists() and a["path"] == str(digits.out / a["name"])
+        assert (digits.out / a["name"]).exists() and resolve(a["path"]) == resolve(digits.out / a["name"])
         assert a["latency_ms"] > 0 and a["file_bytes"] > 0
     saved_model = next(a for a in digits.report["artifacts"] if a["name"] == "saved_model")
     assert saved_model["max_abs_logit_diff"] <= 1e-4 and saved_model["serving_default_max_abs_logit_diff"] <= 1e-4

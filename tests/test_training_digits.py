@@ -5,26 +5,22 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 
+import keras_vit  # noqa: F401  (registers the layers: model.keras loads without importing training)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def digits_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("digits") / "run"
-    # Log level 0 so that XLA's "Compiled cluster" line shows the jit-compiled train step ran on the CPU.
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": ROOT}
-    started = time.time()
-    result = subprocess.run([sys.executable, "-m", "training", "--workdir", str(workdir)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
-    elapsed = time.time() - started
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return workdir, result, elapsed
+def digits_run(digits_main_job):
+    """README's main job (tests/conftest.py) ran `python -m training` with no arguments: its workdir and output."""
+    train = digits_main_job.train
+    assert train.command == "python -m training"
+    return digits_main_job.workdir, train.result, train.seconds
 
 
 @pytest.mark.slow
@@ -45,6 +41,7 @@ def test_digits_workdir_follows_the_contract(digits_run):
     workdir, _, _ = digits_run
     model = keras.saving.load_model(workdir / "model.keras")
     assert model.input_shape == (None, 16, 16, 3) and model.output_shape == (None, 10)
+    assert model.config.hidden_size == 192  # the digits recipe's model, not the variant's default
     assert (workdir / "labels.txt").read_text().split() == [str(i) for i in range(10)]
     with np.load(workdir / "samples" / "heldout.npz") as held:
         images, labels = held["images"], held["labels"]

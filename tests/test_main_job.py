@@ -1,0 +1,47 @@
+"""README's main job end to end, on a fresh directory: train digits, evaluate, export, verify, inspect.
+
+The run itself is the session fixture `digits_main_job` (tests/conftest.py), which executes the quick-start line of
+README.md exactly as written; the training and export acceptance tests check the same run in detail.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, main_job_commands
+
+pytestmark = pytest.mark.slow
+
+
+def test_readme_main_job_is_train_then_export():
+    assert main_job_commands() == ["python -m training", "python -m export runs/digits"]
+
+
+def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
+    workdir = digits_main_job.workdir
+    train_out = digits_main_job.train.result.stdout
+    assert "held-out top-1" in train_out and "runs/digits" in train_out
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert metrics["top1"] >= 0.98
+    printed = digits_main_job.export.result.stdout
+    assert "status: PASSED" in printed
+    for artifact in ("saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
+                     "model_int8.tflite"):
+        assert artifact in printed and (workdir / "export" / artifact).exists()
+    report = json.loads((workdir / "export" / "report.json").read_text())
+    assert report["passed"] and len(report["artifacts"]) == 5
+    plots = sorted(p.name for p in (workdir / "plots").glob("*.png"))
+    assert {"training_curves.png", "attention_rollout.png", "position_embedding_similarity.png",
+            "attention_distance.png", "embedding_filters.png"} <= set(plots)
+    assert all((workdir / "plots" / name).stat().st_size > 1000 for name in plots)
+
+
+def test_inspect_cli_on_the_trained_digits_model(digits_main_job, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit.inspect", str(digits_main_job.workdir / "model.keras"), "--out",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert len(pngs) == 4 and all(p.stat().st_size > 1000 for p in pngs)
