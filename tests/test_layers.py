@@ -102,3 +102,24 @@ def test_attention_initialiser_uses_matrix_fans():
     kernel = layer.query_kernel.numpy()
     assert kernel.shape == (768, 12, 64)
     assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.95 * limit
+
+
+def test_layer_norm_matches_numpy_and_keras():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 7, 24)) * 3 + 1).astype("float32")
+    ours = L.LayerNorm(epsilon=1e-6)
+    ours.build(x.shape)
+    gamma, beta = rng.standard_normal(24).astype("float32"), rng.standard_normal(24).astype("float32")
+    ours.gamma.assign(gamma)
+    ours.beta.assign(beta)
+    expected = numpy_vit.layer_norm(x.astype(np.float64), gamma, beta, eps=1e-6)
+    np.testing.assert_allclose(np.asarray(ours(x)), expected, atol=1e-5)
+    theirs = keras.layers.LayerNormalization(epsilon=1e-6)
+    theirs.build(x.shape)
+    theirs.set_weights([gamma, beta])
+    np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), atol=1e-5)
+    mixed = L.LayerNorm(epsilon=1e-6, dtype="mixed_bfloat16")
+    mixed.build(x.shape)
+    assert mixed.gamma.dtype == "float32"
+    y = mixed(keras.ops.cast(x, "bfloat16"))
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"

@@ -20,6 +20,7 @@ LAYERS = [
     L.MlpBlock(32, gelu="exact", dropout_rate=0.1),
     L.EncoderBlock(2, 32, dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.2, gelu="exact"),
     L.DropPath(0.3, seed=1),
+    L.LayerNorm(epsilon=1e-6),
     L.TokenPooling("gap", 1),
     L.StdConv2D(8, 3, padding="same", use_bias=False),
     L.ResidualUnit(32, strides=2),

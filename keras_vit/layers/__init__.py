@@ -4,6 +4,7 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
@@ -14,6 +15,7 @@ __all__ = [
     "ClassToken",
     "DropPath",
     "EncoderBlock",
+    "LayerNorm",
     "MlpBlock",
     "MultiHeadSelfAttention",
     "PatchEmbedding",

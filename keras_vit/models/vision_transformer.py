@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
@@ -94,7 +95,7 @@ class VisionTransformer(keras.Model):
                 name=f"encoderblock_{i}",
                 dtype=policy,
             )(x)
-        x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
+        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
         x = TokenPooling(config.pooling, prefix, name="pool", dtype=policy)(x)
         if config.representation_size:
             x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
