@@ -199,6 +199,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         write_json(os.path.join(workdir, "metrics.json"), metrics)
     print(f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
           f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}", flush=True)
+    if chief and metrics.get("plots"):
+        print(f"[training] plots ({', '.join(sorted(metrics['plots']))}) in {os.path.join(workdir, 'plots')}", flush=True)
     return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
 
 

@@ -20,9 +20,9 @@ def get_config():
         image_size=16,
         model=dict(patch_size=8, hidden_size=192, num_layers=3, num_heads=6, mlp_dim=384),
         batch_size=64,
-        epochs=50,
+        epochs=60,
         optimizer="adamw",
-        learning_rate=1e-3,
+        learning_rate=7e-4,
         weight_decay=0.01,
         schedule="cosine",
         warmup_steps=66,  # 3 epochs of 22 steps
