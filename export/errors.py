@@ -7,3 +7,14 @@ class ExportError(Exception):
 
 class VerificationError(ExportError):
     """An exported artifact disagrees with the Keras model beyond its stated tolerance."""
+
+
+def check_choices(values, allowed, what, example):
+    """A list (or comma-separated string) of option values, each one of `allowed`; a clear error otherwise."""
+    if isinstance(values, str):
+        values = [v.strip() for v in values.split(",") if v.strip()]
+    values = list(values)
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        raise ExportError(f"Unknown {what} {unknown or values}. Choose from {', '.join(allowed)} (e.g. {example}).")
+    return values

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from export import preprocessing, tflite
-from export.errors import ExportError, VerificationError
+from export.errors import ExportError, VerificationError, check_choices
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
 from export.io import load_image_set, load_keras_model, read_labels, replace_path
 from export.report import format_table, write_report
@@ -27,13 +27,7 @@ RANDOM_VERIFICATION_IMAGES = 32
 
 def check_formats(formats):
     """Validates a list (or comma-separated string) of formats; returns a list."""
-    if isinstance(formats, str):
-        formats = [f.strip() for f in formats.split(",") if f.strip()]
-    formats = list(formats)
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise ExportError(f"Unknown format(s) {unknown or formats}. Choose from {', '.join(FORMATS)}.")
-    return formats
+    return check_choices(formats, FORMATS, "format(s)", "--formats saved_model,tflite")
 
 
 def _dir_bytes(path):

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from export import preprocessing
-from export.errors import ExportError
+from export.errors import ExportError, check_choices
 from export.flatbuffer import non_builtin_ops, read_ops
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8")
@@ -21,16 +21,7 @@ DEFAULT_CALIBRATION_STEPS = 512
 
 def check_quantization(modes):
     """Validates a list (or comma-separated string) of quantization modes; returns a list."""
-    if isinstance(modes, str):
-        modes = [m.strip() for m in modes.split(",") if m.strip()]
-    modes = list(modes)
-    unknown = [m for m in modes if m not in QUANTIZATION_MODES]
-    if unknown or not modes:
-        raise ExportError(
-            f"Unknown quantization mode(s) {unknown or modes}. Choose from {', '.join(QUANTIZATION_MODES)} "
-            "(e.g. --quantize float32,int8)."
-        )
-    return modes
+    return check_choices(modes, QUANTIZATION_MODES, "quantization mode(s)", "--quantize float32,int8")
 
 
 def frozen_function(model, dynamic_batch=False):
