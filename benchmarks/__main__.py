@@ -9,9 +9,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 from benchmarks import coordinator, report
+from keras_vit.files import atomic_write_text
 
 
 def parse_args(argv=None):
@@ -55,10 +55,7 @@ def main(argv=None):
     text = report.table(result)
     print("\n" + text)
     path = os.path.join(args.out, "report.json")
-    fd, tmp = tempfile.mkstemp(dir=args.out, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(result, indent=1))
     print(f"\nwrote {path}")
     return 0
 

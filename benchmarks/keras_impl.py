@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from benchmarks import tflite
+from keras_vit.files import atomic_write_bytes
 
 
 def _build_keras_vit(spec, dtype):
@@ -123,7 +124,7 @@ class KerasBench:
             flatbuffer = tflite.convert(model, (size, size, 3), mode, calibration=calibration)
             seconds = time.perf_counter() - start
             path = os.path.join(out_dir, f"{self.impl}_{mode}.tflite")
-            tflite.write_atomic(path, flatbuffer)
+            atomic_write_bytes(path, flatbuffer)
             outputs = tflite.run(flatbuffer, probe, threads=threads)
             info[mode] = {
                 "file": path,

@@ -5,7 +5,6 @@ numbers in the benchmark's JSON were measured with.
 """
 
 import collections
-import os
 import statistics
 import tempfile
 import time
@@ -144,16 +143,3 @@ class Latency:
         return statistics.median(times)
 
 
-def write_atomic(path, data):
-    """Writes bytes to `path` via a temp file in the same directory and `os.replace`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise

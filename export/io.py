@@ -1,10 +1,8 @@
 """Atomic file and directory writes, and reading models, labels and images."""
 
-import contextlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 import zipfile
 from pathlib import Path
@@ -12,29 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from export.errors import ExportError
+from keras_vit.files import atomic_write_bytes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
-
-
-def atomic_write_bytes(path, data):
-    """Writes `data` to `path` through a temporary file in the same directory and `os.replace`.
-
-    A reader (or a crash) sees either the old file or the complete new one, never a partial write.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def atomic_write_json(path, obj):

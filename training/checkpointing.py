@@ -15,11 +15,12 @@ import math
 import os
 import re
 import signal
-import tempfile
 import threading
 
 import keras
 import numpy as np
+
+from keras_vit.files import atomic_write
 
 logger = logging.getLogger("training")
 _NAME = re.compile(r"ckpt-(\d+)\.npz$")
@@ -35,27 +36,6 @@ class NonFiniteStateError(FloatingPointError):
 
 class Preempted(RuntimeError):
     """The run received SIGTERM, saved a checkpoint and stopped; run the same command again to resume."""
-
-
-def atomic_write(path, write):
-    """Calls `write(file_object)` on a temporary file next to `path`, then renames it to `path`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_text(path, text):
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 class CheckpointManager:

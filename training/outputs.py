@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.checkpointing import atomic_write, atomic_write_text
+from keras_vit.files import atomic_write, atomic_write_text
 from training.data import uint8_images
 
 logger = logging.getLogger("training")

@@ -5,10 +5,10 @@ never changes the process's matplotlib backend (a notebook keeps its own) and ne
 """
 
 import os
-import tempfile
 
 import numpy as np
 
+from keras_vit.files import atomic_write
 from keras_vit.inspect.attention import attention_rollout, attention_weights
 from keras_vit.inspect.distance import attention_distance
 from keras_vit.inspect.embeddings import patch_embedding_components, position_embedding_similarity
@@ -150,25 +150,8 @@ def filters_figure(tiles, source="patch embedding"):
 
 
 def save_png(figure, path):
-    """Saves a figure as PNG atomically (a temporary file in the same directory, then `os.replace`)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(suffix=".png.tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            figure.savefig(stream, format="png", dpi=100, bbox_inches="tight")
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    """Saves a figure as PNG atomically (`keras_vit.files.atomic_write`)."""
+    return atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=100, bbox_inches="tight"))
 
 
 def _matplotlib():
