@@ -9,6 +9,7 @@ import numpy as np
 
 from benchmarks import tflite
 from keras_vit.files import atomic_write_bytes
+from keras_vit.preprocessing import scale_pixels
 
 
 def _build_keras_vit(spec, dtype):
@@ -150,9 +151,9 @@ class KerasBench:
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"), compile=False)
         heldout = np.load(os.path.join(workdir, "samples", "heldout.npz"))
         calibration = np.load(os.path.join(workdir, "samples", "calibration.npz"))["images"]
-        images = (heldout["images"].astype("float32") - 127.5) / 127.5
+        images = scale_pixels(heldout["images"])
         labels = heldout["labels"]
-        calibration = (calibration.astype("float32") - 127.5) / 127.5
+        calibration = scale_pixels(calibration)
         reference = model.predict(images, batch_size=64, verbose=0).argmax(-1)
         out = {"heldout_images": len(labels), "calibration_images": len(calibration),
                "keras_float32_top1": float(np.mean(reference == labels))}  # fmt: skip

@@ -3,9 +3,7 @@
 import numpy as np
 
 from export.errors import ExportError
-
-PIXEL_CENTER = 127.5
-PIXEL_SCALE = 127.5
+from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE, scale_pixels
 
 
 def describe(image_size):
@@ -61,5 +59,4 @@ def to_model_space(images, image_size):
         if tuple(image.shape[:2]) != (height, width):
             x = tf.image.resize(x, (height, width), method="bilinear")
         batch.append(x.numpy())
-    x = np.stack(batch).astype(np.float32)
-    return (x - PIXEL_CENTER) / PIXEL_SCALE
+    return scale_pixels(np.stack(batch))

@@ -16,6 +16,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
 
@@ -241,7 +243,7 @@ def _folder(path, fraction):
 
 def scale(image):
     """uint8 (or float 0..255) -> float32 in [-1, 1], the project's contract."""
-    return (tf.cast(image, tf.float32) - 127.5) / 127.5
+    return (tf.cast(image, tf.float32) - PIXEL_CENTER) / PIXEL_SCALE
 
 
 def resize(image, size):

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.files import atomic_write, atomic_write_text
+from keras_vit.preprocessing import scale_pixels
 from training.data import uint8_images
 
 logger = logging.getLogger("training")
@@ -127,7 +128,7 @@ def inspection_figures(model, images_uint8, plots_dir, count=4):
         from keras_vit.inspect import save_figures
     except ImportError:
         return {}
-    images = (images_uint8[:count].astype(np.float32) - 127.5) / 127.5
+    images = scale_pixels(images_uint8[:count])
     try:
         return dict(save_figures(model, images, plots_dir))
     except Exception as err:  # figures are a bonus: never lose a finished training run to a plotting problem

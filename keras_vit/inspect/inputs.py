@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_vit.inspect.layout import token_layout
 from keras_vit.models import create_model, get_variant
+from keras_vit.preprocessing import scale_pixels
 from keras_vit.weights import load_npz, read_npz, to_original_layout
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -138,7 +139,7 @@ def load_images(paths, layout, *, resize=True):
             )
         batches.append(pictures.astype(np.float32))
     images = np.concatenate(batches)
-    return ((images - 127.5) / 127.5).astype(np.float32)
+    return scale_pixels(images)
 
 
 def _read_picture(path, channels):

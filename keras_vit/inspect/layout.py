@@ -4,6 +4,8 @@ import dataclasses
 
 import numpy as np
 
+from keras_vit.preprocessing import scale_pixels
+
 _REQUIRED_LAYERS = ("embedding", "posembed_input", "encoderblock_0")
 
 
@@ -87,7 +89,7 @@ def check_images(images, layout):
     if images.shape[0] == 0:
         raise ValueError("Received an empty batch of images; pass at least one image.")
     if images.dtype == np.uint8:
-        return ((images.astype(np.float32) - 127.5) / 127.5).astype(np.float32)
+        return scale_pixels(images)
     if not np.issubdtype(images.dtype, np.floating):
         raise ValueError(f"Images must be uint8 or float scaled to [-1, 1]; received dtype {images.dtype}.")
     images = images.astype(np.float32)
