@@ -1,7 +1,8 @@
-"""TFLite conversion (float32, dynamic-range int8, full int8), op inventory and batch-1 latency.
+"""TFLite conversion (float32, dynamic-range int8, full int8, int8 matmuls), op inventory and batch-1 latency.
 
-Kept inside benchmarks/ so the benchmark does not depend on export/; the recipe here is what the
-numbers in the benchmark's JSON were measured with.
+The conversion here takes any Keras model (keras-hub's too) through a SavedModel; the op types that
+"int8_matmul" quantises are export/'s (`python -m export --quantize int8_matmul`), so the benchmark times
+the recipe the exporter ships.
 """
 
 import collections
@@ -11,11 +12,9 @@ import time
 
 import numpy as np
 
+from export.tflite import INT8_MATMUL_OPS
+
 MODES = ("float32", "dynamic_int8", "full_int8", "int8_matmul")
-# The ops "int8_matmul" keeps in int8: the projections and MLP (FULLY_CONNECTED), the patch embedding
-# (CONV_2D), and data movement between them. Everything else (LayerNorm, GELU, softmax, the attention's
-# BATCH_MATMUL, residual ADD) stays float, where XNNPACK runs it fast.
-INT8_MATMUL_OPS = ("FULLY_CONNECTED", "CONV_2D", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "CONCATENATION")
 # Ops that only move data between int8 and float: their presence is the cost of a float island, not one.
 _BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
 

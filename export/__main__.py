@@ -24,8 +24,9 @@ def _export_parser():
     p.add_argument(
         "--quantize",
         default=None,
-        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8 (default: all; int8 only when "
-        "representative data is available)",
+        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8,int8_matmul (default: all; int8 "
+        "and int8_matmul only when representative data is available). int8 is full integer, for integer-only "
+        "accelerators; int8_matmul quantises the matmuls only, the fast int8 model on CPUs",
     )
     p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")

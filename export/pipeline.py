@@ -59,9 +59,10 @@ def export_model(
         out: output directory (created; existing artifacts of the same names are replaced only on success).
         labels: class names (default: "0", "1", ...).
         formats: subset of ("saved_model", "tflite").
-        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8"); None means all of
-            them, with "int8" left out (and a note) when there are no representative images.
-        representative_images: uint8 images from the training data for int8 calibration.
+        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
+            means all of them, with the calibrated ones ("int8", "int8_matmul") left out (and a note) when
+            there are no representative images.
+        representative_images: uint8 images from the training data for int8/int8_matmul calibration.
         heldout: (images uint8, labels int or None) to verify on; default: the representative images
             (unlabelled), else seeded random images (parity only, no accuracy).
         dynamic_batch: TFLite batch dimension left open (default batch 1).
@@ -84,13 +85,16 @@ def export_model(
     notes = []
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
-        quantize = [q for q in tflite.QUANTIZATION_MODES if q != "int8" or has_representative]
+        quantize = [q for q in tflite.QUANTIZATION_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
         if not has_representative and "tflite" in formats:
-            notes.append("int8 skipped: no representative data (pass --representative-data or export a workdir)")
+            notes.append(
+                "int8 and int8_matmul skipped: no representative data (pass --representative-data or export a workdir)"
+            )
     quantize = tflite.check_quantization(quantize) if "tflite" in formats else []
-    if "int8" in quantize and not has_representative:
+    calibrated = [q for q in quantize if q in tflite.CALIBRATED_MODES]
+    if calibrated and not has_representative:
         raise ExportError(
-            "--quantize int8 needs representative images to calibrate, and none are available. Pass "
+            f"--quantize {','.join(calibrated)} needs representative images to calibrate, and none are available. Pass "
             "--representative-data PATH (an .npz with a uint8 'images' array or a folder of training images), "
             "export a training workdir (samples/calibration.npz), or use dynamic_int8."
         )
@@ -294,8 +298,8 @@ def export_path(path, out=None, labels=None, representative_data=None, heldout_d
 def export_workdir(workdir, out=None, **options):
     """Exports a training workdir (model.keras, labels.txt, samples/) to `out` (default `WORKDIR/export`).
 
-    The main job's export stage: SavedModel + TFLite float32/float16/dynamic_int8/int8, each verified on
-    `samples/heldout.npz`, int8 calibrated on `samples/calibration.npz`. Returns the report dict.
+    The main job's export stage: SavedModel + TFLite float32/float16/dynamic_int8/int8/int8_matmul, each verified on
+    `samples/heldout.npz`, the int8 modes calibrated on `samples/calibration.npz`. Returns the report dict.
     """
     workdir = Path(workdir)
     if not (workdir / "model.keras").is_file():

@@ -1,4 +1,5 @@
-"""TFLite (LiteRT) conversion of a Keras model: float32, float16, dynamic-range int8, full-integer int8.
+"""TFLite (LiteRT) conversion of a Keras model: float32, float16, dynamic-range int8, full-integer int8, and
+int8 matmuls (calibrated int8 for the matrix products only).
 
 Keras 3 models are traced into a `tf.function` with a fixed input signature, their variables frozen into
 constants (`convert_variables_to_constants_v2`), and that graph is converted with the builtin op set only.
@@ -14,7 +15,16 @@ from export import preprocessing
 from export.errors import ExportError, check_choices
 from export.flatbuffer import non_builtin_ops, read_ops
 
-QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8")
+QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul")
+# The modes whose activation ranges are calibrated on representative images.
+CALIBRATED_MODES = ("int8", "int8_matmul")
+# What "int8_matmul" quantises: every matrix product with constant weights (the projections, the MLP, the
+# patch embedding, the head) and the ops that only move data between them. LayerNorm, GELU, softmax, the
+# residual adds and the attention's activation x activation BATCH_MATMULs stay float: XNNPACK runs them fast
+# in float, has no int8 BATCH_MATMUL, and int8 versions of the others cost QUANTIZE/DEQUANTIZE pairs and
+# accuracy for little speed. Measured with `python -m benchmarks` (ViT-Ti/16, 224 px, batch 1, 2 threads):
+# 0.54x float32 latency on an AVX-512 VNNI CPU, where the full-integer model is no faster than float32.
+INT8_MATMUL_OPS = ("FULLY_CONNECTED", "CONV_2D", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "CONCATENATION", "GATHER")
 INT8_IO_TYPES = ("float32", "uint8")
 DEFAULT_CALIBRATION_STEPS = 512
 
@@ -56,8 +66,10 @@ def convert(
     Args:
         model: Keras model, NHWC float input in [-1, 1] at a static size, logits out.
         quantize: "float32", "float16" (float16 weights), "dynamic_int8" (int8 weights, float activations),
-            or "int8" (full integer: int8 weights and activations, calibrated on `representative_images`).
-        representative_images: for "int8": raw uint8 images (N, H, W, 3) or a list of them, drawn from the
+            "int8" (full integer: int8 weights and activations, calibrated on `representative_images`; for
+            integer-only accelerators), or "int8_matmul" (calibrated int8 matmuls and convolutions, float
+            LayerNorm/GELU/softmax/attention products and float I/O: the fast int8 model on CPUs).
+        representative_images: for "int8" and "int8_matmul": raw uint8 images (N, H, W, 3) or a list of them, drawn from the
             training data; they are resized and scaled exactly like the model's inputs.
         dynamic_batch: leave the batch dimension open (-1) instead of fixing it to 1.
         int8_io: for "int8": "float32" (quantize/dequantize inside the model) or "uint8" (the caller feeds
@@ -76,10 +88,10 @@ def convert(
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
     calibration = None
-    if quantize == "int8":
+    if quantize in CALIBRATED_MODES:
         if representative_images is None or len(representative_images) == 0:
             raise ExportError(
-                "Full-integer int8 needs representative images to calibrate activation ranges, and none were "
+                f"{quantize} needs representative images to calibrate activation ranges, and none were "
                 "given. Pass --representative-data PATH (an .npz with a uint8 'images' array, or a folder of "
                 "images from the training data), export a training workdir (it has samples/calibration.npz), "
                 "or choose --quantize dynamic_int8, which needs no data."
@@ -89,7 +101,8 @@ def convert(
 
     # Passing the model as the trackable object selects the converter's current path (without it TF warns and
     # falls back to a deprecated one); the frozen function has no variables left for it to track.
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen_function(model, dynamic_batch)], model)
+    function = frozen_function(model, dynamic_batch)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
     # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "float16":
@@ -105,11 +118,19 @@ def convert(
         if int8_io == "uint8":
             converter.inference_input_type = tf.uint8
             converter.inference_output_type = tf.uint8
+    elif quantize == "int8_matmul":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = representative = lambda: ([x[None]] for x in calibration)
     try:
         with warnings.catch_warnings():
             # Emitted for every full-integer conversion with float I/O; the calibration covers the input.
             warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
-            flatbuffer = converter.convert()
+            # The quantization debugger (int8_matmul) runs TF's own deprecated interpreter internally.
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
+            if quantize == "int8_matmul":
+                flatbuffer = _convert_int8_matmul(converter, function, model, representative)
+            else:
+                flatbuffer = converter.convert()
     except Exception as exc:
         raise ExportError(
             f"TFLite conversion ({quantize}) failed with builtin ops only: {type(exc).__name__}: "
@@ -121,6 +142,24 @@ def convert(
     if bad:
         raise ExportError(f"The {quantize} TFLite model contains non-builtin ops {bad}; refusing to write it.")
     return flatbuffer
+
+
+def _convert_int8_matmul(converter, function, model, representative):
+    """Calibrated int8 for the op types in INT8_MATMUL_OPS, float for every other op type of the model.
+
+    The converter's way to keep op types float is the quantization debugger's deny list; the op types to deny
+    are read from the model's own float conversion, so a new layer's ops stay float until they are listed.
+    """
+    import tensorflow as tf
+
+    plain = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
+    plain.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    float_ops = set(read_ops(plain.convert()))
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=sorted(float_ops - set(INT8_MATMUL_OPS)))
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=representative, debug_options=options
+    )
+    return debugger.get_nondebug_quantized_model()
 
 
 def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io):

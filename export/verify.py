@@ -13,6 +13,7 @@ BUDGETS = {
     "float16": {"max_rel_logit_diff": 1e-2, "max_accuracy_drop": 0.5},
     "dynamic_int8": {"max_accuracy_drop": 1.0},
     "int8": {"max_accuracy_drop": 1.0},
+    "int8_matmul": {"max_accuracy_drop": 1.0},
 }
 
 

@@ -87,7 +87,7 @@ def test_the_digits_model_learned(digits):
 def test_export_wrote_every_artifact_and_passed(digits):
     names = {a["name"] for a in digits.report["artifacts"]}
     assert names == {"saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
-                     "model_int8.tflite"}  # fmt: skip
+                     "model_int8.tflite", "model_int8_matmul.tflite"}  # fmt: skip
     assert digits.report["passed"]
     # Paths in the report are as the command was given: relative to where the main job ran.
     resolve = lambda path: str((digits.cwd / path).resolve())  # noqa: E731
@@ -137,6 +137,44 @@ def test_full_int8_with_uint8_io_keeps_accuracy(digits):
     assert 100 * (keras_accuracy - np.mean(logits.argmax(-1) == digits.labels)) <= 1.0
 
 
+def op_input_types(path):
+    """(operator name, type of its first input) for every operator, read with TFLite's schema."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(bytearray(path.read_bytes()), 0)
+    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    subgraph = model.Subgraphs(0)
+    out = []
+    for o in range(subgraph.OperatorsLength()):
+        op = subgraph.Operators(o)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        name = op_names[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())]
+        out.append((name, type_names[subgraph.Tensors(op.Inputs(0)).Type()]))
+    return out
+
+
+def test_int8_matmul_quantises_every_matmul_and_keeps_accuracy(digits):
+    path = digits.out / "model_int8_matmul.tflite"
+    types = op_input_types(path)
+    by_op = {}
+    for name, dtype in types:
+        by_op.setdefault(name, set()).add(dtype)
+    # Every product with weights reads int8 activations; LayerNorm, GELU, softmax and the attention's
+    # activation x activation products stay float; the interface stays float32.
+    assert by_op["FULLY_CONNECTED"] == {"INT8"} and by_op["CONV_2D"] == {"INT8"}
+    for name in ("MEAN", "RSQRT", "GELU", "SOFTMAX", "BATCH_MATMUL"):
+        assert by_op[name] == {"FLOAT32"}, (name, by_op[name])
+    assert types[0] == ("QUANTIZE", "FLOAT32")
+    logits = run_tflite(path, digits.x)
+    agreement = np.mean(logits.argmax(-1) == digits.keras_logits.argmax(-1))
+    keras_accuracy = np.mean(digits.keras_logits.argmax(-1) == digits.labels)
+    accuracy = np.mean(logits.argmax(-1) == digits.labels)
+    assert agreement >= 0.99 and 100 * (keras_accuracy - accuracy) <= 1.0, (agreement, keras_accuracy, accuracy)
+    entry = next(a for a in digits.report["artifacts"] if a["name"] == path.name)
+    assert entry["top1_accuracy"] == pytest.approx(accuracy) and entry["passed"]
+
+
 def test_other_quantized_models_within_budget(digits):
     keras_top1 = digits.keras_logits.argmax(-1)
     for name in ("model_float16.tflite", "model_dynamic_int8.tflite"):
@@ -149,7 +187,7 @@ def test_other_quantized_models_within_budget(digits):
 
 def test_every_tflite_artifact_has_builtin_ops_only(digits):
     files = sorted(digits.out.glob("*.tflite"))
-    assert len(files) == 4
+    assert len(files) == 5
     for path in files:
         ops = flatbuffer_ops(path)
         assert ops and not [op for op in ops if op.startswith("CUSTOM")], (path.name, set(ops))
@@ -219,3 +257,16 @@ def test_cli_export_prints_table_and_paths(digits, tmp_path, capsys):
     assert "model_float32.tflite" in printed and "status: PASSED" in printed
     assert str(tmp_path / "out" / "model_float32.tflite") in printed
     assert str(tmp_path / "out" / "report.json") in printed
+
+
+def test_float_models_pass_the_gpu_delegate_check(digits):
+    """No op form the TFLite GPU delegate rejects; in particular the class-token slice has no shrink-axis mask."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    for name in ("model_float32.tflite", "model_float16.tflite"):
+        entry = next(a for a in digits.report["artifacts"] if a["name"] == name)
+        assert entry["gpu_delegate_rejects"] == {}, (name, entry["gpu_delegate_rejects"])
+        model = schema.ModelT.InitFromPackedBuf(bytearray((digits.out / name).read_bytes()), 0)
+        slices = [op for op in model.subgraphs[0].operators
+                  if model.operatorCodes[op.opcodeIndex].builtinCode == schema.BuiltinOperator.STRIDED_SLICE]  # fmt: skip
+        assert slices and all(op.builtinOptions.shrinkAxisMask == 0 for op in slices)

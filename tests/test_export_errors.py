@@ -75,6 +75,10 @@ def test_int8_without_representative_data(tiny, tmp_path):
         export.export_path(root / "model.keras", out=tmp_path / "out", quantize="int8")
     with pytest.raises(export.ExportError, match="representative images"):
         export.convert_tflite(model, "int8")
+    with pytest.raises(export.ExportError, match=r"int8_matmul needs representative images.*dynamic_int8"):
+        export.export_path(root / "model.keras", out=tmp_path / "out", quantize="float32,int8_matmul")
+    with pytest.raises(export.ExportError, match="int8_matmul needs representative images"):
+        export.convert_tflite(model, "int8_matmul")
     assert not (tmp_path / "out").exists()
 
 

@@ -32,7 +32,7 @@ def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
                      "model_int8.tflite"):
         assert artifact in printed and (workdir / "export" / artifact).exists()
     report = json.loads((workdir / "export" / "report.json").read_text())
-    assert report["passed"] and len(report["artifacts"]) == 5
+    assert report["passed"] and len(report["artifacts"]) == 6
     plots = sorted(p.name for p in (workdir / "plots").glob("*.png"))
     assert {"training_curves.png", "attention_rollout.png", "position_embedding_similarity.png",
             "attention_distance.png", "embedding_filters.png"} <= set(plots)
