@@ -26,7 +26,9 @@ class TokenPooling(keras.layers.Layer):
 
     def call(self, tokens):
         if self.mode == "token":
-            return tokens[:, 0]
+            # A (B, 1, D) slice and a reshape rather than `tokens[:, 0]`: the same values, but the converted
+            # TFLite graph then has no shrink-axis STRIDED_SLICE, an op form the TFLite GPU delegate rejects.
+            return ops.reshape(tokens[:, :1], (-1, tokens.shape[-1]))
         return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):
