@@ -1,7 +1,8 @@
 """`python -m benchmarks`: keras-vit vs keras-hub vs timm, interleaved, one JSON report.
 
-Default (ViT-Ti/16, 224 px, batch 32, 5 rounds of short alternating measurements) takes about 15 minutes
-on 2 cores. A quick look:
+Default (ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements): about 11 minutes on a
+2-core AVX-512 machine (5 rounds took 15.7). Without BF16 instructions mixed_bfloat16 is emulated and slow: add
+--no-bf16 there (2 rounds took 12.5 minutes on a 2-core AVX2 machine). A quick look:
 `python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit`.
 """
 
@@ -20,7 +21,7 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; ratios are taken per round")
     p.add_argument("--train-steps", type=int, default=2,
                    help="timed training steps per setting and round (short, so implementations alternate often)")
     p.add_argument("--infer-reps", type=int, default=3, help="timed batches for inference throughput")
