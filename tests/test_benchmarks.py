@@ -102,16 +102,16 @@ def test_one_round_smoke_run_writes_a_sane_report(tmp_path):
     assert "FULLY_CONNECTED" not in float_ops and "CONV_2D" not in float_ops and "SOFTMAX" in float_ops
 
 
-def test_backend_check_smoke_run(tmp_path):
-    """The accelerator/backend check on this machine's backend (TensorFlow, CPU), tiny settings."""
+def test_backend_check_smoke_run(tmp_path, capsys):
+    """The accelerator/backend check on this machine's backend (TensorFlow, CPU), tiny settings, in-process."""
+    from benchmarks import backend_check
+
     out = tmp_path / "check.json"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     args = ["--variant", "testing", "--image-size", "32", "--batch", "8", "--steps", "2", "--warmup", "1",
             "--dtypes", "float32", "--out", str(out)]  # fmt: skip
-    result = subprocess.run([sys.executable, "-m", "benchmarks.backend_check", *args], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "[golden]" in result.stdout and "[train] testing 32px b8 float32" in result.stdout
+    assert backend_check.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "[golden]" in printed and "[train] testing 32px b8 float32" in printed
     report = json.loads(out.read_text())
     assert report["backend"] == "tensorflow"
     # float32 on a CPU: the golden logits (timm, original checkpoint layout) to float precision.
