@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from export.tflite import INT8_MATMUL_OPS
+from export.tflite import quantize_matmuls_only
 
 MODES = ("float32", "dynamic_int8", "full_int8", "int8_matmul")
 # Ops that only move data between int8 and float: their presence is the cost of a float island, not one.
@@ -28,7 +28,7 @@ def convert(model, input_shape, mode, calibration=None):
         mode: "float32"; "dynamic_int8" (int8 weights, activations quantised on the fly);
             "full_int8" (int8 weights and activations, calibrated on `calibration`; float32 in/out so the
             interface matches the float model, and ops without an int8 kernel fall back to float);
-            "int8_matmul" (as full_int8, but only the ops in INT8_MATMUL_OPS are quantised: every
+            "int8_matmul" (as full_int8, but only export.tflite.INT8_MATMUL_OPS are quantised: every
             FULLY_CONNECTED/CONV_2D runs int8 x int8 with calibrated activation scales, the rest in float).
         calibration: float32 array (N, H, W, C) of representative inputs, needed for the int8 modes.
     """
@@ -61,15 +61,8 @@ def convert(model, input_shape, mode, calibration=None):
         converter.representative_dataset = representative
         if mode == "full_int8":
             return converter.convert()
-        # Selective quantisation: the debugger's deny list is the converter's way to keep op types float.
-        float_ops = op_inventory(tf.lite.TFLiteConverter.from_saved_model(directory).convert())["ops"]
-        options = tf.lite.experimental.QuantizationDebugOptions(
-            denylisted_ops=sorted(set(float_ops) - set(INT8_MATMUL_OPS))
-        )
-        debugger = tf.lite.experimental.QuantizationDebugger(
-            converter=converter, debug_dataset=representative, debug_options=options
-        )
-        return debugger.get_nondebug_quantized_model()
+        float_flatbuffer = tf.lite.TFLiteConverter.from_saved_model(directory).convert()
+        return quantize_matmuls_only(converter, float_flatbuffer, representative)
 
 
 def _interpreter(flatbuffer, threads, delegates=True):
@@ -140,5 +133,3 @@ class Latency:
             if i >= warmup:
                 times.append((time.perf_counter() - start) * 1e3)
         return statistics.median(times)
-
-

@@ -87,9 +87,8 @@ def export_model(
     if quantize is None:
         quantize = [q for q in tflite.QUANTIZATION_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
         if not has_representative and "tflite" in formats:
-            notes.append(
-                "int8 and int8_matmul skipped: no representative data (pass --representative-data or export a workdir)"
-            )
+            skipped = " and ".join(tflite.CALIBRATED_MODES)
+            notes.append(f"{skipped} skipped: no representative data (pass --representative-data or export a workdir)")
     quantize = tflite.check_quantization(quantize) if "tflite" in formats else []
     calibrated = [q for q in quantize if q in tflite.CALIBRATED_MODES]
     if calibrated and not has_representative:

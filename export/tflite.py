@@ -87,7 +87,7 @@ def convert(
     (quantize,) = check_quantization([quantize])
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
-    calibration = None
+    representative = None
     if quantize in CALIBRATED_MODES:
         if representative_images is None or len(representative_images) == 0:
             raise ExportError(
@@ -98,6 +98,9 @@ def convert(
             )
         chosen = representative_images[: int(calibration_steps)]
         calibration = preprocessing.to_model_space(chosen, model.input_shape[1:3])
+
+        def representative():
+            return ([x[None]] for x in calibration)
 
     # Passing the model as the trackable object selects the converter's current path (without it TF warns and
     # falls back to a deprecated one); the frozen function has no variables left for it to track.
@@ -114,13 +117,13 @@ def convert(
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         # INT8 builtins only: conversion fails instead of silently leaving float islands in the graph.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+        converter.representative_dataset = representative
         if int8_io == "uint8":
             converter.inference_input_type = tf.uint8
             converter.inference_output_type = tf.uint8
     elif quantize == "int8_matmul":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = representative = lambda: ([x[None]] for x in calibration)
+        converter.representative_dataset = representative
     try:
         with warnings.catch_warnings():
             # Emitted for every full-integer conversion with float I/O; the calibration covers the input.
@@ -128,7 +131,9 @@ def convert(
             # The quantization debugger (int8_matmul) runs TF's own deprecated interpreter internally.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
             if quantize == "int8_matmul":
-                flatbuffer = _convert_int8_matmul(converter, function, model, representative)
+                plain = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
+                plain.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+                flatbuffer = quantize_matmuls_only(converter, plain.convert(), representative)
             else:
                 flatbuffer = converter.convert()
     except Exception as exc:
@@ -144,17 +149,20 @@ def convert(
     return flatbuffer
 
 
-def _convert_int8_matmul(converter, function, model, representative):
-    """Calibrated int8 for the op types in INT8_MATMUL_OPS, float for every other op type of the model.
+def quantize_matmuls_only(converter, float_flatbuffer, representative):
+    """The "int8_matmul" flatbuffer: calibrated int8 for the op types in INT8_MATMUL_OPS, float for the rest.
+
+    Args:
+        converter: a TFLiteConverter of the model with `optimizations` and `representative_dataset` set.
+        float_flatbuffer: the same model converted to float32; its op types are the ones to consider.
+        representative: the calibration generator function (as `converter.representative_dataset`).
 
     The converter's way to keep op types float is the quantization debugger's deny list; the op types to deny
     are read from the model's own float conversion, so a new layer's ops stay float until they are listed.
     """
     import tensorflow as tf
 
-    plain = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
-    plain.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    float_ops = set(read_ops(plain.convert()))
+    float_ops = set(read_ops(float_flatbuffer))
     options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=sorted(float_ops - set(INT8_MATMUL_OPS)))
     debugger = tf.lite.experimental.QuantizationDebugger(
         converter=converter, debug_dataset=representative, debug_options=options
