@@ -63,20 +63,26 @@ def run_tflite(path, x):
     return np.array(logits)
 
 
-def flatbuffer_ops(path):
-    """Operator names read straight from the flatbuffer with TFLite's schema (custom ops -> 'CUSTOM:name')."""
+def flatbuffer_operators(path):
+    """(name, subgraph, operator) for every operator, read straight from the flatbuffer with TFLite's schema
+    (custom ops are named 'CUSTOM:name')."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     model = schema.Model.GetRootAsModel(bytearray(path.read_bytes()), 0)
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    ops = []
     for s in range(model.SubgraphsLength()):
         subgraph = model.Subgraphs(s)
         for o in range(subgraph.OperatorsLength()):
-            code = model.OperatorCodes(subgraph.Operators(o).OpcodeIndex())
+            op = subgraph.Operators(o)
+            code = model.OperatorCodes(op.OpcodeIndex())
             builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-            ops.append(names[builtin] if builtin != schema.BuiltinOperator.CUSTOM else f"CUSTOM:{code.CustomCode()}")
-    return ops
+            name = names[builtin] if builtin != schema.BuiltinOperator.CUSTOM else f"CUSTOM:{code.CustomCode()}"
+            yield name, subgraph, op
+
+
+def flatbuffer_ops(path):
+    """Operator names read straight from the flatbuffer."""
+    return [name for name, _, _ in flatbuffer_operators(path)]
 
 
 def test_the_digits_model_learned(digits):
@@ -141,17 +147,10 @@ def op_input_types(path):
     """(operator name, type of its first input) for every operator, read with TFLite's schema."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    model = schema.Model.GetRootAsModel(bytearray(path.read_bytes()), 0)
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    subgraph = model.Subgraphs(0)
-    out = []
-    for o in range(subgraph.OperatorsLength()):
-        op = subgraph.Operators(o)
-        code = model.OperatorCodes(op.OpcodeIndex())
-        name = op_names[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())]
-        out.append((name, type_names[subgraph.Tensors(op.Inputs(0)).Type()]))
-    return out
+    return [
+        (name, type_names[subgraph.Tensors(op.Inputs(0)).Type()]) for name, subgraph, op in flatbuffer_operators(path)
+    ]
 
 
 def test_int8_matmul_quantises_every_matmul_and_keeps_accuracy(digits):

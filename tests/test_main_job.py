@@ -29,7 +29,7 @@ def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
     printed = digits_main_job.export.result.stdout
     assert "status: PASSED" in printed
     for artifact in ("saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
-                     "model_int8.tflite"):
+                     "model_int8.tflite", "model_int8_matmul.tflite"):
         assert artifact in printed and (workdir / "export" / artifact).exists()
     report = json.loads((workdir / "export" / "report.json").read_text())
     assert report["passed"] and len(report["artifacts"]) == 6
