@@ -17,6 +17,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit import files
 from keras_vit.layers.position_embedding import RESIZE_METHODS, infer_grid, resize_position_embedding
 
 logger = logging.getLogger("keras_vit")
@@ -46,10 +47,10 @@ class LoadReport:
 def read_npz(path):
     """Reads every array of an `.npz` checkpoint (no pickles); a clear `CheckpointError` if it is unreadable."""
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not files.exists(path):
         raise FileNotFoundError(f"Checkpoint not found: {path!r}")
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with files.load_numpy(path, allow_pickle=False) as archive:
             if not hasattr(archive, "files"):
                 raise CheckpointError(f"{path!r} holds a single array, not an .npz checkpoint of named tensors.")
             return {key: archive[key] for key in archive.files}

@@ -2,17 +2,15 @@
 
 A checkpoint is one `.npz` file, `checkpoints/ckpt-<step>.npz`, holding every model variable (weights and the
 dropout RNG states), every optimizer variable (its step counter, moments) and a small JSON header. It is written
-to a temporary file in the same directory and renamed over the final name (`os.replace`), so a SIGKILL at any
-moment leaves the previous checkpoints intact. The step counter is the whole data position, because the input
+to a temporary file in the same directory and renamed over the final name (`os.replace`), or to a URL
+(`gs://...`) in one object write, so a SIGKILL at any moment leaves the previous checkpoints intact. The step counter is the whole data position, because the input
 pipeline (`training.data.train_dataset`) is a pure function of the step. `keras.callbacks.BackupAndRestore` is
 not used: it restores epochs but not batches, writes in place, and does not handle SIGTERM.
 """
 
-import glob
 import json
 import logging
 import math
-import os
 import re
 import signal
 import threading
@@ -20,6 +18,7 @@ import threading
 import keras
 import numpy as np
 
+from keras_vit import files
 from keras_vit.files import atomic_write
 
 logger = logging.getLogger("training")
@@ -57,7 +56,7 @@ class CheckpointManager:
     def save(self, extra=None):
         """Writes the checkpoint of the current step (only where `write`); returns its path."""
         step = self.step()
-        path = os.path.join(self.directory, f"ckpt-{step:08d}.npz")
+        path = files.join(self.directory, f"ckpt-{step:08d}.npz")
         if not self.write:
             return path
         arrays = {}
@@ -71,12 +70,12 @@ class CheckpointManager:
         arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
         atomic_write(path, lambda f: np.savez(f, **arrays))
         for old in self.checkpoints()[: -self.keep]:
-            os.remove(old)
+            files.remove(old)
         return path
 
     def checkpoints(self):
         """Checkpoint paths, oldest first."""
-        paths = [p for p in glob.glob(os.path.join(self.directory, "ckpt-*.npz")) if _NAME.search(p)]
+        paths = [p for p in files.glob(files.join(self.directory, "ckpt-*.npz")) if _NAME.search(p)]
         return sorted(paths, key=lambda p: int(_NAME.search(p).group(1)))
 
     def restore_latest(self):
@@ -86,7 +85,7 @@ class CheckpointManager:
         """
         for path in reversed(self.checkpoints()):
             try:
-                with np.load(path) as archive:
+                with files.load_numpy(path) as archive:
                     header = json.loads(archive["header"].tobytes().decode("utf-8"))
                     values = {k: archive[k] for k in archive.files if k != "header"}
             except Exception as err:  # a file from elsewhere, a full disk: fall back to an older one

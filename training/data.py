@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+import keras_vit.files
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -128,7 +129,7 @@ def _tfds(name, data_dir, train_split, eval_split):
 
     if not name:
         raise ValueError("Empty TFDS name. Use e.g. --config ... --set dataset=tfds:cifar10 --data-dir DIR.")
-    if data_dir is not None and not os.path.isdir(data_dir):
+    if data_dir is not None and not keras_vit.files.isdir(data_dir):
         raise FileNotFoundError(
             f"Data directory {data_dir!r} does not exist. Point --data-dir at the directory where the TFDS "
             f"dataset was prepared (e.g. `tfds build {name} --data_dir DIR`)."

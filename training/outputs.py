@@ -1,6 +1,7 @@
 """What a finished run leaves in its workdir besides checkpoints: model, labels, metrics, samples, plots."""
 
 import csv
+import io
 import json
 import logging
 import os
@@ -10,7 +11,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.files import atomic_write, atomic_write_text
+from keras_vit import files
+from keras_vit.files import atomic_write, atomic_write_bytes, atomic_write_text
 from keras_vit.preprocessing import scale_pixels
 from training.data import uint8_images
 
@@ -20,12 +22,20 @@ logger = logging.getLogger("training")
 def save_model(model, path):
     """Saves an uncompiled copy of `model` to a temporary `.keras` file next to `path`, then renames it.
 
+    A URL (`gs://...`) gets the file in one object write, from a local temporary file.
+
     Uncompiled, so that `keras.saving.load_model(path)` works without importing `training` (whose schedule and
     loss classes a compiled model would reference) and the file holds no optimizer state (checkpoints do).
     """
     weights = model.get_weights()
     model = model.__class__.from_config(model.get_config())  # fresh, never compiled
     model.set_weights(weights)
+    if files.is_remote(path):
+        with tempfile.TemporaryDirectory() as scratch:
+            local = os.path.join(scratch, "model.keras")
+            model.save(local)
+            atomic_write_bytes(path, files.read_bytes(local))
+        return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".keras")
@@ -50,10 +60,10 @@ def write_samples(workdir, source, config):
     """samples/heldout.npz (held-out split) and samples/calibration.npz (training split), uint8 at model size."""
     size = config.image_size
     images, labels = uint8_images(source.heldout, source.decode, size, config.num_samples)
-    _savez(os.path.join(workdir, "samples", "heldout.npz"), images=images, labels=labels)
+    _savez(files.join(workdir, "samples", "heldout.npz"), images=images, labels=labels)
     pool = source.train.shuffle(min(source.num_train, 10_000), seed=config.seed, reshuffle_each_iteration=False)
     images, labels = uint8_images(pool, source.decode, size, config.num_calibration)
-    _savez(os.path.join(workdir, "samples", "calibration.npz"), images=images, labels=labels)
+    _savez(files.join(workdir, "samples", "calibration.npz"), images=images, labels=labels)
 
 
 def _savez(path, **arrays):
@@ -62,10 +72,10 @@ def _savez(path, **arrays):
 
 def read_csv_log(path):
     """Rows of the CSV log as {column: float}, one per epoch (the last row wins if a resume repeated one)."""
-    if not os.path.exists(path):
+    if not files.exists(path):
         return []
     rows = {}
-    with open(path, newline="") as f:
+    with io.StringIO(files.read_text(path), newline="") as f:
         for row in csv.DictReader(f):
             values = {}
             for key, value in row.items():
@@ -86,7 +96,7 @@ def plot_training_curves(csv_path, plots_dir, schedule=None, total_steps=0):
     import matplotlib.pyplot as plt
 
     rows = read_csv_log(csv_path)
-    os.makedirs(plots_dir, exist_ok=True)
+    files.makedirs(plots_dir)
     paths = {}
     if rows:
         epochs = [r["epoch"] + 1 for r in rows]
@@ -101,7 +111,7 @@ def plot_training_curves(csv_path, plots_dir, schedule=None, total_steps=0):
             ax.grid(alpha=0.3)
             ax.legend()
         fig.tight_layout()
-        paths["training_curves"] = _save_figure(fig, os.path.join(plots_dir, "training_curves.png"))
+        paths["training_curves"] = _save_figure(fig, files.join(plots_dir, "training_curves.png"))
         plt.close(fig)
     if schedule is not None and total_steps:
         steps = np.linspace(0, total_steps - 1, min(total_steps, 500)).astype(np.int64)
@@ -112,7 +122,7 @@ def plot_training_curves(csv_path, plots_dir, schedule=None, total_steps=0):
         ax.set_title("learning rate")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        paths["learning_rate"] = _save_figure(fig, os.path.join(plots_dir, "learning_rate.png"))
+        paths["learning_rate"] = _save_figure(fig, files.join(plots_dir, "learning_rate.png"))
         plt.close(fig)
     return paths
 
@@ -137,6 +147,39 @@ def inspection_figures(model, images_uint8, plots_dir, count=4):
         return {}
 
 
+class CsvLogger(keras.callbacks.Callback):
+    """Keras' `CSVLogger` format (an `epoch` column, then the sorted metric names, "NA" where absent), with the
+    whole file rewritten atomically after every epoch (`keras_vit.files.atomic_write_text`).
+
+    Keras' own logger appends to the open file in place, which leaves a half-written row after a crash, cannot
+    be written to an object store in one piece, and in Keras 3.15 fails on a `gs://` path at the end of training
+    (it asks the `tf.io.gfile.GFile` for `.closed`, which GFile lacks). A resumed run appends its rows.
+    """
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self._text, self._keys = "", None
+
+    def on_train_begin(self, logs=None):
+        self._text = files.read_text(self.path) if files.exists(self.path) else ""
+        self._keys = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if self._keys is None:
+            self._keys = sorted(logs)
+            if not any(key.startswith("val_") for key in self._keys):  # epochs without evaluation: NA columns
+                self._keys += [f"val_{key}" for key in self._keys]
+        rows = io.StringIO()
+        writer = csv.writer(rows)
+        if not self._text:
+            writer.writerow(["epoch", *self._keys])
+        writer.writerow([epoch, *(logs.get(key, "NA") for key in self._keys)])
+        self._text += rows.getvalue()
+        atomic_write_text(self.path, self._text)
+
+
 class EventLogger(keras.callbacks.Callback):
     """Writes each epoch's metrics and learning rate as TensorBoard scalars under `log_dir/{train,validation}`.
 
@@ -152,7 +195,7 @@ class EventLogger(keras.callbacks.Callback):
 
     def _writer(self, name):
         if name not in self._writers:
-            self._writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
+            self._writers[name] = tf.summary.create_file_writer(files.join(self.log_dir, name))
         return self._writers[name]
 
     def _scalar(self, writer, tag, value, step):

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_vit
+from keras_vit import files
 from keras_vit.weights import checkpoint_variables
 from training import workarounds
 from training.checkpointing import CheckpointManager, FaultTolerance
@@ -25,6 +26,7 @@ from training.config import TrainConfig, get_config
 from training.data import eval_dataset, load_source, train_dataset
 from training.optim import make_loss, make_optimizer, make_schedule
 from training.outputs import (
+    CsvLogger,
     EventLogger,
     inspection_figures,
     plot_training_curves,
@@ -61,8 +63,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     Args:
         config: a recipe name from `training/configs/` ("digits", "cifar10_finetune", ...) or a `TrainConfig`.
         workdir: output directory; a second call with the same one resumes from its last checkpoint.
-            Default: runs/<config name>. A local or mounted (NFS, gcsfuse) directory: atomic writes rely on
-            `os.replace`, and on multi-worker runs every worker must see the chief's checkpoints there.
+            Default: runs/<config name>. A local directory or a `tf.io.gfile` URL (`gs://bucket/run`); on
+            multi-worker runs every worker must see the chief's checkpoints there.
         tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`.
         callbacks: extra Keras callbacks.
         verbose: Keras verbosity (default: progress bars on a terminal, one line per epoch otherwise).
@@ -80,7 +82,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     started = time.time()
     name = config if isinstance(config, str) else "custom"
     config = get_config(config).replace(**overrides)
-    workdir = os.path.abspath(workdir or default_workdir(name))
+    workdir = files.absolute(workdir or default_workdir(name))
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
     if config.deterministic:
@@ -124,21 +126,21 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         )
         if workarounds.needs_local_batch_build(strategy):
             workarounds.use_local_batch_for_symbolic_build(model)
-        manager = CheckpointManager(os.path.join(workdir, "checkpoints"), model, optimizer, write=chief)
+        manager = CheckpointManager(files.join(workdir, "checkpoints"), model, optimizer, write=chief)
         header = manager.restore_latest()
     start = manager.step()
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.checkpoints()[-1]})", flush=True)
     if chief:
-        os.makedirs(workdir, exist_ok=True)
-        write_json(os.path.join(workdir, "config.json"), config.to_dict())
+        files.makedirs(workdir)
+        write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every)
     all_callbacks = [fault_tolerance, *callbacks]
     if chief:
         all_callbacks += [
-            keras.callbacks.CSVLogger(os.path.join(workdir, "log.csv"), append=True),
-            EventLogger(os.path.join(workdir, "logs")),
+            CsvLogger(files.join(workdir, "log.csv")),
+            EventLogger(files.join(workdir, "logs")),
         ]
     eval_ds = eval_dataset(source, config)
     histories = []
@@ -196,32 +198,31 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if chief:
         metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps)
         metrics["wall_seconds"] = time.time() - started
-        write_json(os.path.join(workdir, "metrics.json"), metrics)
+        write_json(files.join(workdir, "metrics.json"), metrics)
     print(f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
           f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}", flush=True)
     if chief and metrics.get("plots"):
-        print(f"[training] plots ({', '.join(sorted(metrics['plots']))}) in {os.path.join(workdir, 'plots')}", flush=True)
+        print(f"[training] plots ({', '.join(sorted(metrics['plots']))}) in {files.join(workdir, 'plots')}", flush=True)
     return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
 
 
 def _write_outputs(workdir, model, source, config, total_steps):
-    save_model(model, os.path.join(workdir, "model.keras"))
-    write_labels(os.path.join(workdir, "labels.txt"), source.class_names)
+    save_model(model, files.join(workdir, "model.keras"))
+    write_labels(files.join(workdir, "labels.txt"), source.class_names)
     write_samples(workdir, source, config)
-    plots_dir = os.path.join(workdir, "plots")
-    plots = plot_training_curves(os.path.join(workdir, "log.csv"), plots_dir, make_schedule(config, total_steps),
+    plots_dir = files.join(workdir, "plots")
+    plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, make_schedule(config, total_steps),
                                  total_steps)
-    with np.load(os.path.join(workdir, "samples", "heldout.npz")) as samples:
+    with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
         plots.update(inspection_figures(model, samples["images"], plots_dir))
-    return {key: os.path.relpath(path, workdir) for key, path in plots.items()}
+    return {key: files.relpath(path, workdir) for key, path in plots.items()}
 
 
 def _check_resume_config(workdir, config):
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
+    path = files.join(workdir, "config.json")
+    if not files.exists(path):
         return
-    with open(path) as f:
-        previous = json.load(f)
+    previous = json.loads(files.read_text(path))
     current = json.loads(json.dumps(config.to_dict()))
     changed = [k for k in _RESUME_KEYS if previous.get(k) != current.get(k)]
     if changed:
@@ -252,7 +253,7 @@ def initialise_from(model, path):
     Position embeddings are interpolated to the model's patch grid and a head with another class count is left
     at its fresh zero initialisation (`keras_vit.load_npz`'s rules); a `.keras` model goes through the same table.
     """
-    if not os.path.exists(path):
+    if not files.exists(path):
         raise FileNotFoundError(f"--init checkpoint not found: {path!r}. Pass a .npz or .keras file.")
     if path.endswith(".npz"):
         return keras_vit.load_npz(model, path)
@@ -270,14 +271,13 @@ def initialise_from(model, path):
 
 def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_size=None, verbose=0):
     """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics."""
-    model_path = os.path.join(workdir, "model.keras")
-    if not os.path.exists(model_path):
+    model_path = files.join(workdir, "model.keras")
+    if not files.exists(model_path):
         raise FileNotFoundError(f"No model at {model_path!r}: train first (python -m training --workdir {workdir}).")
-    config_path = os.path.join(workdir, "config.json")
+    config_path = files.join(workdir, "config.json")
     config = TrainConfig()
-    if os.path.exists(config_path):
-        with open(config_path) as f:
-            config = TrainConfig(**json.load(f))
+    if files.exists(config_path):
+        config = TrainConfig(**json.loads(files.read_text(config_path)))
     overrides = {k: v for k, v in (("dataset", dataset), ("data_dir", data_dir), ("eval_split", eval_split),
                                    ("batch_size", batch_size)) if v is not None}
     config = config.replace(**overrides)

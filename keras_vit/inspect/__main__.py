@@ -32,12 +32,13 @@ def main(argv=None):
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_vit import files
     from keras_vit.inspect.inputs import load_images, load_model, synthetic_images
     from keras_vit.inspect.layout import token_layout
     from keras_vit.inspect.plots import save_figures
 
-    workdir = args.model if os.path.isdir(args.model) else None
-    out = args.out or (os.path.join(workdir, "plots") if workdir else None)
+    workdir = args.model if files.isdir(args.model) else None
+    out = args.out or (files.join(workdir, "plots") if workdir else None)
     if out is None:
         parser.error("--out DIR is required (it defaults to WORKDIR/plots only when MODEL is a training workdir)")
     image_size = None
@@ -48,10 +49,10 @@ def main(argv=None):
     try:
         model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
         layout = token_layout(model)
-        heldout = os.path.join(workdir, "samples", "heldout.npz") if workdir else None
+        heldout = files.join(workdir, "samples", "heldout.npz") if workdir else None
         if args.images:
             images = load_images(args.images, layout, resize=not args.no_resize)
-        elif heldout and os.path.exists(heldout):
+        elif heldout and files.exists(heldout):
             images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_SHOWN]
             print(f"Using the first {len(images)} held-out images of {heldout}.", file=sys.stderr)
         else:

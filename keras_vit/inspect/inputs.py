@@ -1,11 +1,13 @@
 """Reading what the command line is given: a model (.keras, training workdir, or variant + .npz) and images."""
 
+import io
 import os
 import zipfile
 
 import keras
 import numpy as np
 
+from keras_vit import files
 from keras_vit.inspect.layout import token_layout
 from keras_vit.models import create_model, get_variant
 from keras_vit.preprocessing import scale_pixels
@@ -32,9 +34,9 @@ def load_model(spec, *, variant=None, npz=None, image_size=None):
         ValueError: anything else that cannot work, with the reason and what would.
     """
     spec = os.fspath(spec)
-    if os.path.isdir(spec):
-        inner = os.path.join(spec, "model.keras")
-        if not os.path.exists(inner):
+    if files.isdir(spec):
+        inner = files.join(spec, "model.keras")
+        if not files.exists(inner):
             raise FileNotFoundError(
                 f"{spec!r} is a directory without model.keras; pass a .keras file, a training workdir, or a "
                 f"checkpoint .npz with --variant."
@@ -54,7 +56,7 @@ def load_model(spec, *, variant=None, npz=None, image_size=None):
         return _from_checkpoint(spec, npz, image_size)
     if _is_variant(spec):
         raise ValueError(f"{spec!r} is a variant name: add --npz CHECKPOINT to load its weights.")
-    if not os.path.exists(spec):
+    if not files.exists(spec):
         raise FileNotFoundError(f"Model file not found: {spec!r}.")
     raise ValueError(
         f"Do not know how to read the model {spec!r}: pass a .keras file, a training workdir, a checkpoint .npz "
@@ -71,9 +73,9 @@ def _is_variant(name):
 
 
 def _load_keras(path):
-    if not os.path.exists(path):
+    if not files.exists(path):
         raise FileNotFoundError(f"Model file not found: {path!r}.")
-    if not zipfile.is_zipfile(path):
+    if not zipfile.is_zipfile(path if not files.is_remote(path) else io.BytesIO(files.read_bytes(path))):
         raise ValueError(f"{path!r} is not a readable .keras archive (truncated or another format); save it again.")
     try:
         model = keras.saving.load_model(path, compile=False)
@@ -84,7 +86,7 @@ def _load_keras(path):
 
 
 def _from_checkpoint(variant, path, image_size):
-    if not os.path.exists(path):
+    if not files.exists(path):
         raise FileNotFoundError(f"Checkpoint not found: {path!r}.")
     params = to_original_layout(read_npz(path))
     has_cls = "cls" in params
@@ -120,7 +122,7 @@ def load_images(paths, layout, *, resize=True):
     batches = []
     for path in paths:
         path = os.fspath(path)
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise FileNotFoundError(f"Image file not found: {path!r}.")
         pictures = _read_arrays(path) if path.endswith((".npz", ".npy")) else _read_picture(path, layout.channels)
         if pictures.ndim != 4 or pictures.shape[-1] != layout.channels:
@@ -146,7 +148,7 @@ def _read_picture(path, channels):
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as picture:
+        with Image.open(io.BytesIO(files.read_bytes(path))) as picture:
             if channels not in (1, 3):
                 raise ValueError(f"Image files can be read for 1- or 3-channel models only; this model has {channels}.")
             return np.asarray(picture.convert("RGB" if channels == 3 else "L")).reshape(
@@ -159,7 +161,7 @@ def _read_picture(path, channels):
 
 
 def _read_arrays(path):
-    data = np.load(path, allow_pickle=False)
+    data = files.load_numpy(path, allow_pickle=False)
     if isinstance(data, np.lib.npyio.NpzFile):
         with data:
             if "images" not in data.files:

@@ -4,10 +4,9 @@ Figures are drawn on a `matplotlib.figure.Figure` with the Agg canvas directly, 
 never changes the process's matplotlib backend (a notebook keeps its own) and needs no display.
 """
 
-import os
-
 import numpy as np
 
+from keras_vit import files
 from keras_vit.files import atomic_write
 from keras_vit.inspect.attention import attention_rollout, attention_weights
 from keras_vit.inspect.distance import attention_distance
@@ -43,7 +42,7 @@ def save_figures(model, images, out_dir, *, max_images=8, num_components=28, bat
     _matplotlib()  # fail before the work when it is missing
     layout = token_layout(model)
     images = check_images(images, layout)
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
     attentions = attention_weights(model, images, batch_size=batch_size)
     shown = slice(0, max_images)
     maps = attention_rollout(
@@ -64,7 +63,7 @@ def save_figures(model, images, out_dir, *, max_images=8, num_components=28, bat
         ("attention_distance", lambda: distance_figure(distances)),
         ("embedding_filters", lambda: filters_figure(tiles, filter_source)),
     ):
-        paths[name] = save_png(draw(), os.path.join(out_dir, f"{name}.png"))
+        paths[name] = save_png(draw(), files.join(out_dir, f"{name}.png"))
     return paths
 
 
