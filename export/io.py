@@ -1,5 +1,6 @@
 """Atomic file and directory writes, and reading models, labels and images."""
 
+import io
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from export.errors import ExportError
+from keras_vit import files
 from keras_vit.files import atomic_write_bytes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -26,7 +28,13 @@ def replace_path(staged, target):
     Files are swapped with one `os.replace`. A directory cannot be replaced in one step, so the old one
     is first renamed aside (`.old-*` in the same parent) and deleted only once the new one is in place;
     a crash between the two renames leaves the old artifact under that `.old-*` name, never a half-written one.
+
+    A URL target (`gs://...`) gets the files one by one, each in one object write (object stores cannot swap a
+    directory): a SavedModel's `saved_model.pb` last, so the directory is loadable only once it is complete, then
+    files the new one does not have are removed.
     """
+    if files.is_remote(target):
+        return _upload(Path(staged), os.fspath(target))
     staged, target = Path(staged), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if not staged.is_dir():
@@ -47,6 +55,21 @@ def replace_path(staged, target):
     return target
 
 
+def _upload(staged, target):
+    if not staged.is_dir():
+        files.copy_file(staged, target)
+        return target
+    names = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
+    names.sort(key=lambda name: name == "saved_model.pb")
+    for name in names:
+        files.copy_file(staged / name, files.join(target, *name.split(os.sep)))
+    fresh = {files.join(target, *name.split(os.sep)) for name in names}
+    for old in files.walk(target):
+        if old not in fresh:
+            files.remove(old)
+    return target
+
+
 def load_keras_model(path):
     """Loads a `.keras` file with the keras_vit layers registered; clear errors for anything else.
 
@@ -57,16 +80,16 @@ def load_keras_model(path):
 
     import keras_vit  # noqa: F401  (registers the custom layers so deserialisation finds them)
 
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not files.isfile(path):
         raise ExportError(f"No model file at {str(path)!r}. Pass a .keras file or a training workdir.")
-    if path.suffix != ".keras":
+    if not path.endswith(".keras"):
         raise ExportError(
             f"Expected a Keras v3 model file ending in .keras. Received: {str(path)!r}. "
             "Save the model with model.save('model.keras') or pass a training workdir."
         )
     # Keras reports a truncated or foreign archive as "File not found"; check the container first.
-    if not zipfile.is_zipfile(path):
+    if not zipfile.is_zipfile(io.BytesIO(files.read_bytes(path)) if files.is_remote(path) else path):
         raise ExportError(
             f"{str(path)!r} is not a .keras archive (a .keras file is a zip; this one is truncated or something "
             "else). Re-save the model with model.save(...)."
@@ -84,10 +107,10 @@ def load_keras_model(path):
 
 def read_labels(path):
     """Reads class names, one per line (blank trailing lines ignored)."""
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not files.isfile(path):
         raise ExportError(f"No labels file at {str(path)!r}. Expected class names, one per line.")
-    labels = path.read_text(encoding="utf-8").splitlines()
+    labels = files.read_text(path).splitlines()
     while labels and not labels[-1].strip():
         labels.pop()
     if not labels:
@@ -103,11 +126,11 @@ def read_image(path):
     """
     from PIL import Image, UnidentifiedImageError
 
-    path = Path(path)
-    if not path.is_file():
+    path = os.fspath(path)
+    if not files.isfile(path):
         raise ExportError(f"No image file at {str(path)!r}.")
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(files.read_bytes(path))) as image:
             image.load()
             return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
@@ -124,22 +147,22 @@ def load_image_set(path):
         (images, labels): images a list of uint8 (H, W, 3) arrays, or one uint8 (N, H, W, 3) array for an
         `.npz`; labels an int64 array or None.
     """
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
+    path = os.fspath(path)
+    if files.isdir(path):
+        images = [files.join(path, name) for name in files.listdir(path) if name.lower().endswith(IMAGE_SUFFIXES)]
+        if not images:
             raise ExportError(
                 f"The folder {str(path)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}). "
                 "Pass a folder of images or an .npz with an 'images' array."
             )
-        return [read_image(p) for p in files], None
-    if path.suffix != ".npz" or not path.is_file():
+        return [read_image(p) for p in images], None
+    if not path.endswith(".npz") or not files.isfile(path):
         raise ExportError(
             f"Expected an .npz file with an 'images' array (uint8, N x H x W x 3) or a folder of images. "
             f"Received: {str(path)!r}"
         )
     try:
-        with np.load(path) as data:
+        with files.load_numpy(path) as data:
             arrays = {k: data[k] for k in data.files}
     except Exception as exc:
         raise ExportError(f"Could not read {str(path)!r} as an .npz archive: {exc}") from exc

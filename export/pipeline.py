@@ -2,10 +2,12 @@
 
 Nothing in the output directory changes until every requested artifact has been built and has passed its
 budget: artifacts are staged in a temporary directory inside `out` and moved into place one by one
-(`os.replace`) at the end, and `report.json` is written last.
+(`os.replace`) at the end, and `report.json` is written last. A URL `out` (`gs://...`) is staged in a local
+temporary directory and gets the files one by one, each in one object write (`export.io.replace_path`).
 """
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +22,7 @@ from export.report import format_table, write_report
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
 from export.verify import BUDGETS, check_budget, compare
+from keras_vit import files
 
 FORMATS = ("saved_model", "tflite")
 RANDOM_VERIFICATION_IMAGES = 32
@@ -129,12 +132,12 @@ def export_model(
         "threads": keras_runner.threads,
         "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
         "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
-        "file_bytes": Path(source).stat().st_size if source and Path(source).is_file() else None,
+        "file_bytes": files.size(source) if source and files.isfile(source) else None,
     }
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    out = os.fspath(out)
+    files.makedirs(out)
+    staging = Path(tempfile.mkdtemp(dir=None if files.is_remote(out) else out, prefix=".staging-"))
     artifacts, staged = [], []
     try:
         if "saved_model" in formats:
@@ -151,7 +154,7 @@ def export_model(
             entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
             entry["passed"] = not entry["failures"]
             artifacts.append(entry)
-            staged.append((path, out / "saved_model"))
+            staged.append((path, files.join(out, "saved_model")))
         for mode in quantize:
             flatbuffer = tflite.convert(model, mode, representative_images, dynamic_batch, int8_io)
             name = f"model_{mode}.tflite"
@@ -172,7 +175,8 @@ def export_model(
                 entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
                 entry["passed"] = False
             artifacts.append(entry)
-            staged += [(path, out / name), (path.with_suffix(".json"), out / path.with_suffix(".json").name)]
+            sidecar = path.with_suffix(".json")
+            staged += [(path, files.join(out, name)), (sidecar, files.join(out, sidecar.name))]
 
         report = {
             "source": str(source) if source else type(model).__name__,
@@ -198,8 +202,8 @@ def export_model(
             for a in artifacts:
                 if a["path"] == str(source_path):
                     a["path"] = str(target)
-        write_report(report, out / "report.json")
-        report["report_path"] = str(out / "report.json")
+        write_report(report, files.join(out, "report.json"))
+        report["report_path"] = files.join(out, "report.json")
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -230,24 +234,26 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
         dict with `model`, `labels`, `representative_images`, `heldout`, `source`, `default_out`,
         `verification_set`.
     """
-    path = Path(path)
-    if path.is_dir():
-        model_file = path / "model.keras"
-        if not model_file.is_file():
+    path = os.fspath(path)
+    if files.isdir(path):
+        model_file = files.join(path, "model.keras")
+        if not files.isfile(model_file):
             raise ExportError(
                 f"{str(path)!r} is a directory without model.keras, so it is not a training workdir. Pass a "
                 ".keras file or a workdir written by `python -m training`."
             )
         workdir = path
-        default_out = path / "export"
+        default_out = files.join(path, "export")
     else:
-        model_file, workdir, default_out = path, None, path.with_name(path.stem + "_export")
+        stem = os.path.splitext(files.basename(path))[0]
+        model_file, workdir, default_out = path, None, files.join(files.dirname(path), stem + "_export")
     model = load_keras_model(model_file)
 
-    labels_file = Path(labels) if isinstance(labels, (str, Path)) else model_file.with_name("labels.txt")
+    labels_file = os.fspath(labels) if isinstance(labels, (str, Path)) else files.join(files.dirname(model_file),
+                                                                                       "labels.txt")
     if isinstance(labels, (list, tuple)):
         label_list = list(labels)
-    elif labels is not None or labels_file.is_file():
+    elif labels is not None or files.isfile(labels_file):
         label_list = read_labels(labels_file)
     else:
         label_list = None
@@ -255,14 +261,14 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
     representative = None
     if representative_data is not None:
         representative, _ = load_image_set(representative_data)
-    elif workdir is not None and (workdir / "samples" / "calibration.npz").is_file():
-        representative, _ = load_image_set(workdir / "samples" / "calibration.npz")
+    elif workdir is not None and files.isfile(files.join(workdir, "samples", "calibration.npz")):
+        representative, _ = load_image_set(files.join(workdir, "samples", "calibration.npz"))
 
     heldout, set_name = None, None
-    heldout_file = Path(heldout_data) if heldout_data is not None else (
-        workdir / "samples" / "heldout.npz" if workdir is not None else None
+    heldout_file = os.fspath(heldout_data) if heldout_data is not None else (
+        files.join(workdir, "samples", "heldout.npz") if workdir is not None else None
     )  # fmt: skip
-    if heldout_file is not None and (heldout_data is not None or heldout_file.is_file()):
+    if heldout_file is not None and (heldout_data is not None or files.isfile(heldout_file)):
         images, truth = load_image_set(heldout_file)
         heldout, set_name = (images, truth), str(heldout_file)
     return {
@@ -300,7 +306,7 @@ def export_workdir(workdir, out=None, **options):
     The main job's export stage: SavedModel + TFLite float32/float16/dynamic_int8/int8/int8_matmul, each verified on
     `samples/heldout.npz`, the int8 modes calibrated on `samples/calibration.npz`. Returns the report dict.
     """
-    workdir = Path(workdir)
-    if not (workdir / "model.keras").is_file():
+    workdir = os.fspath(workdir)
+    if not files.isfile(files.join(workdir, "model.keras")):
         raise ExportError(f"{str(workdir)!r} has no model.keras; it is not a training workdir.")
     return export_path(workdir, out=out, **options)

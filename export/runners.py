@@ -5,14 +5,15 @@ tensor it is given, and times a batch-1 call. `load_runner` picks the kind from 
 """
 
 import json
+import os
 import time
-from pathlib import Path
 
 import numpy as np
 
 from export import preprocessing
 from export.errors import ExportError
 from export.io import load_keras_model, read_labels
+from keras_vit import files
 
 
 def _check_batch(x, image_size, what):
@@ -75,8 +76,8 @@ class SavedModelRunner:
     def __init__(self, path):
         import tensorflow as tf
 
-        path = Path(path)
-        if not (path / "saved_model.pb").is_file():
+        path = os.fspath(path)
+        if not files.isfile(files.join(path, "saved_model.pb")):
             raise ExportError(f"{str(path)!r} is not a SavedModel directory (no saved_model.pb).")
         try:
             self.loaded = tf.saved_model.load(str(path))
@@ -89,8 +90,8 @@ class SavedModelRunner:
         self.model_space = self.loaded.signatures["model_space"]
         spec = self.model_space.structured_input_signature[1]["images"]
         self.image_size = tuple(int(d) for d in spec.shape[1:3])
-        labels_file = path / "assets" / "labels.txt"
-        self.labels = read_labels(labels_file) if labels_file.is_file() else None
+        labels_file = files.join(path, "assets", "labels.txt")
+        self.labels = read_labels(labels_file) if files.isfile(labels_file) else None
 
     @property
     def threads(self):
@@ -126,13 +127,13 @@ class TFLiteRunner:
         from ai_edge_litert.interpreter import Interpreter
 
         if flatbuffer is None:
-            path = Path(path)
-            if not path.is_file():
+            path = os.fspath(path)
+            if not files.isfile(path):
                 raise ExportError(f"No .tflite file at {str(path)!r}.")
-            flatbuffer = path.read_bytes()
-            sidecar = path.with_suffix(".json")
-            if labels is None and sidecar.is_file():
-                labels = json.loads(sidecar.read_text(encoding="utf-8")).get("labels")
+            flatbuffer = files.read_bytes(path)  # LiteRT reads a local file or bytes: bytes work for URLs too
+            sidecar = os.path.splitext(path)[0] + ".json"
+            if labels is None and files.isfile(sidecar):
+                labels = json.loads(files.read_text(sidecar)).get("labels")
         try:
             self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
             self.interpreter.allocate_tensors()
@@ -201,17 +202,18 @@ def load_runner(path, num_threads=1):
     Labels come from beside the artifact: `labels.txt` next to a `.keras` file (a training workdir),
     `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file.
     """
-    path = Path(path)
-    if path.is_dir() and not (path / "saved_model.pb").is_file() and (path / "model.keras").is_file():
-        path = path / "model.keras"  # a training workdir: its Keras model
-    if path.is_dir():
+    path = os.fspath(path)
+    is_dir = files.isdir(path)
+    if is_dir and not files.isfile(files.join(path, "saved_model.pb")) and files.isfile(files.join(path, "model.keras")):
+        path, is_dir = files.join(path, "model.keras"), False  # a training workdir: its Keras model
+    if is_dir:
         return SavedModelRunner(path)
-    if path.suffix == ".tflite":
+    if path.endswith(".tflite"):
         return TFLiteRunner(path=path, num_threads=num_threads)
-    if path.suffix == ".keras":
-        labels_file = path.with_name("labels.txt")
-        return KerasRunner(load_keras_model(path), read_labels(labels_file) if labels_file.is_file() else None)
-    if not path.exists():
+    if path.endswith(".keras"):
+        labels_file = files.join(files.dirname(path), "labels.txt")
+        return KerasRunner(load_keras_model(path), read_labels(labels_file) if files.isfile(labels_file) else None)
+    if not files.exists(path):
         raise ExportError(f"No artifact at {str(path)!r}.")
     raise ExportError(
         f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory or a .tflite file."

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from export import preprocessing
 from export.io import replace_path
+from keras_vit import files
 
 SERVING_KEY = "serving_default"
 MODEL_SPACE_KEY = "model_space"
@@ -67,7 +68,8 @@ def write_saved_model(model, path, labels, top_k=5, metadata=None):
     """Exports `model` as a SavedModel directory at `path`, atomically.
 
     The directory is built beside `path` under a temporary name and renamed into place only when complete,
-    so an existing SavedModel at `path` survives a failed or interrupted export. `assets/labels.txt` and
+    so an existing SavedModel at `path` survives a failed or interrupted export. A URL `path` (`gs://...`) is
+    built in a local temporary directory and uploaded file by file (`export.io.replace_path`). `assets/labels.txt` and
     `assets/preprocessing.json` travel with it; the labels are also baked into the graph.
 
     Args:
@@ -78,12 +80,15 @@ def write_saved_model(model, path, labels, top_k=5, metadata=None):
         metadata: extra JSON-serialisable facts written into `assets/preprocessing.json`.
 
     Returns:
-        The `Path` of the SavedModel directory.
+        The `Path` of the SavedModel directory (a URL as a str).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.staging-") as staging:
-        staged = save_saved_model(model, Path(staging) / path.name, labels, top_k=top_k, metadata=metadata)
+    remote = files.is_remote(path)
+    if not remote:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    name = files.basename(path)
+    with tempfile.TemporaryDirectory(dir=None if remote else path.parent, prefix=f".{name}.staging-") as staging:
+        staged = save_saved_model(model, Path(staging) / name, labels, top_k=top_k, metadata=metadata)
         return replace_path(staged, path)
 
 
