@@ -18,8 +18,8 @@ def _export_parser():
         "artifact against the Keras model, and write report.json. "
         "(`python -m export predict ARTIFACT IMAGE...` classifies images with any artifact.)",
     )
-    p.add_argument("source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/)")
-    p.add_argument("--out", help="output directory (default: WORKDIR/export, or NAME_export beside a .keras file)")
+    p.add_argument("source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/); paths or gs:// URLs")
+    p.add_argument("--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)")
     p.add_argument("--formats", default="saved_model,tflite", help="comma-separated: saved_model,tflite")
     p.add_argument(
         "--quantize",

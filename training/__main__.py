@@ -14,12 +14,12 @@ import sys
 def _train_parser():
     parser = argparse.ArgumentParser(prog="python -m training", description="Train or fine-tune a ViT.")
     parser.add_argument("--config", default="digits", help="recipe in training/configs/ (default: digits)")
-    parser.add_argument("--workdir", help="output directory; re-running with it resumes (default: runs/CONFIG)")
+    parser.add_argument("--workdir", help="output directory or URL (gs://BUCKET/run); re-running with it resumes (default: runs/CONFIG)")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, help="global batch size")
     parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"))
-    parser.add_argument("--init", help=".npz or .keras checkpoint to fine-tune from")
-    parser.add_argument("--data-dir", help="TFDS data directory")
+    parser.add_argument("--init", help=".npz or .keras checkpoint to fine-tune from (a path or a gs:// URL)")
+    parser.add_argument("--data-dir", help="TFDS data directory (a path or a gs:// URL)")
     parser.add_argument("--dataset", help="digits, synthetic, tfds:NAME or folder:PATH")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override any TrainConfig field, e.g. learning_rate=1e-3 or model.dropout_rate=0.1")
