@@ -108,11 +108,30 @@ def test_train_batches_are_static_scaled_and_one_hot():
 def test_eval_preprocessing_is_resize_then_scale():
     source = data.load_source("digits")
     config = TrainConfig(dataset="digits", image_size=16, batch_size=360)
-    x, y = next(iter(data.eval_dataset(source, config)))
+    x, y, _ = next(iter(data.eval_dataset(source, config)))
     raw, label = next(iter(source.heldout))
     expected = (tf.image.resize(tf.cast(raw, tf.float32), (16, 16)).numpy() - 127.5) / 127.5
     np.testing.assert_allclose(x[0].numpy(), expected, atol=1e-6)
     assert int(np.argmax(y[0])) == int(label) and x.shape[0] == 360
+
+
+def test_eval_batches_are_static_and_padded_with_zero_weight_samples():
+    source = data.load_source("synthetic", seed=3)  # 64 held-out images
+    config = TrainConfig(dataset="synthetic", image_size=16, batch_size=48)
+    ds = data.eval_dataset(source, config)
+    assert ds.element_spec[0].shape == (48, 16, 16, 3) and ds.element_spec[2].shape == (48,)
+    batches = [tuple(t.numpy() for t in batch) for batch in ds]
+    assert len(batches) == 2  # ceil(64 / 48)
+    images, labels, weights = (np.concatenate(parts) for parts in zip(*batches))
+    # Every real image once, in order, with weight 96 / 64; then 32 padding samples of weight 0.
+    raw = np.stack([r.numpy() for r, _ in source.heldout])
+    expected = (tf.image.resize(tf.cast(raw, tf.float32), (16, 16)).numpy() - 127.5) / 127.5
+    np.testing.assert_allclose(images[:64], expected, atol=1e-6)
+    np.testing.assert_array_equal(np.argmax(labels[:64], -1), [int(y) for _, y in source.heldout])
+    np.testing.assert_array_equal(weights, [1.5] * 64 + [0.0] * 32)
+    # A batch that divides the split needs no padding: weights 1.
+    weights = np.concatenate([w.numpy() for _, _, w in data.eval_dataset(source, config, batch_size=16)])
+    np.testing.assert_array_equal(weights, np.ones(64))
 
 
 def test_translate_shifts_digits_without_flipping():
@@ -198,7 +217,7 @@ def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
     config = TrainConfig(dataset=f"tfds:{name}", image_size=16, batch_size=4)
     x, y = _batches(data.train_dataset(source, config), 1)[0]
     assert x.shape == (4, 16, 16, 3)
-    x, y = next(iter(data.eval_dataset(source, config)))
+    x, y, _ = next(iter(data.eval_dataset(source, config)))
     # The colour channel of the label is the bright one: decoding and label order are right.
     assert (np.argmax(x.numpy().mean((1, 2)), -1) == np.argmax(y.numpy(), -1)).all()
 

@@ -407,14 +407,46 @@ def _randaugment_fn(config):
 
 
 def eval_dataset(source, config, batch_size=None):
-    """Held-out batches: resize + scale, every image once (last batch may be smaller), one-hot labels."""
+    """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
+
+    A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
+    the held-out split is padded to a whole number of batches. Padding has weight 0; every real image has weight
+    `padded_count / num_heldout` instead of 1. Keras divides a batch's loss by the batch size (reduction
+    "sum_over_batch_size") and averages the batch losses weighted by batch size, so over the whole split its
+    reported loss is sum(weight * loss) / padded_count: with these weights exactly the mean loss over the real
+    images (Keras' own masking uses the same total/valid rescaling). Weighted metrics (`weighted_metrics=` in
+    `compile`, not `metrics=`) divide by the sum of weights, so the constant cancels and top-1/top-5 are the
+    unpadded ones too.
+
+    Args:
+        source: a `Source`.
+        config: a `TrainConfig` (image_size, batch_size).
+        batch_size: overrides `config.batch_size`.
+
+    Returns:
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
+        `ceil(num_heldout / B)` batches, every one of static batch size B.
+    """
+    batch = int(batch_size or config.batch_size)
+    count = source.num_heldout
+    if batch < 1 or count < 1:
+        raise ValueError(f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
+                         f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
+                         f"eval_split.")
+    padded = -(-count // batch) * batch
+    weight = padded / count
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes)),
+        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes),
+                            tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return _with_options(ds.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE))
+    padding = tf.data.Dataset.from_tensors(
+        (tf.zeros([size, size, 3]), tf.zeros([num_classes]), tf.constant(0.0))
+    ).repeat(padded - count)
+    ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
 
 
 def _with_options(ds):
