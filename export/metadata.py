@@ -257,6 +257,8 @@ def read_metadata(flatbuffer):
         while labels and not labels[-1].strip():
             labels.pop()
     out_name = _text(out.name)
+    size = getattr(image, "defaultSize", None)
+    size = None if size is None else [int(size.height), int(size.width)]
 
     def values(stats, key):
         v = getattr(stats, key, None) if stats is not None else None
@@ -274,8 +276,7 @@ def read_metadata(flatbuffer):
             "mean": None if normalization is None else [float(x) for x in normalization.mean],
             "std": None if normalization is None else [float(x) for x in normalization.std],
             "color_space": getattr(image, "colorSpace", None),
-            "size": None if getattr(image, "defaultSize", None) is None
-            else [image.defaultSize.height, image.defaultSize.width],
+            "size": size,
             "min": values(inp.stats, "min"),
             "max": values(inp.stats, "max"),
         },

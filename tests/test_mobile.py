@@ -96,10 +96,11 @@ def test_metadata_is_standard_and_leaves_litert_bit_identical(tiny, tmp_path):
         assert zf.namelist() == ["labels.txt"] and zf.read("labels.txt").decode().splitlines() == LABELS
         assert zf.getinfo("labels.txt").compress_type == zipfile.ZIP_STORED
     info = export.read_metadata(full)
-    assert (info["name"], info["description"], info["version"], info["license"]) == ("tiny", "a test", "7", "Apache-2.0")
+    assert [info[key] for key in ("name", "description", "version", "license")] == ["tiny", "a test", "7", "Apache-2.0"]
     assert info["input"]["mean"] == [127.5] and info["input"]["std"] == [127.5] and info["input"]["size"] == [32, 32]
     assert info["input"]["min"] == [-1.0] and info["input"]["max"] == [1.0]
-    assert info["output"]["kind"] == "probabilities" and (info["output"]["min"], info["output"]["max"]) == ([0.0], [1.0])
+    assert info["output"]["kind"] == "probabilities"
+    assert info["output"]["min"] == [0.0] and info["output"]["max"] == [1.0]
     assert info["labels"] == LABELS and export.read_metadata(raw) is None
     # Writing it again replaces it (one entry, one labels file).
     again = metadata.with_metadata(full, LABELS[::-1], (32, 32), np.float32, "probabilities")
