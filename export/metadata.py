@@ -258,6 +258,8 @@ def read_metadata(flatbuffer):
             labels.pop()
     out_name = _text(out.name)
     size = getattr(image, "defaultSize", None)
+    names = {v: k for k, v in vars(m.ColorSpaceType).items() if not k.startswith("_")}
+    color_space = names.get(getattr(image, "colorSpace", None))
     size = None if size is None else [int(size.height), int(size.width)]
 
     def values(stats, key):
@@ -275,7 +277,7 @@ def read_metadata(flatbuffer):
             "name": _text(inp.name),
             "mean": None if normalization is None else [float(x) for x in normalization.mean],
             "std": None if normalization is None else [float(x) for x in normalization.std],
-            "color_space": getattr(image, "colorSpace", None),
+            "color_space": color_space,
             "size": size,
             "min": values(inp.stats, "min"),
             "max": values(inp.stats, "max"),

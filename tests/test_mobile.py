@@ -98,7 +98,7 @@ def test_metadata_is_standard_and_leaves_litert_bit_identical(tiny, tmp_path):
     info = export.read_metadata(full)
     assert [info[key] for key in ("name", "description", "version", "license")] == ["tiny", "a test", "7", "Apache-2.0"]
     assert info["input"]["mean"] == [127.5] and info["input"]["std"] == [127.5] and info["input"]["size"] == [32, 32]
-    assert info["input"]["min"] == [-1.0] and info["input"]["max"] == [1.0]
+    assert info["input"]["min"] == [-1.0] and info["input"]["max"] == [1.0] and info["input"]["color_space"] == "RGB"
     assert info["output"]["kind"] == "probabilities"
     assert info["output"]["min"] == [0.0] and info["output"]["max"] == [1.0]
     assert info["labels"] == LABELS and export.read_metadata(raw) is None
