@@ -11,6 +11,7 @@ Library functions return paths, bytes and dicts; `python -m export` is a thin CL
 
 from export.errors import ExportError, VerificationError
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+from export.metadata import read_metadata
 from export.pipeline import FORMATS, export_model, export_path, export_workdir, load_source
 from export.predict import format_predictions, predict
 from export.preprocessing import to_model_space
@@ -35,6 +36,7 @@ __all__ = [
     "load_source",
     "non_builtin_ops",
     "predict",
+    "read_metadata",
     "read_ops",
     "to_model_space",
     "write_saved_model",

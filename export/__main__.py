@@ -33,6 +33,18 @@ def _export_parser():
     p.add_argument("--labels", help="class names file, one per line (default: labels.txt beside the model)")
     p.add_argument("--dynamic-batch", action="store_true", help="TFLite batch dimension left open (default 1)")
     p.add_argument("--int8-io", default="float32", choices=("float32", "uint8"), help="full-int8 model's I/O type")
+    p.add_argument(
+        "--tflite-output",
+        default="probabilities",
+        choices=("probabilities", "logits"),
+        help="what the TFLite models output: probabilities (a softmax ends the model; what MediaPipe and the "
+        "TFLite Task Library expect) or logits",
+    )
+    p.add_argument("--model-name", help="TFLite metadata: model name (default: 'keras-vit ' + the Keras model's name)")
+    p.add_argument("--model-description", help="TFLite metadata: description (default: classes, input size, output)")
+    p.add_argument("--model-version", default="1", help="TFLite metadata: model version (default 1)")
+    p.add_argument("--model-license", help="TFLite metadata: license text, e.g. Apache-2.0 (default: none written)")
+    p.add_argument("--model-author", default="keras-vit", help="TFLite metadata: author (default keras-vit)")
     p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
     p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
@@ -74,6 +86,15 @@ def main(argv=None):
             num_threads=args.num_threads,
             latency_runs=args.latency_runs,
             top_k=args.top_k,
+            tflite_output=args.tflite_output,
+            metadata={
+                key: value
+                for key, value in (
+                    ("name", args.model_name), ("description", args.model_description),
+                    ("version", args.model_version), ("license", args.model_license), ("author", args.model_author),
+                )
+                if value is not None
+            },
         )
     except export.VerificationError as exc:
         print(f"error: {exc}", file=sys.stderr)

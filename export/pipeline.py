@@ -54,6 +54,8 @@ def export_model(
     top_k=5,
     source=None,
     verification_set=None,
+    tflite_output="probabilities",
+    metadata=None,
 ):
     """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
 
@@ -76,6 +78,10 @@ def export_model(
         top_k: classes returned by the SavedModel's serving signature.
         source: what to call the model in the report (a path).
         verification_set: a name for the verification images in the report.
+        tflite_output: "probabilities" (the TFLite models end in a softmax, what MediaPipe and the Task
+            Library expect) or "logits".
+        metadata: descriptive fields of the TFLite metadata: a dict with any of name, description, version,
+            license, author (defaults in `export.metadata.build_metadata`).
 
     Returns:
         The report dict (also written to `out/report.json`).
@@ -100,6 +106,7 @@ def export_model(
             "--representative-data PATH (an .npz with a uint8 'images' array or a folder of training images), "
             "export a training workdir (samples/calibration.npz), or use dynamic_int8."
         )
+    tflite.check_output(tflite_output)
     if int8_io not in tflite.INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {tflite.INT8_IO_TYPES}. Received: {int8_io!r}")
     if len(model.output_shape) != 2:
@@ -126,6 +133,9 @@ def export_model(
     images = images[:max_verify_images]
     truth = None if truth is None else np.asarray(truth)[: len(images)]
     x = preprocessing.to_model_space(images, image_size)
+    # What an app feeds: uint8 pixels at the model's size (images of another size resized here, as the app's
+    # own resize would; MediaPipe's resize differs from tf.image.resize, see docs/mobile.md).
+    pixels = np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
     keras_runner = KerasRunner(model, labels)
     reference = keras_runner.logits(x)
     keras_row = {
@@ -156,17 +166,30 @@ def export_model(
             artifacts.append(entry)
             staged.append((path, files.join(out, "saved_model")))
         for mode in quantize:
-            flatbuffer = tflite.convert(model, mode, representative_images, dynamic_batch, int8_io)
+            flatbuffer = tflite.convert(
+                model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
+                metadata={"name": f"keras-vit {model.name}", **(metadata or {})},
+            )  # fmt: skip
             name = f"model_{mode}.tflite"
             path = staging / name
             path.write_bytes(flatbuffer)
-            info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io)
+            info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io, tflite_output)
             path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
             runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
-            figures = compare(runner.logits(x), reference, truth)
-            entry = _entry(
-                name, "tflite", mode, path, len(flatbuffer), figures, runner, x, latency_runs, latency_warmup
-            )
+            # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's
+            # own preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
+            app = compare(runner.outputs_from_pixels(pixels), reference, truth, tflite_output)
+            project = compare(runner.outputs(x), reference, truth, tflite_output)
+            entry = _entry(name, "tflite", mode, path, len(flatbuffer), app, runner, x, latency_runs, latency_warmup)
+            entry["fed_as"] = (
+                "raw uint8 pixels" if runner.input["dtype"] == np.uint8
+                else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
+            )  # fmt: skip
+            entry["project_preprocessing"] = project
+            entry["failures"] += [f"project preprocessing: {f}" for f in check_budget(project, entry["budget"])]
+            entry["passed"] = not entry["failures"]
+            # The metadata as read back from the file; its labels are the report's own, so not repeated.
+            entry["metadata"] = {k: v for k, v in runner.metadata.items() if k != "labels"}
             entry["ops"] = read_ops(flatbuffer)
             entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
             entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
@@ -182,6 +205,7 @@ def export_model(
             "source": str(source) if source else type(model).__name__,
             "out": str(out),
             "model": {"image_size": list(image_size), "classes": num_classes, "parameters": int(model.count_params())},
+            "tflite_output": tflite_output if quantize else None,
             "labels": labels,
             "verification": {"set": set_name, "images": int(len(x)), "labelled": truth is not None},
             "latency_runs": latency_runs,
@@ -288,6 +312,9 @@ def export_path(path, out=None, labels=None, representative_data=None, heldout_d
     Output goes to `out`, by default `WORKDIR/export/` for a workdir and `<name>_export/` beside a file.
     """
     src = load_source(path, labels=labels, representative_data=representative_data, heldout_data=heldout_data)
+    # The TFLite metadata's model name: the workdir's (or the .keras file's) name unless one is given.
+    named = files.basename(path) if files.isdir(path) else os.path.splitext(files.basename(path))[0]
+    options["metadata"] = {"name": f"keras-vit {named}", **(options.get("metadata") or {})}
     return export_model(
         src["model"],
         out if out is not None else src["default_out"],

@@ -22,7 +22,8 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1):
         artifact: path to a `.keras` file, a SavedModel directory or a `.tflite` file.
         images: image file paths, or uint8 RGB arrays (H, W, 3) of any size.
         top_k: how many classes to return per image.
-        labels: a labels file path or a list of names; default: the labels shipped with the artifact.
+        labels: a labels file path or a list of names; default: the labels shipped with the artifact (for a
+            `.tflite` file its `.json` sidecar, else the labels file embedded in its metadata).
         num_threads: LiteRT interpreter threads.
 
     Returns:
@@ -39,14 +40,18 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1):
             arrays.append(image)
     if not arrays:
         raise ExportError("No images given. Pass one or more image files.")
-    logits = runner.logits_from_images(arrays)
+    outputs = runner.outputs_from_images(arrays)
     if isinstance(labels, (str, Path)):
         labels = read_labels(labels)
     labels = labels or runner.labels
-    if labels is not None and len(labels) != logits.shape[-1]:
-        raise ExportError(f"{len(labels)} labels for a model with {logits.shape[-1]} classes; they must match.")
-    probabilities = softmax(logits.astype(np.float64))
-    k = max(1, min(int(top_k), logits.shape[-1]))
+    if labels is not None and len(labels) != outputs.shape[-1]:
+        raise ExportError(f"{len(labels)} labels for a model with {outputs.shape[-1]} classes; they must match.")
+    # TFLite models end in a softmax by default; the others (and `--tflite-output logits`) return logits.
+    if runner.output_kind == "probabilities":
+        probabilities = outputs.astype(np.float64)
+    else:
+        probabilities = softmax(outputs.astype(np.float64))
+    k = max(1, min(int(top_k), outputs.shape[-1]))
     results = []
     for name, p in zip(names, probabilities):
         ids = np.argsort(-p, kind="stable")[:k]

@@ -43,12 +43,9 @@ def check_images(images):
     return out
 
 
-def to_model_space(images, image_size):
-    """Resizes raw uint8 images to `image_size` and scales them to [-1, 1]: the model's float32 input.
-
-    Uses `tf.image.resize` (bilinear, half-pixel centres, no antialias), the same op the SavedModel's
-    serving signature runs, so both paths see identical tensors.
-    """
+def resize_pixels(images, image_size):
+    """Raw uint8 images -> float32 (N, H, W, 3) pixel values (0..255) at `image_size`, resized with
+    `tf.image.resize` (bilinear, half-pixel centres, no antialias); images already at that size pass unchanged."""
     import tensorflow as tf
 
     images = check_images(images)
@@ -59,4 +56,13 @@ def to_model_space(images, image_size):
         if tuple(image.shape[:2]) != (height, width):
             x = tf.image.resize(x, (height, width), method="bilinear")
         batch.append(x.numpy())
-    return scale_pixels(np.stack(batch))
+    return np.stack(batch)
+
+
+def to_model_space(images, image_size):
+    """Resizes raw uint8 images to `image_size` and scales them to [-1, 1]: the model's float32 input.
+
+    Uses `tf.image.resize` (bilinear, half-pixel centres, no antialias), the same op the SavedModel's
+    serving signature runs, so both paths see identical tensors.
+    """
+    return scale_pixels(resize_pixels(images, image_size))

@@ -16,15 +16,24 @@ def _pct(x):
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def _output(figures):
+    return "probs" if figures.get("output") == "probabilities" else "logits"
+
+
+def _max_diff(figures):
+    return figures["max_abs_probability_diff" if figures.get("output") == "probabilities" else "max_abs_logit_diff"]
+
+
 def format_table(report):
     """A readable table, one row per artifact (plus the Keras reference), and each artifact's op notes."""
-    header = ("artifact", "size", "max|dlogit|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
+    # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
+    header = ("artifact", "size", "output", "max|diff|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
     keras = report["keras"]
-    rows = [("keras (reference)", _size(keras.get("file_bytes")), "-", "-", _pct(keras.get("top1_accuracy")),
+    rows = [("keras (reference)", _size(keras.get("file_bytes")), "logits", "-", "-", _pct(keras.get("top1_accuracy")),
              f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]  # fmt: skip
     for a in report["artifacts"]:
         rows.append((
-            a["name"], _size(a["file_bytes"]), f"{a['max_abs_logit_diff']:.2e}", _pct(a["top1_agreement"]),
+            a["name"], _size(a["file_bytes"]), _output(a), f"{_max_diff(a):.2e}", _pct(a["top1_agreement"]),
             _pct(a["top1_accuracy"]), f"{a['latency_ms']:.3f}", str(a["threads"]),
             "ok" if a["passed"] else "FAIL",
         ))  # fmt: skip
@@ -48,6 +57,18 @@ def format_table(report):
             served = a["serving_default_max_abs_logit_diff"]
             out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
         if a["format"] == "tflite":
+            project = a["project_preprocessing"]
+            out.append(
+                f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
+                f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
+                f"top1 acc {_pct(project['top1_accuracy'])}"
+            )
+            meta = a.get("metadata")
+            out.append(
+                "  metadata: none" if not meta else
+                f"  metadata: {meta['name']!r} v{meta['version']}, input normalisation mean {meta['input']['mean']} "
+                f"std {meta['input']['std']}, output {meta['output']['name']}, labels in {meta['output']['labels_file']}"
+            )  # fmt: skip
             ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
             out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
             out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")

@@ -1,7 +1,9 @@
 """One interface over the three artifact kinds: a Keras model, a SavedModel directory, a .tflite file.
 
-Each runner turns model-space float32 images (N, H, W, 3) in [-1, 1] into logits (N, classes), checks the
-tensor it is given, and times a batch-1 call. `load_runner` picks the kind from the path.
+Each runner turns model-space float32 images (N, H, W, 3) in [-1, 1] into its model's outputs (N, classes),
+checks the tensor it is given, and times a batch-1 call; `output_kind` says whether the outputs are "logits"
+(Keras, SavedModel's model_space, `--tflite-output logits`) or "probabilities" (TFLite models by default).
+`load_runner` picks the kind from the path.
 """
 
 import json
@@ -10,6 +12,7 @@ import time
 
 import numpy as np
 
+from export import metadata as tflite_metadata
 from export import preprocessing
 from export.errors import ExportError
 from export.io import load_keras_model, read_labels
@@ -44,6 +47,7 @@ class KerasRunner:
     """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do)."""
 
     kind = "keras"
+    output_kind = "logits"
 
     def __init__(self, model, labels=None):
         import tensorflow as tf
@@ -67,11 +71,15 @@ class KerasRunner:
     def logits_from_images(self, images):
         return self.logits(preprocessing.to_model_space(images, self.image_size))
 
+    outputs = logits
+    outputs_from_images = logits_from_images
+
 
 class SavedModelRunner:
     """Runs an exported SavedModel: `model_space` for tensors, `serving_default` for raw images."""
 
     kind = "saved_model"
+    output_kind = "logits"
 
     def __init__(self, path):
         import tensorflow as tf
@@ -117,23 +125,33 @@ class SavedModelRunner:
             return np.concatenate([self.serving(images=b)["logits"].numpy() for b in batches])
         return np.concatenate([self.serve(image)["logits"] for image in images])
 
+    outputs = logits
+    outputs_from_images = logits_from_images
+
 
 class TFLiteRunner:
-    """Runs a .tflite flatbuffer with LiteRT's interpreter; quantized I/O is (de)quantized here."""
+    """Runs a .tflite flatbuffer with LiteRT's interpreter; quantized I/O is (de)quantized here.
+
+    Labels, the output kind and the input normalisation come from the `.json` sidecar beside a file, else from
+    the model's embedded metadata (what MediaPipe reads), else the project's defaults.
+    """
 
     kind = "tflite"
 
     def __init__(self, flatbuffer=None, path=None, num_threads=1, labels=None):
         from ai_edge_litert.interpreter import Interpreter
 
+        output_kind = None
         if flatbuffer is None:
             path = os.fspath(path)
             if not files.isfile(path):
                 raise ExportError(f"No .tflite file at {str(path)!r}.")
             flatbuffer = files.read_bytes(path)  # LiteRT reads a local file or bytes: bytes work for URLs too
             sidecar = os.path.splitext(path)[0] + ".json"
-            if labels is None and files.isfile(sidecar):
-                labels = json.loads(files.read_text(sidecar)).get("labels")
+            if files.isfile(sidecar):
+                info = json.loads(files.read_text(sidecar))
+                labels = info.get("labels") if labels is None else labels
+                output_kind = (info.get("output") or {}).get("meaning")
         try:
             self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
             self.interpreter.allocate_tensors()
@@ -142,7 +160,18 @@ class TFLiteRunner:
             raise ExportError(f"LiteRT could not load the flatbuffer{where}: {exc}") from exc
         self.flatbuffer = bytes(flatbuffer)
         self.num_threads = int(num_threads)
-        self.labels = labels
+        try:
+            self.metadata = tflite_metadata.read_metadata(self.flatbuffer)
+        except ExportError as exc:
+            raise ExportError(f"The TFLite model{' ' + repr(str(path)) if path else ''} has unreadable metadata: {exc}") from exc
+        meta = self.metadata or {"input": {}, "output": {}}
+        self.labels = labels if labels is not None else meta.get("labels")
+        self.output_kind = output_kind or meta["output"].get("kind") or "logits"
+        mean, std = meta["input"].get("mean"), meta["input"].get("std")
+        # One mean/std for all channels (what this exporter writes); per-channel values are not used here.
+        self.normalization = (
+            (float(mean[0]), float(std[0])) if mean and std else (preprocessing.PIXEL_CENTER, preprocessing.PIXEL_SCALE)
+        )
         inputs, outputs = self.interpreter.get_input_details(), self.interpreter.get_output_details()
         if len(inputs) != 1 or len(outputs) != 1:
             raise ExportError(f"Expected one input and one output tensor; found {len(inputs)} and {len(outputs)}.")
@@ -181,16 +210,60 @@ class TFLiteRunner:
         self.interpreter.invoke()
         return self.interpreter.get_tensor(self.output["index"])
 
-    def logits(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, "The TFLite model")
-        xq = self._quantize(x)
+    def _run(self, feed, batch_size=64):
         step = batch_size if self.dynamic_batch else 1
-        out = [self._dequantize(self._invoke(xq[i : i + step])) for i in range(0, len(xq), step)]
+        out = [self._dequantize(self._invoke(feed[i : i + step])) for i in range(0, len(feed), step)]
         return np.concatenate(out).astype(np.float32)
+
+    def outputs(self, x, batch_size=64):
+        """The model's outputs (`output_kind`) for model-space images; a uint8 input is quantized from them."""
+        x = _check_batch(x, self.image_size, "The TFLite model")
+        return self._run(self._quantize(x), batch_size)
+
+    def logits(self, x, batch_size=64):
+        if self.output_kind != "logits":
+            raise ExportError(
+                f"This TFLite model outputs {self.output_kind}, not logits. Use .outputs(x), or export with "
+                "--tflite-output logits."
+            )
+        return self.outputs(x, batch_size)
+
+    def outputs_from_pixels(self, pixels, batch_size=64):
+        """The model's outputs for uint8 images at its input size, fed the way apps feed them.
+
+        A uint8-input model gets the raw pixels; a float-input model gets the normalisation computed as
+        MediaPipe's ImageClassifier computes it from the metadata's mean and std: the range
+        [(0 - mean) / std, (255 - mean) / std] mapped linearly from 0..255 in float32, i.e.
+        `x * (2 / 255) - 1` here, which rounds differently from `(x - 127.5) / 127.5` in the last bit.
+        """
+        pixels = np.asarray(pixels)
+        expected = (*self.image_size, 3)
+        if pixels.dtype != np.uint8 or pixels.ndim != 4 or tuple(pixels.shape[1:]) != expected:
+            raise ExportError(
+                f"Expected uint8 pixels shaped (N, {expected[0]}, {expected[1]}, 3). Received dtype {pixels.dtype}, "
+                f"shape {pixels.shape}. Resize them to the model's input size first."
+            )
+        if self.input["dtype"] == np.uint8:
+            return self._run(pixels, batch_size)
+        if self.input["dtype"] != np.float32:
+            raise ExportError(f"Cannot feed pixels to a {np.dtype(self.input['dtype']).name} input tensor.")
+        mean, std = self.normalization
+        low, high = np.float32((0.0 - mean) / std), np.float32((255.0 - mean) / std)
+        x = pixels.astype(np.float32) * np.float32((high - low) / 255.0) + low
+        return self._run(x, batch_size)
 
     def latency_ms(self, x1, runs=50, warmup=5):
         xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))
         return _median_ms(lambda: self._invoke(xq), runs, warmup)
+
+    def outputs_from_images(self, images):
+        """Outputs for raw uint8 images of any size: bilinear resize (`tf.image.resize`), then the metadata's
+        normalisation for a float input, or pixels rounded back to uint8 for a uint8 input."""
+        pixels = preprocessing.resize_pixels(images, self.image_size)
+        if self.input["dtype"] == np.uint8:
+            return self._run(np.clip(np.round(pixels), 0, 255).astype(np.uint8))
+        mean, std = self.normalization
+        return self._run(((pixels - mean) / std).astype(np.float32))
 
     def logits_from_images(self, images):
         return self.logits(preprocessing.to_model_space(images, self.image_size))
@@ -200,7 +273,8 @@ def load_runner(path, num_threads=1):
     """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a `.tflite` file.
 
     Labels come from beside the artifact: `labels.txt` next to a `.keras` file (a training workdir),
-    `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file.
+    `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file or, without one, the
+    model's embedded metadata.
     """
     path = os.fspath(path)
     is_dir = files.isdir(path)

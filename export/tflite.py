@@ -5,12 +5,17 @@ Keras 3 models are traced into a `tf.function` with a fixed input signature, the
 constants (`convert_variables_to_constants_v2`), and that graph is converted with the builtin op set only.
 Freezing matters: converting the live function (or a SavedModel of it) keeps VAR_HANDLE/READ_VARIABLE ops
 whose buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN.
+
+The models end in a softmax by default (`output="probabilities"`): MediaPipe and the Task Library report the
+output as scores and filter them with thresholds meant for probabilities. Every flatbuffer carries the standard
+TFLite metadata (export/metadata.py), so those clients find the normalisation and the labels in the file.
 """
 
 import warnings
 
 import numpy as np
 
+from export import metadata as tflite_metadata
 from export import preprocessing
 from export.errors import ExportError, check_choices
 from export.flatbuffer import non_builtin_ops, read_ops
@@ -26,6 +31,7 @@ CALIBRATED_MODES = ("int8", "int8_matmul")
 # 0.54x float32 latency on an AVX-512 VNNI CPU, where the full-integer model is no faster than float32.
 INT8_MATMUL_OPS = ("FULLY_CONNECTED", "CONV_2D", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "CONCATENATION", "GATHER")
 INT8_IO_TYPES = ("float32", "uint8")
+OUTPUTS = tflite_metadata.OUTPUT_KINDS  # ("probabilities", "logits"): what the model's output tensor holds
 DEFAULT_CALIBRATION_STEPS = 512
 
 
@@ -34,8 +40,20 @@ def check_quantization(modes):
     return check_choices(modes, QUANTIZATION_MODES, "quantization mode(s)", "--quantize float32,int8")
 
 
-def frozen_function(model, dynamic_batch=False):
-    """Traces `model` at its input size (batch 1, or dynamic) and freezes its variables into constants."""
+def check_output(output):
+    """Validates the TFLite output kind ("probabilities" or "logits")."""
+    if output not in OUTPUTS:
+        raise ExportError(
+            f"Unknown TFLite output {output!r}. Choose from {', '.join(OUTPUTS)} (e.g. --tflite-output logits)."
+        )
+    return output
+
+
+def frozen_function(model, dynamic_batch=False, output="logits"):
+    """Traces `model` at its input size (batch 1, or dynamic) and freezes its variables into constants.
+
+    `output="probabilities"` appends a softmax over the logits (one SOFTMAX op in the TFLite model).
+    """
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
@@ -47,10 +65,13 @@ def frozen_function(model, dynamic_batch=False):
         )
 
     @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
-    def logits(images):
-        return {"logits": model(images, training=False)}
+    def function(images):
+        logits = model(images, training=False)
+        if output == "probabilities":
+            return {"probabilities": tf.nn.softmax(logits, axis=-1)}
+        return {"logits": logits}
 
-    return convert_variables_to_constants_v2(logits.get_concrete_function())
+    return convert_variables_to_constants_v2(function.get_concrete_function())
 
 
 def convert(
@@ -60,8 +81,11 @@ def convert(
     dynamic_batch=False,
     int8_io="float32",
     calibration_steps=DEFAULT_CALIBRATION_STEPS,
+    output="probabilities",
+    labels=None,
+    metadata=None,
 ):
-    """Converts a Keras model to a TFLite flatbuffer with builtin ops only.
+    """Converts a Keras model to a TFLite flatbuffer with builtin ops only, with TFLite metadata embedded.
 
     Args:
         model: Keras model, NHWC float input in [-1, 1] at a static size, logits out.
@@ -75,9 +99,15 @@ def convert(
         int8_io: for "int8": "float32" (quantize/dequantize inside the model) or "uint8" (the caller feeds
             and reads quantized tensors, using the scale/zero-point of the input and output details).
         calibration_steps: at most this many representative images are used.
+        output: "probabilities" (a softmax ends the model; what MediaPipe and the Task Library expect) or
+            "logits".
+        labels: class names for the metadata's labels file (default "0", "1", ...).
+        metadata: descriptive metadata fields, a dict with any of name, description, version, license,
+            author (see `export.metadata.build_metadata`); False writes the converter's flatbuffer as it is,
+            without metadata.
 
     Returns:
-        The flatbuffer as `bytes`.
+        The flatbuffer as `bytes`: the model, its TFLITE_METADATA and the appended labels file.
 
     Raises:
         ExportError: unknown mode, missing representative data, or a graph that needs non-builtin ops.
@@ -85,6 +115,14 @@ def convert(
     import tensorflow as tf
 
     (quantize,) = check_quantization([quantize])
+    check_output(output)
+    num_classes = int(model.output_shape[-1])
+    labels = [str(i) for i in range(num_classes)] if labels is None else list(labels)
+    if len(labels) != num_classes:
+        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
+    bad_labels = [label for label in labels if "\n" in label or "\r" in label]
+    if bad_labels:
+        raise ExportError(f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}")
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
     representative = None
@@ -104,7 +142,7 @@ def convert(
 
     # Passing the model as the trackable object selects the converter's current path (without it TF warns and
     # falls back to a deprecated one); the frozen function has no variables left for it to track.
-    function = frozen_function(model, dynamic_batch)
+    function = frozen_function(model, dynamic_batch, output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
     # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -146,7 +184,12 @@ def convert(
     bad = non_builtin_ops(read_ops(flatbuffer))
     if bad:
         raise ExportError(f"The {quantize} TFLite model contains non-builtin ops {bad}; refusing to write it.")
-    return flatbuffer
+    if metadata is False:
+        return flatbuffer
+    input_dtype = np.uint8 if quantize == "int8" and int8_io == "uint8" else np.float32
+    return tflite_metadata.with_metadata(
+        flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
+    )
 
 
 def quantize_matmuls_only(converter, float_flatbuffer, representative):
@@ -170,7 +213,7 @@ def quantize_matmuls_only(converter, float_flatbuffer, representative):
     return debugger.get_nondebug_quantized_model()
 
 
-def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io):
+def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io, output="probabilities"):
     """The JSON written next to a .tflite file: labels, preprocessing and the I/O tensors' details."""
     from ai_edge_litert.interpreter import Interpreter
 
@@ -194,5 +237,6 @@ def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io):
         "labels": list(labels),
         "preprocessing": preprocessing.describe(model.input_shape[1:3]),
         "input": tensor(inp),
-        "output": dict(tensor(out), meaning="logits"),
+        "output": dict(tensor(out), meaning=output),
+        "metadata": tflite_metadata.read_metadata(flatbuffer) is not None,
     }

@@ -6,6 +6,8 @@ import numpy as np
 # set; accuracy drops are in percentage points of top-1 accuracy on the labelled held-out set (or, with no
 # labels, of disagreement with the Keras model's top-1; on an unlabelled set, often random noise near class
 # boundaries, one flipped image is always allowed, so the budget there is max(limit, 100 / N) points).
+# For an artifact that outputs probabilities (TFLite's default) the logit limits apply to its probabilities,
+# compared with the softmax of the Keras logits (on the probability scale, 1, max_rel equals max_abs).
 BUDGETS = {
     "saved_model": {"max_abs_logit_diff": 1e-4},
     "float32": {"max_abs_logit_diff": 1e-4},
@@ -17,18 +19,34 @@ BUDGETS = {
 }
 
 
-def compare(logits, reference, labels=None):
-    """Agreement figures of `logits` against the Keras `reference` (both (N, classes))."""
-    logits, reference = np.asarray(logits, np.float64), np.asarray(reference, np.float64)
-    if logits.shape != reference.shape:
-        raise ValueError(f"Shapes differ: artifact {logits.shape} vs keras {reference.shape}.")
-    diff = np.abs(logits - reference)
+def softmax(logits):
+    z = np.asarray(logits, np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def compare(outputs, reference, labels=None, output="logits"):
+    """Agreement figures of an artifact's `outputs` against the Keras logits `reference` (both (N, classes)).
+
+    With `output="probabilities"` the outputs are compared with softmax(reference), and the difference figures
+    are named `max_abs_probability_diff` / `max_rel_probability_diff`.
+    """
+    outputs, reference = np.asarray(outputs, np.float64), np.asarray(reference, np.float64)
+    if outputs.shape != reference.shape:
+        raise ValueError(f"Shapes differ: artifact {outputs.shape} vs keras {reference.shape}.")
+    if output == "probabilities":
+        reference = softmax(reference)
+    elif output != "logits":
+        raise ValueError(f"output must be 'logits' or 'probabilities'. Received: {output!r}")
+    word = "logit" if output == "logits" else "probability"
+    diff = np.abs(outputs - reference)
     scale = max(1.0, float(np.abs(reference).max()))
-    top1, ref_top1 = logits.argmax(-1), reference.argmax(-1)
+    top1, ref_top1 = outputs.argmax(-1), reference.argmax(-1)
     result = {
-        "images": int(len(logits)),
-        "max_abs_logit_diff": float(diff.max()),
-        "max_rel_logit_diff": float(diff.max() / scale),
+        "images": int(len(outputs)),
+        "output": output,
+        f"max_abs_{word}_diff": float(diff.max()),
+        f"max_rel_{word}_diff": float(diff.max() / scale),
         "top1_agreement": float((top1 == ref_top1).mean()),
         "top1_accuracy": None,
         "keras_top1_accuracy": None,
@@ -54,6 +72,8 @@ def check_budget(figures, budget):
                 else "top-1 disagreement with Keras (points; no labels)"
             )  # fmt: skip
         else:
+            if figures.get("output") == "probabilities":
+                key = key.replace("logit", "probability")
             value, what = figures[key], key.replace("_", " ")
         if not np.isfinite(value) or value > limit:
             failures.append(f"{what} = {value:.3g} > {limit:g}")

@@ -40,8 +40,14 @@ def digits(digits_main_job):
     )  # fmt: skip
 
 
+def softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def run_tflite(path, x):
-    """Runs a .tflite file image by image with LiteRT, (de)quantizing with the tensors' own parameters."""
+    """Runs a .tflite file image by image with LiteRT, (de)quantizing with the tensors' own parameters; returns
+    its outputs (probabilities: the exported models end in a softmax)."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path), num_threads=1)
@@ -113,12 +119,15 @@ def test_export_wrote_every_artifact_and_passed(digits):
 
 
 def test_tflite_float32_matches_keras(digits):
-    logits = run_tflite(digits.out / "model_float32.tflite", digits.x)
-    assert np.abs(logits - digits.keras_logits).max() <= 1e-4
-    assert np.array_equal(logits.argmax(-1), digits.keras_logits.argmax(-1))  # 100% top-1 agreement
+    probabilities = run_tflite(digits.out / "model_float32.tflite", digits.x)
+    expected = softmax(digits.keras_logits.astype(np.float64))
+    assert np.abs(probabilities - expected).max() <= 1e-4
+    assert np.array_equal(probabilities.argmax(-1), digits.keras_logits.argmax(-1))  # 100% top-1 agreement
     entry = next(a for a in digits.report["artifacts"] if a["name"] == "model_float32.tflite")
-    assert entry["max_abs_logit_diff"] == pytest.approx(np.abs(logits - digits.keras_logits).max(), abs=1e-6)
-    assert entry["top1_agreement"] == 1.0
+    project = entry["project_preprocessing"]  # the report's figures with (x - 127.5) / 127.5, as fed here
+    assert project["max_abs_probability_diff"] == pytest.approx(np.abs(probabilities - expected).max(), abs=1e-6)
+    assert entry["top1_agreement"] == project["top1_agreement"] == 1.0
+    assert entry["output"] == "probabilities" and entry["max_abs_probability_diff"] <= 1e-4
 
 
 def test_full_int8_keeps_accuracy_and_is_small(digits):
@@ -130,7 +139,7 @@ def test_full_int8_keeps_accuracy_and_is_small(digits):
     float_size = (digits.out / "model_float32.tflite").stat().st_size
     assert int8_size <= 0.30 * float_size, (int8_size, float_size)
     entry = next(a for a in digits.report["artifacts"] if a["name"] == "model_int8.tflite")
-    assert entry["top1_accuracy"] == pytest.approx(int8_accuracy)
+    assert entry["project_preprocessing"]["top1_accuracy"] == pytest.approx(int8_accuracy)
 
 
 def test_full_int8_with_uint8_io_keeps_accuracy(digits):
@@ -171,7 +180,7 @@ def test_int8_matmul_quantises_every_matmul_and_keeps_accuracy(digits):
     accuracy = np.mean(logits.argmax(-1) == digits.labels)
     assert agreement >= 0.99 and 100 * (keras_accuracy - accuracy) <= 1.0, (agreement, keras_accuracy, accuracy)
     entry = next(a for a in digits.report["artifacts"] if a["name"] == path.name)
-    assert entry["top1_accuracy"] == pytest.approx(accuracy) and entry["passed"]
+    assert entry["project_preprocessing"]["top1_accuracy"] == pytest.approx(accuracy) and entry["passed"]
 
 
 def test_other_quantized_models_within_budget(digits):
@@ -180,8 +189,8 @@ def test_other_quantized_models_within_budget(digits):
         logits = run_tflite(digits.out / name, digits.x)
         drop = 100 * (np.mean(keras_top1 == digits.labels) - np.mean(logits.argmax(-1) == digits.labels))
         assert drop <= 1.0, name
-    logits16 = run_tflite(digits.out / "model_float16.tflite", digits.x)
-    assert np.abs(logits16 - digits.keras_logits).max() <= 1e-2 * max(1.0, np.abs(digits.keras_logits).max())
+    probabilities16 = run_tflite(digits.out / "model_float16.tflite", digits.x)
+    assert np.abs(probabilities16 - softmax(digits.keras_logits.astype(np.float64))).max() <= 1e-2
 
 
 def test_every_tflite_artifact_has_builtin_ops_only(digits):
@@ -207,6 +216,7 @@ def test_tflite_sidecar_records_labels_and_preprocessing(digits):
     assert info["preprocessing"]["resize"]["size"] == [16, 16]
     assert info["preprocessing"]["center"] == 127.5 and info["preprocessing"]["divisor"] == 127.5
     assert info["input"]["shape"] == [1, 16, 16, 3]  # batch 1 by default
+    assert info["output"]["meaning"] == "probabilities" and info["metadata"] is True
 
 
 def test_saved_model_serves_uint8_images_of_two_sizes(digits):

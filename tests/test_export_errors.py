@@ -112,11 +112,22 @@ def test_wrong_shaped_or_typed_tensors(tiny):
     keras_runner = KerasRunner(model)
     for runner in (tflite, keras_runner):
         with pytest.raises(export.ExportError, match=r"\(N, 32, 32, 3\).*\(1, 20, 20, 3\)"):
-            runner.logits(np.zeros((1, 20, 20, 3), np.float32))
+            runner.outputs(np.zeros((1, 20, 20, 3), np.float32))
         with pytest.raises(export.ExportError, match="float32"):
-            runner.logits(np.zeros((1, 32, 32, 3), np.float64))
+            runner.outputs(np.zeros((1, 32, 32, 3), np.float64))
         with pytest.raises(export.ExportError, match="shaped"):
-            runner.logits(np.zeros((32, 32, 3), np.float32))
+            runner.outputs(np.zeros((32, 32, 3), np.float32))
+    # The TFLite model ends in a softmax by default: asking it for logits says so and names the option.
+    with pytest.raises(export.ExportError, match="outputs probabilities, not logits.*--tflite-output logits"):
+        tflite.logits(np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(export.ExportError, match=r"uint8 pixels shaped \(N, 32, 32, 3\).*float32"):
+        tflite.outputs_from_pixels(np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(export.ExportError, match="Unknown TFLite output 'scores'.*logits"):
+        export.convert_tflite(model, "float32", output="scores")
+    with pytest.raises(export.ExportError, match="line breaks"):
+        export.convert_tflite(model, "float32", labels=["a\nb", *map(str, range(9))])
+    with pytest.raises(export.ExportError, match="9 labels for a model with 10 outputs"):
+        export.convert_tflite(model, "float32", labels=list(map(str, range(9))))
     with pytest.raises(export.ExportError, match="uint8"):
         export.predict(tiny[0] / "model.keras", [np.zeros((8, 8, 3), np.float32)])
     with pytest.raises(export.ExportError, match=r"\(H, W, 3\)"):
@@ -134,7 +145,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
 
     # 1. A verification failure: an impossible budget for float32.
     monkeypatch.setitem(export.verify.BUDGETS, "float32", {"max_abs_logit_diff": -1.0})
-    with pytest.raises(export.VerificationError, match="max abs logit diff") as caught:
+    with pytest.raises(export.VerificationError, match="max abs probability diff") as caught:
         export.export_path(root / "model.keras", **options)
     assert "nothing in the output directory was changed" in str(caught.value)
     assert not caught.value.report["passed"]

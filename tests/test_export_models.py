@@ -8,6 +8,11 @@ from export.runners import KerasRunner, TFLiteRunner
 from tests import export_fixtures as fx
 
 
+def softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def random_images(n, size, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
@@ -16,8 +21,10 @@ def check_report(report, expected_names):
     assert report["passed"], export.format_table(report)
     assert [a["name"] for a in report["artifacts"]] == expected_names
     for a in report["artifacts"]:
-        if a["quantization"] in (None, "float32"):
+        if a["quantization"] is None:
             assert a["max_abs_logit_diff"] <= 1e-4 and a["top1_agreement"] == 1.0
+        if a["quantization"] == "float32":  # a softmax ends the TFLite models
+            assert a["max_abs_probability_diff"] <= 1e-4 and a["top1_agreement"] == 1.0
         if a["format"] == "tflite":
             assert a["non_builtin_ops"] == [] and a["ops"]
 
@@ -32,7 +39,8 @@ def test_testing_variant_float32_and_dynamic_int8(tmp_path):
     # The verification is independent of the report's own code path: rerun the written file.
     tflite = TFLiteRunner(path=tmp_path / "model_float32.tflite")
     x = export.to_model_space(images, (32, 32))
-    np.testing.assert_allclose(tflite.logits(x), model.predict(x, verbose=0), atol=1e-4)
+    assert tflite.output_kind == "probabilities"
+    np.testing.assert_allclose(tflite.outputs(x), softmax(model.predict(x, verbose=0)), atol=1e-5)
     assert tflite.labels == [str(i) for i in range(10)]
 
 
@@ -54,7 +62,7 @@ def test_dynamic_batch_option(tmp_path):
     runner = TFLiteRunner(flatbuffer)
     assert runner.dynamic_batch and list(runner.input["shape_signature"]) == [-1, 32, 32, 3]
     x = export.to_model_space(random_images(5, 32), (32, 32))
-    np.testing.assert_allclose(runner.logits(x), model.predict(x, verbose=0), atol=1e-4)
+    np.testing.assert_allclose(runner.outputs(x), softmax(model.predict(x, verbose=0)), atol=1e-5)
     fixed = TFLiteRunner(export.convert_tflite(model, "float32"))
     assert list(fixed.input["shape_signature"]) == [1, 32, 32, 3]
 
@@ -62,8 +70,9 @@ def test_dynamic_batch_option(tmp_path):
 def test_full_int8_with_uint8_io(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     images = random_images(64, 32)
-    flatbuffer = export.convert_tflite(model, "int8", representative_images=images, int8_io="uint8")
+    flatbuffer = export.convert_tflite(model, "int8", representative_images=images, int8_io="uint8", output="logits")
     runner = TFLiteRunner(flatbuffer)
+    assert runner.output_kind == "logits" and export.read_metadata(flatbuffer)["output"]["min"] is None
     assert runner.input["dtype"] == np.uint8 and runner.output["dtype"] == np.uint8
     assert runner.input["quantization"][0] == pytest.approx(2 / 255, rel=1e-3)  # calibrated on [-1, 1]
     assert export.non_builtin_ops(export.read_ops(flatbuffer)) == []

@@ -48,6 +48,51 @@ def test_stream_resumed_at_a_step_equals_the_uninterrupted_stream():
     assert not np.array_equal(other[0][0], full[0][0])
 
 
+def _counting_source(count):
+    """A source read in order like TFDS (no `train_arrays`) whose 4x4 images hold their index as the pixel value,
+    and a variable counting the raw elements it produced."""
+    reads = tf.Variable(0, dtype=tf.int64)
+    images = np.repeat(np.arange(count, dtype=np.uint8), 4 * 4 * 3).reshape(count, 4, 4, 3)
+    labels = np.arange(count, dtype=np.int64) % 10
+
+    def element(index):
+        with tf.control_dependencies([reads.assign_add(1)]):
+            return tf.gather(images, index), tf.gather(labels, index)
+
+    source = data.Source(train=tf.data.Dataset.range(count).map(element),
+                         heldout=tf.data.Dataset.from_tensor_slices((images[:8], labels[:8])), num_train=count,
+                         num_heldout=8, class_names=[str(i) for i in range(10)], decode=tf.identity,
+                         original_size=4)
+    return source, reads
+
+
+def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_stream():
+    count, batch, buffer, step, steps = 60, 8, 16, 301, 12  # step 301 = element 2408: pass 40, 8 elements in
+    source, reads = _counting_source(count)
+    configs = [TrainConfig(dataset="synthetic", image_size=4, batch_size=batch, seed=3, shuffle_buffer=buffer,
+                           augment="resize"),
+               TrainConfig(dataset="synthetic", image_size=8, batch_size=batch, seed=3, shuffle_buffer=buffer,
+                           augment="inception", mixup=0.5)]
+    for config in configs:
+        full = _batches(data.train_dataset(source, config, num_steps=step + steps), step + steps)
+        reads.assign(0)
+        resumed = _batches(data.train_dataset(source, config, start_step=step, num_steps=steps), steps)
+        # The uninterrupted stream read all 2504 elements; the resumed one its pass and one buffer at most.
+        assert int(reads.numpy()) <= count + buffer + steps * batch, int(reads.numpy())
+        assert len(resumed) == steps
+        for (x1, y1), (x2, y2) in zip(full[step:], resumed):
+            np.testing.assert_array_equal(x1, x2)
+            np.testing.assert_array_equal(y1, y2)
+    # Without augmentation the pixels are the element indices: every pass is a permutation of the split, and
+    # passes are shuffled differently.
+    full = _batches(data.train_dataset(source, configs[0], num_steps=step + steps), step + steps)
+    order = np.concatenate([np.rint(x[:, 0, 0, 0] * 127.5 + 127.5) for x, _ in full]).astype(int)
+    passes = order[:len(order) // count * count].reshape(-1, count)
+    for p in passes:
+        np.testing.assert_array_equal(np.sort(p), np.arange(count))
+    assert len({tuple(p) for p in passes}) == len(passes)
+
+
 def test_train_batches_are_static_scaled_and_one_hot():
     config = TrainConfig(**SMALL, augment="inception")
     source = data.load_source("synthetic", seed=3)
@@ -63,11 +108,30 @@ def test_train_batches_are_static_scaled_and_one_hot():
 def test_eval_preprocessing_is_resize_then_scale():
     source = data.load_source("digits")
     config = TrainConfig(dataset="digits", image_size=16, batch_size=360)
-    x, y = next(iter(data.eval_dataset(source, config)))
+    x, y, _ = next(iter(data.eval_dataset(source, config)))
     raw, label = next(iter(source.heldout))
     expected = (tf.image.resize(tf.cast(raw, tf.float32), (16, 16)).numpy() - 127.5) / 127.5
     np.testing.assert_allclose(x[0].numpy(), expected, atol=1e-6)
     assert int(np.argmax(y[0])) == int(label) and x.shape[0] == 360
+
+
+def test_eval_batches_are_static_and_padded_with_zero_weight_samples():
+    source = data.load_source("synthetic", seed=3)  # 64 held-out images
+    config = TrainConfig(dataset="synthetic", image_size=16, batch_size=48)
+    ds = data.eval_dataset(source, config)
+    assert ds.element_spec[0].shape == (48, 16, 16, 3) and ds.element_spec[2].shape == (48,)
+    batches = [tuple(t.numpy() for t in batch) for batch in ds]
+    assert len(batches) == 2  # ceil(64 / 48)
+    images, labels, weights = (np.concatenate(parts) for parts in zip(*batches))
+    # Every real image once, in order, with weight 96 / 64; then 32 padding samples of weight 0.
+    raw = np.stack([r.numpy() for r, _ in source.heldout])
+    expected = (tf.image.resize(tf.cast(raw, tf.float32), (16, 16)).numpy() - 127.5) / 127.5
+    np.testing.assert_allclose(images[:64], expected, atol=1e-6)
+    np.testing.assert_array_equal(np.argmax(labels[:64], -1), [int(y) for _, y in source.heldout])
+    np.testing.assert_array_equal(weights, [1.5] * 64 + [0.0] * 32)
+    # A batch that divides the split needs no padding: weights 1.
+    weights = np.concatenate([w.numpy() for _, _, w in data.eval_dataset(source, config, batch_size=16)])
+    np.testing.assert_array_equal(weights, np.ones(64))
 
 
 def test_translate_shifts_digits_without_flipping():
@@ -153,7 +217,7 @@ def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
     config = TrainConfig(dataset=f"tfds:{name}", image_size=16, batch_size=4)
     x, y = _batches(data.train_dataset(source, config), 1)[0]
     assert x.shape == (4, 16, 16, 3)
-    x, y = next(iter(data.eval_dataset(source, config)))
+    x, y, _ = next(iter(data.eval_dataset(source, config)))
     # The colour channel of the label is the bright one: decoding and label order are right.
     assert (np.argmax(x.numpy().mean((1, 2)), -1) == np.argmax(y.numpy(), -1)).all()
 

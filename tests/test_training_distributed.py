@@ -51,6 +51,32 @@ WORKER = textwrap.dedent(f"""
 """)
 
 
+PADDED_EVAL = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import training
+    from training.data import eval_preprocess, load_source
+    # 64 held-out images in batches of 48: the last batch is 16 images and 32 padding samples, so its second
+    # replica sees only padding.
+    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=48, epochs=1, steps_per_epoch=2,
+                                  eval_every=1, checkpoint_every=0, learning_rate=3e-3, label_smoothing=0.1,
+                                  jit_compile=False, num_samples=4, num_calibration=4, seed=1, strategy="mirrored")
+    result = training.train(config, sys.argv[1], verbose=0)
+    source = load_source("synthetic", seed=1)
+    images = np.stack([eval_preprocess(raw, 16).numpy() for raw, _ in source.heldout])
+    labels = [int(label) for _, label in source.heldout]
+    logits = np.asarray(result.model(images, training=False)).tolist()
+    evaluated = training.evaluate(sys.argv[1])
+    history = result.histories[-1]
+    print("RESULT" + json.dumps({
+        "replicas": result.metrics["replicas"], "logits": logits, "labels": labels, "final": result.metrics,
+        "fit": {key: history["val_" + key][-1] for key in ("top1", "top5", "loss")}, "evaluate": evaluated}))
+""")
+
+
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **extra)
@@ -124,3 +150,28 @@ def test_multi_worker_workaround_is_still_needed(tmp_path):
     text = "\n".join(outputs)
     assert codes != [0, 0], "Keras' fit now works under MultiWorkerMirroredStrategy: remove training/workarounds.py"
     assert "PerReplica" in text or "Invalid reduction dimension" in text, text[-3000:]
+
+
+@pytest.mark.slow
+def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
+    result = subprocess.run([sys.executable, "-c", PADDED_EVAL, str(tmp_path / "run")], cwd=ROOT, env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("RESULT", 1)[1])
+    assert out["replicas"] == 2
+    # The unpadded reference, in numpy from the model's logits on all 64 held-out images at once.
+    logits, labels = np.array(out["logits"], np.float64), np.array(out["labels"])
+    assert logits.shape == (64, 10)
+    targets = np.eye(10)[labels] * 0.9 + 0.1 / 10  # label_smoothing=0.1
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    reference = {
+        "loss": float(np.mean(-(targets * log_softmax).sum(-1))),
+        "top1": float(np.mean(logits.argmax(-1) == labels)),
+        "top5": float(np.mean([label in np.argsort(-row)[:5] for row, label in zip(logits, labels)])),
+    }
+    assert 0 < reference["top1"] < 1 and 0 < reference["top5"] < 1  # not a degenerate all-right/all-wrong model
+    # fit's validation, the trainer's final evaluation (both under MirroredStrategy) and training.evaluate.
+    for name in ("fit", "final", "evaluate"):
+        for key, value in reference.items():
+            np.testing.assert_allclose(out[name][key], value, rtol=1e-5, err_msg=f"{name} {key}")

@@ -1,12 +1,14 @@
 """Datasets and tf.data pipelines: digits, synthetic, TFDS and image folders, resumable at any step.
 
 A `Source` holds raw (undecoded) training and held-out elements. `train_dataset` turns it into an endless
-stream of augmented, batched examples that is a pure function of (seed, step): a seeded shuffle that reshuffles
-on every pass orders the training split, every element is augmented with stateless ops seeded by its position
-in the stream, and a run resumed at step `s` simply starts the stream at element `s * batch_size`. Nothing is
-lost or repeated after a restart, and with op determinism the batches are bitwise the ones an uninterrupted
-run would have seen. Pre-processing follows the contract of the project: uint8 RGB, bilinear resize to the
-model's size, then `(x - 127.5) / 127.5`. Augmentation lives here, never in the model (TPU-friendly).
+stream of augmented, batched examples that is a pure function of (seed, step): every pass over the training
+split has its own order seeded by (seed, pass), every element is augmented with stateless ops seeded by its
+position in the stream, and a run resumed at step `s` starts the stream at element `s * batch_size`, rebuilding
+only the current pass (so a resume costs at most one pass, never `s` batches). Nothing is lost or repeated after
+a restart, and with op determinism the batches are bitwise the ones an uninterrupted run would have seen.
+Held-out batches all have one static shape (`eval_dataset` pads with zero-weight samples). Pre-processing
+follows the contract of the project: uint8 RGB, bilinear resize to the model's size, then `(x - 127.5) / 127.5`.
+Augmentation lives here, never in the model (TPU-friendly).
 """
 
 import dataclasses
@@ -338,11 +340,7 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     if source.train_arrays is not None:
         ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch)
     else:
-        # Not random-access (TFDS): a seeded shuffle that reshuffles on every pass. Its order depends on (seed,
-        # position) only, so a resumed run skips to its position (raw elements: decoding happens after). A
-        # distribution strategy that rewrites the pipeline re-seeds it, so that order is strategy-specific.
-        ds = source.train.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
-        ds = ds.enumerate().skip(start_step * batch)
+        ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
     if config.randaugment:
@@ -370,6 +368,30 @@ def _indexed_stream(arrays, seed, start):
     return tf.data.Dataset.range(start, np.iinfo(np.int64).max).map(element)
 
 
+def _shuffled_stream(train, count, buffer, seed, start):
+    """(position, (raw, label)) from element `start` of the endless stream of a source read in order (TFDS).
+
+    Pass p is the split read once through a shuffle buffer seeded by (seed, p) alone, so a resumed run rebuilds
+    only its current pass and skips within it: it reads at most one pass plus one buffer of raw (undecoded)
+    elements, whatever the step. A single shuffle reseeded by tf.data on every pass would have to replay all
+    earlier passes, i.e. read `start` elements. A distribution strategy that rewrites the pipeline may re-seed
+    the shuffle, so the order is strategy-specific (but still the same on a resume under the same strategy).
+    """
+    first_pass, offset = divmod(start, count)
+
+    def one_pass(p):
+        # This runs while tf.data traces the function, so it clears the seed of that function's graph only: the
+        # order then depends on (seed, p) and not on the global TF seed (which TF would also compare with the
+        # tensor seed as a Python bool when it is 0, an error).
+        tf.compat.v1.get_default_graph().seed = None
+        pass_seed = tf.random.stateless_uniform([], tf.stack([tf.cast(seed, tf.int64), p]), minval=None,
+                                                maxval=None, dtype=tf.int64)
+        return train.shuffle(buffer, seed=pass_seed, reshuffle_each_iteration=False)
+
+    passes = tf.data.Dataset.range(first_pass, np.iinfo(np.int64).max).flat_map(one_pass)
+    return passes.enumerate(first_pass * count).skip(offset)
+
+
 def _randaugment_fn(config):
     import keras
 
@@ -386,14 +408,46 @@ def _randaugment_fn(config):
 
 
 def eval_dataset(source, config, batch_size=None):
-    """Held-out batches: resize + scale, every image once (last batch may be smaller), one-hot labels."""
+    """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
+
+    A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
+    the held-out split is padded to a whole number of batches. Padding has weight 0; every real image has weight
+    `padded_count / num_heldout` instead of 1. Keras divides a batch's loss by the batch size (reduction
+    "sum_over_batch_size") and averages the batch losses weighted by batch size, so over the whole split its
+    reported loss is sum(weight * loss) / padded_count: with these weights exactly the mean loss over the real
+    images (Keras' own masking uses the same total/valid rescaling). Weighted metrics (`weighted_metrics=` in
+    `compile`, not `metrics=`) divide by the sum of weights, so the constant cancels and top-1/top-5 are the
+    unpadded ones too.
+
+    Args:
+        source: a `Source`.
+        config: a `TrainConfig` (image_size, batch_size).
+        batch_size: overrides `config.batch_size`.
+
+    Returns:
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
+        `ceil(num_heldout / B)` batches, every one of static batch size B.
+    """
+    batch = int(batch_size or config.batch_size)
+    count = source.num_heldout
+    if batch < 1 or count < 1:
+        raise ValueError(f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
+                         f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
+                         f"eval_split.")
+    padded = -(-count // batch) * batch
+    weight = padded / count
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes)),
+        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes),
+                            tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return _with_options(ds.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE))
+    padding = tf.data.Dataset.from_tensors(
+        (tf.zeros([size, size, 3]), tf.zeros([num_classes]), tf.constant(0.0))
+    ).repeat(padded - count)
+    ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
 
 
 def _with_options(ds):

@@ -119,8 +119,9 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         model.compile(
             optimizer=optimizer,
             loss=make_loss(config),
-            metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
-                     keras.metrics.TopKCategoricalAccuracy(k=k, name="top5")],
+            # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
+            weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                              keras.metrics.TopKCategoricalAccuracy(k=k, name="top5")],
             jit_compile=config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
@@ -288,7 +289,7 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
                          f"{source.num_classes}; evaluate it on the dataset it was trained for.")
-    model.compile(loss=make_loss(config), metrics=[
+    model.compile(loss=make_loss(config), weighted_metrics=[
         keras.metrics.CategoricalAccuracy(name="top1"),
         keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
     results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)

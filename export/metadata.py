@@ -1,0 +1,309 @@
+"""TFLite model metadata (the `TFLITE_METADATA` entry) that MediaPipe Tasks and the TFLite Task Library read.
+
+Phone apps do not preprocess by hand: `ImageClassifier` takes the input normalisation and the class names from
+the model's metadata. The metadata is a FlatBuffer of the published schema (`metadata_schema.fbs`, file
+identifier "M001"), stored in a buffer of the model that `model.metadata` names "TFLITE_METADATA"; the files it
+refers to (here the label list) are appended to the model as an uncompressed zip, which zip readers find from the
+end of the file. LiteRT's interpreter ignores both, so the network runs exactly as before.
+
+The schema's Python bindings are not copied into this repository: they are loaded from the `mediapipe` package,
+which ships them (`mediapipe/tasks/metadata/metadata_schema_py_generated.py`). They are loaded from the file
+rather than imported through `mediapipe`'s package, whose `__init__` starts the task runtime (and fails in
+some wheels); the bindings themselves need only `flatbuffers`. The TFLite model schema comes from TensorFlow.
+"""
+
+import functools
+import importlib.util
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from export.errors import ExportError
+from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+
+METADATA_NAME = "TFLITE_METADATA"
+METADATA_IDENTIFIER = b"M001"
+TFLITE_IDENTIFIER = b"TFL3"
+LABELS_FILE = "labels.txt"
+# Every field written here exists since schema 1.0.0 (NormalizationOptions, ImageProperties, FeatureProperties,
+# TENSOR_AXIS_LABELS, Stats), so any metadata parser can read it.
+MIN_PARSER_VERSION = "1.0.0"
+OUTPUT_KINDS = ("probabilities", "logits")
+
+
+@functools.lru_cache(maxsize=1)
+def _metadata_schema():
+    """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package."""
+    spec = importlib.util.find_spec("mediapipe")
+    if spec is None or not spec.submodule_search_locations:
+        raise ExportError(
+            "Writing or reading TFLite model metadata needs the schema bindings shipped by the `mediapipe` "
+            "package, which is not installed. Install it with `pip install -r requirements.txt` "
+            "(mediapipe==1.2.3)."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "tasks" / "metadata" / "metadata_schema_py_generated.py"
+    if not path.is_file():
+        raise ExportError(
+            f"The installed mediapipe package has no {path.name} at {str(path)!r}; install mediapipe==1.2.3, "
+            "which ships the metadata schema bindings."
+        )
+    module_spec = importlib.util.spec_from_file_location("keras_vit_tflite_metadata_schema", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _model_schema():
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return schema
+
+
+def _finish(table, identifier):
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(table.Pack(builder), file_identifier=identifier)
+    return bytes(builder.Output())
+
+
+def build_metadata(
+    labels,
+    image_size,
+    input_dtype,
+    output_kind="probabilities",
+    name="keras-vit image classifier",
+    description=None,
+    version="1",
+    license=None,
+    author="keras-vit",
+):
+    """The metadata FlatBuffer (bytes, identifier "M001") of an image classifier exported by this project.
+
+    Args:
+        labels: class names, in output order (written to the associated labels file).
+        image_size: (height, width) of the model input.
+        input_dtype: numpy dtype of the input tensor: float32 (normalisation inside the app, from the
+            NormalizationOptions) or uint8 (raw pixels).
+        output_kind: "probabilities" (the model ends in a softmax) or "logits".
+        name, description, version, license, author: free text shown by model browsers and apps.
+
+    Returns:
+        bytes.
+    """
+    m = _metadata_schema()
+    if output_kind not in OUTPUT_KINDS:
+        raise ExportError(f"output_kind must be one of {OUTPUT_KINDS}. Received: {output_kind!r}")
+    height, width = (int(d) for d in image_size)
+    if description is None:
+        description = (
+            f"Vision Transformer image classifier over {len(labels)} classes; input {height}x{width} RGB; "
+            f"output {'class probabilities (softmax)' if output_kind == 'probabilities' else 'logits'}."
+        )
+
+    image = m.ImagePropertiesT()
+    image.colorSpace = m.ColorSpaceType.RGB
+    image.defaultSize = m.ImageSizeT()
+    image.defaultSize.width, image.defaultSize.height = width, height
+    normalization = m.NormalizationOptionsT()
+    normalization.mean, normalization.std = [float(PIXEL_CENTER)], [float(PIXEL_SCALE)]
+    unit = m.ProcessUnitT()
+    unit.optionsType, unit.options = m.ProcessUnitOptions.NormalizationOptions, normalization
+    inp = m.TensorMetadataT()
+    inp.name = "image"
+    inp.description = (
+        f"RGB image, {height}x{width}, resized with bilinear interpolation; pixels scaled as "
+        f"(x - {PIXEL_CENTER}) / {PIXEL_SCALE}"
+        + (" inside the app." if np.dtype(input_dtype) == np.float32 else "; the model takes raw uint8 pixels.")
+    )
+    inp.content = m.ContentT()
+    inp.content.contentPropertiesType = m.ContentProperties.ImageProperties
+    inp.content.contentProperties = image
+    inp.processUnits = [unit]
+    inp.stats = m.StatsT()
+    if np.dtype(input_dtype) == np.uint8:
+        inp.stats.min, inp.stats.max = [0.0], [255.0]
+    else:  # the values the model sees, after normalisation
+        inp.stats.min = [(0.0 - PIXEL_CENTER) / PIXEL_SCALE]
+        inp.stats.max = [(255.0 - PIXEL_CENTER) / PIXEL_SCALE]
+
+    labels_file = m.AssociatedFileT()
+    labels_file.name = LABELS_FILE
+    labels_file.description = "Class names, one per line, in the order of the output."
+    labels_file.type = m.AssociatedFileType.TENSOR_AXIS_LABELS
+    out = m.TensorMetadataT()
+    out.name = output_kind
+    out.description = (
+        "Probability of each class (softmax; they sum to 1)." if output_kind == "probabilities"
+        else "Logit of each class (apply a softmax for probabilities)."
+    )  # fmt: skip
+    out.content = m.ContentT()
+    out.content.contentPropertiesType = m.ContentProperties.FeatureProperties
+    out.content.contentProperties = m.FeaturePropertiesT()
+    out.associatedFiles = [labels_file]
+    # Stats must be true for the output: probabilities lie in [0, 1]; logits have no bound to state.
+    out.stats = m.StatsT()
+    if output_kind == "probabilities":
+        out.stats.min, out.stats.max = [0.0], [1.0]
+
+    subgraph = m.SubGraphMetadataT()
+    subgraph.inputTensorMetadata, subgraph.outputTensorMetadata = [inp], [out]
+    model = m.ModelMetadataT()
+    model.name, model.description, model.version = name, description, version
+    model.author, model.license = author, license
+    model.subgraphMetadata = [subgraph]
+    model.minParserVersion = MIN_PARSER_VERSION
+    return _finish(model, METADATA_IDENTIFIER)
+
+
+def _strip_zip(flatbuffer):
+    """The flatbuffer without an appended zip of associated files: the model ends where the zip's first entry starts.
+
+    `zipfile` appending to non-zip data records absolute offsets, so the first entry's offset is that position.
+    """
+    data = bytes(flatbuffer)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            offsets = [info.header_offset for info in zf.infolist()]
+    except zipfile.BadZipFile:
+        return data
+    return data[: min(offsets)] if offsets else data
+
+
+def add_metadata(flatbuffer, metadata, associated_files):
+    """Returns `flatbuffer` with `metadata` stored as TFLITE_METADATA and `associated_files` appended as a zip.
+
+    Args:
+        flatbuffer: a TFLite model (bytes); metadata or associated files it already has are replaced.
+        metadata: the output of `build_metadata`.
+        associated_files: {name: bytes} for every file the metadata names.
+
+    The model's tensors, operators and weights are carried over unchanged (the model is unpacked and re-packed
+    with TFLite's own schema bindings), so LiteRT computes exactly the same outputs.
+    """
+    import flatbuffers  # noqa: F401  (the bindings' dependency; imported here to fail before any work)
+
+    schema = _model_schema()
+    base = _strip_zip(flatbuffer)
+    model = schema.ModelT.InitFromPackedBuf(bytearray(base), 0)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(metadata, np.uint8)
+    entries = [e for e in (model.metadata or []) if _name(e.name) != METADATA_NAME]
+    model.buffers = list(model.buffers or [])
+    model.buffers.append(buffer)
+    entry = schema.MetadataT()
+    entry.name = METADATA_NAME
+    entry.buffer = len(model.buffers) - 1
+    model.metadata = entries + [entry]
+    packed = io.BytesIO()
+    packed.write(_finish(model, TFLITE_IDENTIFIER))
+    # ZIP_STORED: the readers (MediaPipe, the Task Library) extract associated files without decompressing.
+    with zipfile.ZipFile(packed, "a", compression=zipfile.ZIP_STORED) as zf:
+        for file_name, content in associated_files.items():
+            zf.writestr(zipfile.ZipInfo(file_name, date_time=(1980, 1, 1, 0, 0, 0)), content)
+    return packed.getvalue()
+
+
+def _name(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _text(value):
+    return None if value is None else _name(value)
+
+
+def read_metadata(flatbuffer):
+    """The metadata of a TFLite model as a dict, or None when it has none.
+
+    Returns:
+        {"name", "description", "version", "author", "license", "min_parser_version", "input": {"name",
+        "mean", "std", "color_space", "size", "min", "max"}, "output": {"name", "kind", "min", "max",
+        "labels_file"}, "labels": [...] or None}.
+    """
+    schema, m = _model_schema(), _metadata_schema()
+    model = schema.Model.GetRootAs(bytearray(flatbuffer), 0)
+    for i in range(model.MetadataLength()):
+        entry = model.Metadata(i)
+        if _name(entry.Name()) == METADATA_NAME:
+            data = model.Buffers(entry.Buffer()).DataAsNumpy()
+            break
+    else:
+        return None
+    if isinstance(data, int) or not m.ModelMetadata.ModelMetadataBufferHasIdentifier(data.tobytes(), 0):
+        raise ExportError(f"The model's {METADATA_NAME} buffer does not hold metadata (identifier M001 missing).")
+    meta = m.ModelMetadataT.InitFromPackedBuf(bytearray(data.tobytes()), 0)
+    if not meta.subgraphMetadata:
+        raise ExportError("The model's metadata describes no subgraph; re-export it with `python -m export`.")
+    sub = meta.subgraphMetadata[0]
+    if len(sub.inputTensorMetadata or []) != 1 or len(sub.outputTensorMetadata or []) != 1:
+        raise ExportError("Expected metadata for one input and one output tensor; re-export with `python -m export`.")
+    inp, out = sub.inputTensorMetadata[0], sub.outputTensorMetadata[0]
+    normalization = next(
+        (u.options for u in inp.processUnits or [] if u.optionsType == m.ProcessUnitOptions.NormalizationOptions),
+        None,
+    )
+    image = inp.content.contentProperties if inp.content is not None else None
+    labels_file = next(
+        (_name(f.name) for f in out.associatedFiles or [] if f.type == m.AssociatedFileType.TENSOR_AXIS_LABELS), None
+    )
+    labels = None
+    if labels_file is not None:
+        files = associated_files(flatbuffer)
+        if labels_file not in files:
+            raise ExportError(f"The metadata names {labels_file!r}, which is not in the model's associated files.")
+        labels = files[labels_file].decode("utf-8").splitlines()
+        while labels and not labels[-1].strip():
+            labels.pop()
+    out_name = _text(out.name)
+    size = getattr(image, "defaultSize", None)
+    names = {v: k for k, v in vars(m.ColorSpaceType).items() if not k.startswith("_")}
+    color_space = names.get(getattr(image, "colorSpace", None))
+    size = None if size is None else [int(size.height), int(size.width)]
+
+    def values(stats, key):
+        v = getattr(stats, key, None) if stats is not None else None
+        return None if v is None or len(v) == 0 else [float(x) for x in v]
+
+    return {
+        "name": _text(meta.name),
+        "description": _text(meta.description),
+        "version": _text(meta.version),
+        "author": _text(meta.author),
+        "license": _text(meta.license),
+        "min_parser_version": _text(meta.minParserVersion),
+        "input": {
+            "name": _text(inp.name),
+            "mean": None if normalization is None else [float(x) for x in normalization.mean],
+            "std": None if normalization is None else [float(x) for x in normalization.std],
+            "color_space": color_space,
+            "size": size,
+            "min": values(inp.stats, "min"),
+            "max": values(inp.stats, "max"),
+        },
+        "output": {
+            "name": out_name,
+            "kind": out_name if out_name in OUTPUT_KINDS else None,
+            "min": values(out.stats, "min"),
+            "max": values(out.stats, "max"),
+            "labels_file": labels_file,
+        },
+        "labels": labels,
+    }
+
+
+def associated_files(flatbuffer):
+    """{name: bytes} of the zip appended to a TFLite model (empty when there is none)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(bytes(flatbuffer))) as zf:
+            return {info.filename: zf.read(info) for info in zf.infolist()}
+    except zipfile.BadZipFile:
+        return {}
+
+
+def with_metadata(flatbuffer, labels, image_size, input_dtype, output_kind, **descriptive):
+    """`flatbuffer` with this project's classifier metadata and its labels file (see `build_metadata`)."""
+    metadata = build_metadata(labels, image_size, input_dtype, output_kind, **descriptive)
+    labels_bytes = ("\n".join(labels) + "\n").encode("utf-8")
+    return add_metadata(flatbuffer, metadata, {LABELS_FILE: labels_bytes})
