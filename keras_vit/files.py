@@ -113,15 +113,9 @@ def glob(pattern):
 
 
 def walk(path):
-    """Every file under a directory, as sorted paths (recursively)."""
-    found = []
-    if is_remote(path):
-        for root, _, names in _gfile().walk(os.fspath(path)):
-            found += [join(root, name) for name in names]
-    else:
-        for root, _, names in os.walk(path):
-            found += [os.path.join(root, name) for name in names]
-    return sorted(found)
+    """Every file under a directory (recursively): directories in sorted order, each one's files sorted."""
+    walker = _gfile().walk(os.fspath(path)) if is_remote(path) else os.walk(path)
+    return [join(root, name) for root, _, names in sorted(walker) for name in sorted(names)]
 
 
 def remove(path):

@@ -67,7 +67,7 @@ def test_url_file_operations_round_trip():
     assert files.isfile(files.join(root, "x.npz")) and not files.exists(files.join(root, "y.npz"))
     assert files.listdir(root) == ["sub", "x.npz"]
     assert files.glob(files.join(root, "*.npz")) == [files.join(root, "x.npz")]
-    assert files.walk(root) == [files.join(root, "sub", "labels.txt"), files.join(root, "x.npz")]
+    assert files.walk(root) == [files.join(root, "x.npz"), files.join(root, "sub", "labels.txt")]  # as os.walk
     assert files.read_text(files.join(root, "sub", "labels.txt")) == "a\nb\n" and files.size(root + "/x.npz") > 0
     with files.load_numpy(files.join(root, "x.npz")) as archive:  # np.load seeks: read into memory first
         np.testing.assert_array_equal(archive["images"], np.arange(6).reshape(2, 3))

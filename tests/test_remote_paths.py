@@ -113,6 +113,30 @@ def test_tfds_data_dir_url_reaches_tfds_unchanged(monkeypatch):
     assert seen == [("tiny_shapes", data_dir)]
 
 
+def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
+    from tests.test_training_data import _image_folder
+    from training import data
+
+    local = _image_folder(tmp_path / "pets")
+    (local / "dog" / "nested").mkdir()
+    (local / "dog" / "nested" / "9.png").write_bytes((local / "dog" / "1.png").read_bytes())
+    url = f"ram://{uuid.uuid4().hex}/pets"
+    for path in files.walk(str(local)):
+        files.copy_file(path, files.join(url, os.path.relpath(path, local)))
+    config = training.TrainConfig(image_size=16, batch_size=4, holdout_fraction=0.5)
+    a, b = (data.load_source(f"folder:{root}", holdout_fraction=0.5) for root in (str(local), url))
+    assert (b.class_names, b.num_train, b.num_heldout) == (a.class_names, a.num_train, a.num_heldout) == (
+        ["cat", "dog"], 4, 5)
+    # The same files in the same order (os.walk's order), decoded to the same pixels.
+    assert [os.path.relpath(p, local) for p in a.train_arrays[0]] == [p[len(url) + 1:] for p in b.train_arrays[0]]
+    for batch_a, batch_b in zip(data.eval_dataset(a, config), data.eval_dataset(b, config)):
+        for tensor_a, tensor_b in zip(batch_a, batch_b):  # images, labels (and weights)
+            np.testing.assert_array_equal(tensor_a.numpy(), tensor_b.numpy())
+    files.atomic_write_bytes(f"{url}/cat/broken.jpg", b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.raises(ValueError, match=r"(?s)1 unreadable image.*cat/broken\.jpg: OSError"):
+        data.load_source(f"folder:{url}")
+
+
 def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path):
     from export.io import replace_path
 

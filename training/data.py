@@ -12,7 +12,7 @@ Augmentation lives here, never in the model (TPU-friendly).
 """
 
 import dataclasses
-import os
+import io
 from typing import Callable, Optional
 
 import numpy as np
@@ -175,19 +175,18 @@ def _tfds(name, data_dir, train_split, eval_split):
 
 def list_image_folder(path):
     """(paths, labels, class names) of a folder with one sub-folder of images per class."""
-    if not os.path.isdir(path):
+    if not keras_vit.files.isdir(path):  # a local path or a gs:// URL
         raise FileNotFoundError(
             f"Image folder {path!r} does not exist. Use folder:PATH with one sub-folder per class "
             f"(PATH/cat/1.jpg, PATH/dog/2.png, ...)."
         )
-    class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    class_names = [d for d in keras_vit.files.listdir(path) if keras_vit.files.isdir(keras_vit.files.join(path, d))]
     paths, labels = [], []
     for label, name in enumerate(class_names):
-        for root, _, files in sorted(os.walk(os.path.join(path, name))):
-            for file in sorted(files):
-                if file.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(root, file))
-                    labels.append(label)
+        for file in keras_vit.files.walk(keras_vit.files.join(path, name)):
+            if file.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(file)
+                labels.append(label)
     if not paths:
         raise ValueError(
             f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
@@ -203,9 +202,11 @@ def find_unreadable_images(paths):
     bad = []
     for path in paths:
         try:
-            with Image.open(path) as image:
+            content = io.BytesIO(keras_vit.files.read_bytes(path))  # one read, also from a gs:// URL
+            with Image.open(content) as image:
                 image.verify()
-            with Image.open(path) as image:  # verify() does not decode the pixels; load() does
+            content.seek(0)
+            with Image.open(content) as image:  # verify() does not decode the pixels; load() does
                 image.load()
         except Exception as err:  # Pillow raises many types for broken files
             bad.append((path, f"{type(err).__name__}: {err}"))
