@@ -30,8 +30,9 @@ def replace_path(staged, target):
     a crash between the two renames leaves the old artifact under that `.old-*` name, never a half-written one.
 
     A URL target (`gs://...`) gets the files one by one, each in one object write (object stores cannot swap a
-    directory): a SavedModel's `saved_model.pb` last, so the directory is loadable only once it is complete, then
-    files the new one does not have are removed.
+    directory). A SavedModel's old `saved_model.pb` is deleted first and the new one written last, so a crash
+    mid-upload leaves a directory that does not load (never old graph with new variables); then the files the
+    new directory does not have are removed.
     """
     if files.is_remote(target):
         return _upload(Path(staged), os.fspath(target))
@@ -61,6 +62,8 @@ def _upload(staged, target):
         return target
     names = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
     names.sort(key=lambda name: name == "saved_model.pb")
+    if "saved_model.pb" in names and files.exists(files.join(target, "saved_model.pb")):
+        files.remove(files.join(target, "saved_model.pb"))
     for name in names:
         files.copy_file(staged / name, files.join(target, *name.split(os.sep)))
     fresh = {files.join(target, *name.split(os.sep)) for name in names}

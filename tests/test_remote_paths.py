@@ -137,7 +137,7 @@ def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
         data.load_source(f"folder:{url}")
 
 
-def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path):
+def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path, monkeypatch):
     from export.io import replace_path
 
     target = f"ram://{uuid.uuid4().hex}/export/saved_model"
@@ -150,6 +150,21 @@ def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path):
     # The new files, and none of the old directory's: variables/old.index is gone.
     assert files.walk(target) == [f"{target}/saved_model.pb", f"{target}/x.bin"]
     assert files.read_bytes(f"{target}/saved_model.pb") == b"2saved_model.pb"
+
+    # A crash in the middle of the next upload leaves no saved_model.pb: the directory does not load, rather
+    # than loading the old graph with some new files.
+    staged = tmp_path / "3" / "saved_model"
+    staged.mkdir(parents=True)
+    for name in ("saved_model.pb", "x.bin"):
+        (staged / name).write_bytes(b"3" + name.encode())
+
+    def crash(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files, "copy_file", crash)
+    with pytest.raises(KeyboardInterrupt):
+        replace_path(staged, target)
+    assert files.walk(target) == [f"{target}/x.bin"]
 
 
 @pytest.mark.slow  # SavedModel + TFLite conversion, verification and the inspection figures: ~20 s
