@@ -278,5 +278,10 @@ def test_jit_compile_forced_or_chosen_per_strategy(monkeypatch):
     # Any tf.distribute strategy: Keras' own "auto".
     value, reason = resolve_jit_compile("auto", tf.distribute.MirroredStrategy(["/cpu:0"]))
     assert value == "auto" and "MirroredStrategy" in reason
+    # TPUStrategy (an uninitialised instance: no TPU here): Keras' choice, TPUStrategy compiling with XLA itself.
+    tpu_strategy = tf.distribute.TPUStrategy.__new__(tf.distribute.TPUStrategy)
+    value, reason = resolve_jit_compile("auto", tpu_strategy)
+    assert value == "auto" and "TPUStrategy compiles the replicated step with XLA" in reason
+    assert resolve_jit_compile(True, tpu_strategy)[0] is True  # forcing still forces
     with pytest.raises(ValueError, match="jit_compile must be"):
         resolve_jit_compile("yes", default)

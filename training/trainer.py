@@ -197,6 +197,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "dataset": config.dataset,
         "strategy": type(strategy).__name__,
         "replicas": strategy.num_replicas_in_sync,
+        "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "parameters": int(model.count_params()),
     }
     if chief:
