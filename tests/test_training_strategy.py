@@ -140,7 +140,8 @@ def test_tpu_load_library_is_set_before_anything_imports_tensorflow(module):
 
 
 def test_tpu_runtime_module_imports_no_tensorflow():
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', 'keras_vit/_tpu_runtime.py');"
+    code = ("import importlib.util, sys;"
+            " spec = importlib.util.spec_from_file_location('m', 'keras_vit/_tpu_runtime.py');"
             " m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
             " print(sorted(k for k in ('tensorflow', 'keras', 'numpy') if k in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

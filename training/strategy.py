@@ -1,8 +1,9 @@
 """Choosing a `tf.distribute` strategy: TPU, multi-worker, mirrored or the default one.
 
 `auto` picks, in this order: a TPU when there is evidence of one (TPU_NAME / COLAB_TPU_ADDR / a TPU VM's
-/dev/accelN character devices, or /dev/vfio/N next to a Google PCI device: see `keras_vit._tpu_runtime`), MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when
-there are at least two GPUs, else the default strategy. It says what it picked and why. The TPU path is only
+/dev/accelN character devices, or /dev/vfio/N next to a Google PCI device: see `keras_vit._tpu_runtime`),
+MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when there are at least two GPUs, else the
+default strategy. It says what it picked and why. The TPU path is only
 touched with evidence (or when asked) because `TPUClusterResolver` with a name queries a metadata server with no
 time-out, and a `grpc://` address nobody serves hangs; asked for explicitly without a TPU, it fails at once.
 """
@@ -149,7 +150,7 @@ def resolve_jit_compile(requested, strategy):
         return "auto", f"jit_compile=auto: Keras' choice under {type(strategy).__name__} (no XLA around strategy.run)"
     if _xla_compiles_here():
         return True, "jit_compile=auto: XLA on (this TensorFlow compiles on the default device)"
-    return False, "jit_compile=auto: XLA off (this TensorFlow build cannot XLA-compile here, e.g. tensorflow-tpu on a CPU)"
+    return False, "jit_compile=auto: XLA off (this TensorFlow build cannot XLA-compile here: tensorflow-tpu on a CPU?)"
 
 
 def make_multi_worker():
