@@ -9,6 +9,12 @@ export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
 Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
 """
 
+# First, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
+# (keras_vit/_tpu_runtime.py). Importing keras_vit runs this too, before it imports Keras.
+from keras_vit import _tpu_runtime
+
+_tpu_runtime.disable_libtpu_without_tpu()
+
 from export.errors import ExportError, VerificationError
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
 from export.metadata import read_metadata

@@ -7,6 +7,12 @@ keras_vit.load_npz(model, "ViT-B_16.npz")
 ```
 """
 
+# Before Keras imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
+# (keras_vit/_tpu_runtime.py). `python -m keras_vit.inspect` comes through here first too.
+from keras_vit import _tpu_runtime
+
+_tpu_runtime.disable_libtpu_without_tpu()
+
 from keras_vit import layers
 from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
 from keras_vit.weights import CheckpointError, load_npz

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from training import optim
-from training.config import TrainConfig, available_configs, get_config, parse_overrides
+from training.config import TrainConfig, available_configs, get_config, parse_overrides, steps_per_execution_for
 
 RECIPES = ["cifar10_finetune", "digits", "imagenet1k_s16", "imagenet21k_b16", "imagenet_finetune_384"]
 
@@ -117,3 +117,43 @@ def test_losses_against_numpy():
     loss = optim.make_loss(TrainConfig(loss="sigmoid", label_smoothing=smoothing))
     assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
 
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@pytest.mark.parametrize("requested, steps, expected", [(100, 1238, 2), (50, 500, 50), (7, 22, 2), (1, 13, 1),
+                                                         (30, 12, 12), (5, 7, 1)])
+def test_steps_per_execution_is_the_largest_divisor_of_the_epoch(requested, steps, expected):
+    value, note = steps_per_execution_for(requested, steps)
+    assert value == expected and steps % value == 0
+    assert value == max(d for d in _divisors(steps) if d <= requested)
+    if value == requested:
+        assert note is None
+    else:
+        assert f"steps_per_execution={requested} does not divide the {steps} steps per epoch" in note
+        assert f"using {value}" in note
+
+
+def test_steps_per_execution_also_divides_a_mid_epoch_resume_step():
+    # A checkpoint at step 10 of 8-step epochs (2 steps into epoch 1), written by a run with another value.
+    value, note = steps_per_execution_for(4, 8, resume_steps=[8, 10])
+    assert value == 2 and "mid-epoch checkpoint steps [8, 10]" in note
+    assert steps_per_execution_for(4, 8, resume_steps=[8, 16, 20]) == (4, None)
+
+
+def test_imagenet1k_s16_steps_per_execution_divides_its_epoch():
+    s16 = get_config("imagenet1k_s16")
+    # ImageNet-1k train has 1,281,167 images; TFDS's train[:99%] rounds to 1,268,355.
+    steps = round(1_281_167 * 0.99) // s16.batch_size
+    assert steps == 1238 and steps_per_execution_for(s16.steps_per_execution, steps) == (619, None)
+
+
+def test_jit_compile_is_auto_true_or_false():
+    assert TrainConfig().jit_compile == "auto"
+    assert TrainConfig().replace(**parse_overrides(["jit_compile=False"])).jit_compile is False
+    assert TrainConfig().replace(**parse_overrides(["jit_compile=auto"])).jit_compile == "auto"
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="jit_compile must be True, False or 'auto'"):
+            TrainConfig(jit_compile=bad)

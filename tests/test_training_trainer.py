@@ -39,3 +39,26 @@ def test_xla_steps_per_execution_counts_every_step(tmp_path):
 def test_evaluate_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="No model at .*train first"):
         training.evaluate(str(tmp_path))
+
+
+def test_steps_per_execution_adjusted_to_the_epoch_then_evaluate_under_a_strategy(tmp_path, capsys):
+    # 6 steps per epoch with 4 per execution would make Keras run 8 per epoch; the trainer uses 3.
+    config = training.TrainConfig(**{**TINY, "steps_per_epoch": 6}, jit_compile=False, steps_per_execution=4)
+    result = training.train(config, str(tmp_path), verbose=0)
+    out = capsys.readouterr().out
+    assert "steps_per_execution=4 does not divide the 6 steps per epoch; using 3" in out
+    assert "jit_compile=False as configured" in out
+    assert result.metrics["steps"] == 12 and result.model.steps_per_execution == 3
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*.npz")) == ["ckpt-00000006.npz",
+                                                                                    "ckpt-00000012.npz"]
+    # evaluate builds and runs the model inside the selected strategy (here Mirrored over the CPU) and gets the
+    # metrics that train reported for the same model and data.
+    metrics = training.evaluate(str(tmp_path), strategy="mirrored")
+    assert metrics["strategy"] == "MirroredStrategy"
+    assert metrics["top1"] == pytest.approx(result.metrics["top1"]) and metrics["loss"] == pytest.approx(
+        result.metrics["loss"], rel=1e-5)
+    from training.__main__ import main
+
+    assert main(["evaluate", "--workdir", str(tmp_path), "--strategy", "default"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["strategy"] == "_DefaultDistributionStrategy" and printed["top1"] == pytest.approx(metrics["top1"])

@@ -33,6 +33,8 @@ def _evaluate_parser():
     parser.add_argument("--data-dir")
     parser.add_argument("--split", help="TFDS split to evaluate on")
     parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"),
+                        help="as for training (default: the run's strategy setting)")
     return parser
 
 
@@ -49,7 +51,7 @@ def main(argv=None):
             from training.trainer import evaluate
 
             metrics = evaluate(args.workdir, dataset=args.dataset, data_dir=args.data_dir, eval_split=args.split,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, strategy=args.strategy)
             print(json.dumps(metrics, indent=2))
             return 0
         args = _train_parser().parse_args(argv)

@@ -37,6 +37,11 @@ class Preempted(RuntimeError):
     """The run received SIGTERM, saved a checkpoint and stopped; run the same command again to resume."""
 
 
+def checkpoint_steps(directory):
+    """The steps of the checkpoints in `directory` (from their names; nothing is read), oldest first."""
+    return [int(_NAME.search(p).group(1)) for p in CheckpointManager(directory, None, None).checkpoints()]
+
+
 class CheckpointManager:
     """Saves and restores (model, optimizer) state in `directory`, keeping the newest `keep` files."""
 

@@ -3,6 +3,7 @@
 import ast
 import dataclasses
 import importlib
+import math
 import pkgutil
 from typing import Optional
 
@@ -43,8 +44,11 @@ class TrainConfig:
         crop_area: (min, max) area fraction of the inception crop.
         randaugment: (layers, magnitude 0-30 as in AugReg) or None.
         mixup: probability of mixing a batch (AugReg's p), 0 for none.
-        jit_compile: XLA-compile the train step (needed on TPUs).
-        steps_per_execution: steps run per call into the compiled function.
+        jit_compile: "auto" (TPUStrategy and other tf.distribute strategies: Keras' choice, TPUStrategy compiling
+            with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
+            True or False to force it. See `training.strategy.resolve_jit_compile`.
+        steps_per_execution: steps run per call into the compiled function; lowered to the largest divisor of
+            the steps per epoch not above it (with a printed note), so epochs and checkpoints stay on schedule.
         precision: "float32" or "mixed_bfloat16".
         seed: seeds the model init, the data order and the augmentation.
         deterministic: enable TF op determinism (bitwise-reproducible CPU runs; slower).
@@ -86,7 +90,7 @@ class TrainConfig:
     crop_area: tuple = (0.05, 1.0)
     randaugment: Optional[tuple] = None
     mixup: float = 0.0
-    jit_compile: bool = True
+    jit_compile: object = "auto"  # True, False or "auto"
     steps_per_execution: int = 1
     precision: str = "float32"
     seed: int = 0
@@ -104,6 +108,8 @@ class TrainConfig:
         _check_choice("augment", self.augment, ("inception", "translate", "resize"))
         _check_choice("precision", self.precision, ("float32", "mixed_bfloat16"))
         _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
+        if self.jit_compile is not True and self.jit_compile is not False and self.jit_compile != "auto":
+            raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
         for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -142,6 +148,28 @@ class TrainConfig:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+def steps_per_execution_for(requested, steps_per_epoch, resume_steps=()):
+    """(steps_per_execution, note): the largest divisor of `steps_per_epoch` not above `requested`.
+
+    Keras runs whole executions, so a `steps_per_execution` that does not divide the steps per epoch would run
+    more steps per epoch than the schedule has (imagenet1k_s16: 1238 and 100), and epoch-end checkpoints and the
+    resume arithmetic would drift. `resume_steps` are the steps of checkpoints a resume may start from: the value
+    also divides their offsets into their epochs (they differ only when an earlier run used another value).
+    The note (None when nothing changed) says what was adjusted and why.
+    """
+    period = math.gcd(steps_per_epoch, *(int(step) % steps_per_epoch for step in resume_steps))
+    value = max(d for d in range(1, min(requested, period) + 1) if period % d == 0)
+    if value == requested:
+        return value, None
+    why = f"the {steps_per_epoch} steps per epoch"
+    if period != steps_per_epoch:
+        why += f" and the mid-epoch checkpoint steps {sorted(resume_steps)}"
+    above = [d for d in range(requested + 1, period + 1) if period % d == 0]
+    nxt = f"the next divisor is {above[0]}; " if above else ""
+    return value, (f"steps_per_execution={requested} does not divide {why}; using {value}, the largest divisor "
+                   f"not above it ({nxt}set steps_per_execution or steps_per_epoch to choose another)")
 
 
 def _check_choice(name, value, choices):

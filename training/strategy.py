@@ -1,34 +1,26 @@
 """Choosing a `tf.distribute` strategy: TPU, multi-worker, mirrored or the default one.
 
 `auto` picks, in this order: a TPU when there is evidence of one (TPU_NAME / COLAB_TPU_ADDR / a TPU VM's
-/dev/accel* or /dev/vfio devices), MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when
-there are at least two GPUs, else the default strategy. It says what it picked and why. The TPU path is only
+/dev/accelN character devices, or /dev/vfio/N next to a Google PCI device: see `keras_vit._tpu_runtime`),
+MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when there are at least two GPUs, else the
+default strategy. It says what it picked and why. The TPU path is only
 touched with evidence (or when asked) because `TPUClusterResolver` with a name queries a metadata server with no
 time-out, and a `grpc://` address nobody serves hangs; asked for explicitly without a TPU, it fails at once.
 """
 
-import glob
 import json
 import os
 
 import tensorflow as tf
+
+from keras_vit import _tpu_runtime
+from keras_vit._tpu_runtime import tpu_evidence
 
 STRATEGIES = ("auto", "tpu", "multi_worker", "mirrored", "default")
 
 
 class StrategyError(RuntimeError):
     """The requested strategy cannot run on this machine."""
-
-
-def tpu_evidence():
-    """A short reason string when this machine looks like it has a TPU, else None."""
-    for variable in ("TPU_NAME", "COLAB_TPU_ADDR"):
-        if os.environ.get(variable):
-            return f"{variable}={os.environ[variable]}"
-    devices = glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*")
-    if devices:
-        return f"TPU VM devices {devices[:2]}"
-    return None
 
 
 def _tpu_address():
@@ -48,12 +40,26 @@ def connect_tpu():
             tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as err:
-        raise StrategyError(
-            f"No usable TPU (tried TPUClusterResolver(tpu={address!r})): {type(err).__name__}: {err}. "
-            f"On a TPU VM or Colab TPU runtime this works without settings; elsewhere set TPU_NAME, or use "
-            f"--strategy auto/default."
-        ) from err
+        raise StrategyError(_tpu_failure(address, err)) from err
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _tpu_failure(address, err):
+    """The message for a TPU that could not be initialised: the likely cause first, then the error itself."""
+    text = f"{type(err).__name__}: {str(err)[:600]}"
+    installed = _tpu_runtime.installed_tensorflow() or "no TensorFlow distribution found"
+    if "ConfigureDistributedTPU" in str(err) or (address == "local" and not installed.startswith("tensorflow-tpu")):
+        # Plain `tensorflow` has no TPU kernels (tensorflow/tensorflow#96203) and does not load libtpu.
+        return (f"This TensorFlow ({installed}) cannot drive a TPU: it has no TPU kernels ({text}). Install the TPU "
+                f"build: {_tpu_runtime.TPU_INSTALL_HINT}, then restart Python; or use KERAS_BACKEND=jax, or "
+                f"--strategy default for the CPU.")
+    if installed.startswith("tensorflow-tpu") and os.environ.get("TPU_LOAD_LIBRARY") == "0":
+        return (f"TPU_LOAD_LIBRARY=0 is set, so TensorFlow did not load libtpu ({text}). Unset it on a TPU machine "
+                f"(keras_vit sets it only when it sees no TPU evidence), or use --strategy default.")
+    return (f"No usable TPU (tried TPUClusterResolver(tpu={address!r})): {text}. On a Cloud TPU VM the local TPU "
+            f"needs {_tpu_runtime.TPU_INSTALL_HINT} and no other process holding the chips; a TPU Node needs "
+            f"TPU_NAME. Colab TPU runtimes have no TensorFlow preinstalled: install as above, or use "
+            f"KERAS_BACKEND=jax. Elsewhere use --strategy auto/default.")
 
 
 def tf_config_workers():
@@ -89,8 +95,8 @@ def select_strategy(name="auto"):
         if evidence is None:
             raise StrategyError(
                 "--strategy tpu, but this machine shows no TPU (no TPU_NAME or COLAB_TPU_ADDR variable, no "
-                "/dev/accel* or /dev/vfio devices). Run on a TPU VM / Colab TPU runtime, set TPU_NAME, or use "
-                "--strategy auto."
+                "/dev/accelN character devices, no /dev/vfio/N with a Google PCI device). Run on a TPU VM / Colab "
+                f"TPU runtime with {_tpu_runtime.TPU_INSTALL_HINT}, set TPU_NAME, or use --strategy auto."
             )
         return connect_tpu(), f"TPU requested ({evidence})"
     if name == "multi_worker":
@@ -114,6 +120,37 @@ def select_strategy(name="auto"):
         return _mirrored(), f"auto: {len(gpus)} GPUs"
     device = "1 GPU" if gpus else "CPU"
     return tf.distribute.get_strategy(), f"auto: no TPU, no TF_CONFIG cluster, {device} -> default strategy"
+
+
+def _xla_compiles_here():
+    """Whether this TensorFlow build can XLA-compile on the default device (tensorflow-tpu on a CPU cannot)."""
+    try:
+        probe = tf.function(lambda x: x * 2.0 + 1.0, jit_compile=True)
+        return float(probe(tf.constant(1.0))) == 3.0
+    except (tf.errors.OpError, RuntimeError, ValueError):
+        # e.g. NotFoundError "could not find registered transfer manager for platform Host" (no XLA CPU backend)
+        return False
+
+
+def resolve_jit_compile(requested, strategy):
+    """The `jit_compile` for `Model.compile` and why: True/False as requested, or resolved from "auto".
+
+    "auto" leaves TPUStrategy and the other tf.distribute strategies to Keras' own "auto": under TPUStrategy the
+    replicated step is compiled with XLA by TPUStrategy itself, and Keras turns its own XLA off around
+    `strategy.run` (keras-team/keras#19005). With the default strategy on a CPU or GPU, XLA is on when this
+    TensorFlow build can compile there: it measured faster for these models (README, Performance).
+    """
+    if requested is not True and requested is not False and requested != "auto":
+        raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
+    if requested != "auto":
+        return requested, f"jit_compile={requested} as configured"
+    if isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
+        return "auto", "jit_compile=auto: Keras' choice; TPUStrategy compiles the replicated step with XLA itself"
+    if strategy is not tf.distribute.get_strategy():
+        return "auto", f"jit_compile=auto: Keras' choice under {type(strategy).__name__} (no XLA around strategy.run)"
+    if _xla_compiles_here():
+        return True, "jit_compile=auto: XLA on (this TensorFlow compiles on the default device)"
+    return False, "jit_compile=auto: XLA off (this TensorFlow build cannot XLA-compile here: tensorflow-tpu on a CPU?)"
 
 
 def make_multi_worker():

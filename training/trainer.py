@@ -21,8 +21,8 @@ import keras_vit
 from keras_vit import files
 from keras_vit.weights import checkpoint_variables
 from training import workarounds
-from training.checkpointing import CheckpointManager, FaultTolerance
-from training.config import TrainConfig, get_config
+from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
+from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
 from training.optim import make_loss, make_optimizer, make_schedule
 from training.outputs import (
@@ -35,7 +35,7 @@ from training.outputs import (
     write_labels,
     write_samples,
 )
-from training.strategy import is_chief, select_strategy
+from training.strategy import is_chief, resolve_jit_compile, select_strategy
 
 logger = logging.getLogger("training")
 
@@ -90,9 +90,11 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     keras.utils.set_random_seed(config.seed)
 
     strategy = tf_strategy
+    reason = "passed in"
     if strategy is None:
         strategy, reason = select_strategy(config.strategy)
-        print(f"[training] strategy: {type(strategy).__name__} - {reason}", flush=True)
+    jit_compile, jit_reason = resolve_jit_compile(config.jit_compile, strategy)
+    print(f"[training] strategy: {type(strategy).__name__} - {reason}; {jit_reason}", flush=True)
     chief = is_chief(strategy)
 
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
@@ -109,6 +111,10 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     total_steps = steps_per_epoch * config.epochs
+    steps_per_execution, note = steps_per_execution_for(
+        config.steps_per_execution, steps_per_epoch, checkpoint_steps(files.join(workdir, "checkpoints")))
+    if note:
+        print(f"[training] note: {note}", flush=True)
 
     _check_resume_config(workdir, config)
     with strategy.scope():
@@ -122,8 +128,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
             # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
             weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                               keras.metrics.TopKCategoricalAccuracy(k=k, name="top5")],
-            jit_compile=config.jit_compile,
-            steps_per_execution=config.steps_per_execution,
+            jit_compile=jit_compile,
+            steps_per_execution=steps_per_execution,
         )
         if workarounds.needs_local_batch_build(strategy):
             workarounds.use_local_batch_for_symbolic_build(model)
@@ -194,6 +200,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "dataset": config.dataset,
         "strategy": type(strategy).__name__,
         "replicas": strategy.num_replicas_in_sync,
+        "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "parameters": int(model.count_params()),
     }
     if chief:
@@ -270,8 +277,13 @@ def initialise_from(model, path):
     raise ValueError(f"--init expects a .npz or .keras file. Received: {path!r}")
 
 
-def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_size=None, verbose=0):
-    """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics."""
+def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_size=None, strategy=None,
+             tf_strategy=None, verbose=0):
+    """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics.
+
+    The model is loaded and evaluated inside the strategy `train` would select (`strategy`, default: the run's
+    `config.strategy`), so on a TPU VM it runs on the TPU; `tf_strategy` passes one in instead.
+    """
     model_path = files.join(workdir, "model.keras")
     if not files.exists(model_path):
         raise FileNotFoundError(f"No model at {model_path!r}: train first (python -m training --workdir {workdir}).")
@@ -280,18 +292,24 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     if files.exists(config_path):
         config = TrainConfig(**json.loads(files.read_text(config_path)))
     overrides = {k: v for k, v in (("dataset", dataset), ("data_dir", data_dir), ("eval_split", eval_split),
-                                   ("batch_size", batch_size)) if v is not None}
+                                   ("batch_size", batch_size), ("strategy", strategy)) if v is not None}
     config = config.replace(**overrides)
-    model = keras.saving.load_model(model_path, compile=False)
+    if tf_strategy is None:
+        tf_strategy, reason = select_strategy(config.strategy)
+        if verbose:
+            print(f"[training] strategy: {type(tf_strategy).__name__} - {reason}", flush=True)
+    with tf_strategy.scope():
+        model = keras.saving.load_model(model_path, compile=False)
     config = config.replace(image_size=int(model.input_shape[1]))
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
                          eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
                          f"{source.num_classes}; evaluate it on the dataset it was trained for.")
-    model.compile(loss=make_loss(config), weighted_metrics=[
-        keras.metrics.CategoricalAccuracy(name="top1"),
-        keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
+    with tf_strategy.scope():
+        model.compile(loss=make_loss(config), weighted_metrics=[
+            keras.metrics.CategoricalAccuracy(name="top1"),
+            keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
     results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
     return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]),
-            "num_heldout": source.num_heldout, "dataset": config.dataset}
+            "num_heldout": source.num_heldout, "dataset": config.dataset, "strategy": type(tf_strategy).__name__}
