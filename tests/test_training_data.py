@@ -34,7 +34,7 @@ def test_digits_source_is_the_contract_conversion_with_a_stratified_split():
 
 
 def test_stream_resumed_at_a_step_equals_the_uninterrupted_stream():
-    config = TrainConfig(**SMALL, augment="inception", mixup=0.5)
+    config = TrainConfig(**SMALL, augment="inception", mixup_alpha=0.2, randaugment=(2, 10))
     source = data.load_source("synthetic", seed=3)
     full = _batches(data.train_dataset(source, config), 40)  # 40 steps = 10 passes over 256 images / 8 ... crosses passes
     for start in (0, 7, 31, 32, 33):
@@ -72,7 +72,7 @@ def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_str
     configs = [TrainConfig(dataset="synthetic", image_size=4, batch_size=batch, seed=3, shuffle_buffer=buffer,
                            augment="resize"),
                TrainConfig(dataset="synthetic", image_size=8, batch_size=batch, seed=3, shuffle_buffer=buffer,
-                           augment="inception", mixup=0.5)]
+                           augment="inception", mixup_alpha=0.2)]
     for config in configs:
         full = _batches(data.train_dataset(source, config, num_steps=step + steps), step + steps)
         reads.assign(0)
@@ -155,9 +155,9 @@ def test_mixup_mixes_images_and_labels_with_the_same_weight():
     images = tf.constant(np.stack([np.full((2, 2, 3), -1.0), np.full((2, 2, 3), 1.0)]), tf.float32)
     labels = tf.constant([[1.0, 0.0], [0.0, 1.0]])
     for i in range(10):
-        x, y = data._mixup(images, labels, 1.0, tf.constant([0, i], tf.int64))
+        x, y = data._mixup(images, labels, 0.2, tf.constant([0, i], tf.int64))
         lam = float(y[0, 0])
-        assert 0.5 <= lam <= 1.0
+        assert 0.5 <= lam <= 1.0  # the image keeps the larger weight
         np.testing.assert_allclose(x[0].numpy(), lam * -1.0 + (1 - lam) * 1.0, atol=1e-6)
         np.testing.assert_allclose(y.numpy().sum(-1), 1.0, atol=1e-6)
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+from training.augment import quantize, randaugment
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
@@ -298,13 +299,29 @@ def augment_fn(config, original_size=None):
     return augment
 
 
-def _mixup(images, labels, probability, seed):
-    """Mixes a batch with its reverse with probability `probability` (AugReg's p), lambda ~ Beta(1, 1)."""
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    mix = tf.random.stateless_uniform([], seeds[0]) < probability
-    lam = tf.random.stateless_uniform([], seeds[1])
-    lam = tf.where(mix, tf.maximum(lam, 1.0 - lam), 1.0)
-    return lam * images + (1.0 - lam) * tf.reverse(images, [0]), lam * labels + (1.0 - lam) * tf.reverse(labels, [0])
+def mixup_weights(alpha, num_images, seed):
+    """Mixing weights of one batch: a symmetric Dirichlet(alpha) draw (Beta(alpha, alpha) for two images), largest
+    first.
+
+    This is big_vision's `mixup(p=alpha, n=num_images)`: `p` is the concentration, not a probability, and every
+    batch is mixed. Sorting keeps each image the dominant one of its mix (with a small alpha the draw is nearly
+    one-hot, and unsorted it would as often replace the image by its partner). Drawn as normalised Gamma(alpha)
+    variables in float64: with alpha = 0.2 a float32 Gamma draw underflows to 0 often enough to matter.
+    """
+    gammas = tf.random.stateless_gamma([num_images], seed, alpha=tf.constant(alpha, tf.float64), dtype=tf.float64)
+    total = tf.reduce_sum(gammas)
+    weights = tf.where(total > 0, gammas / tf.maximum(total, 1e-300), tf.one_hot(0, num_images, dtype=tf.float64))
+    return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
+
+
+def _mixup(images, labels, alpha, seed, num_images=2):
+    """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
+    weights = mixup_weights(alpha, num_images, seed)
+
+    def mix(batch):
+        return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(num_images)])
+
+    return mix(images), mix(labels)
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None):
@@ -333,7 +350,13 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     def prepare(index, element):
         raw, label = element
         # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
-        image = augment(source.decode(raw), tf.stack([tf.cast(config.seed, tf.int64), index]))
+        seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+        image = augment(source.decode(raw), seed)
+        if config.randaugment:
+            # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
+            num_layers, magnitude = config.randaugment
+            image = randaugment(quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(
+                seed, 1))
         return image, tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
@@ -342,12 +365,13 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
-    if config.randaugment:
-        ds = ds.map(_randaugment_fn(config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.map(lambda images, labels: (scale(images), labels))
-    if config.mixup > 0:
+    if config.mixup_alpha > 0:
+        # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
+        # big_vision's global mixing coefficient (fold_in=None).
         ds = ds.enumerate(start_step).map(
-            lambda step, b: _mixup(b[0], b[1], config.mixup, tf.stack([tf.cast(config.seed, tf.int64), step])),
+            lambda step, b: _mixup(b[0], b[1], float(config.mixup_alpha),
+                                   tf.stack([tf.cast(config.seed, tf.int64), step]), config.mixup_images),
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
@@ -389,21 +413,6 @@ def _shuffled_stream(train, count, buffer, seed, start):
 
     passes = tf.data.Dataset.range(first_pass, np.iinfo(np.int64).max).flat_map(one_pass)
     return passes.enumerate(first_pass * count).skip(offset)
-
-
-def _randaugment_fn(config):
-    import keras
-
-    num_ops, magnitude = config.randaugment
-    # AugReg's magnitude is on a 0..30 scale (randaug(2, 15)); Keras' RandAugment factor is magnitude / 30.
-    # The layer draws from its own seeded generator, so a resumed run is equivalent but not bitwise equal.
-    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops), factor=float(magnitude) / 30.0,
-                                     seed=config.seed)
-
-    def apply(images, labels):
-        return layer(images), labels
-
-    return apply
 
 
 def eval_dataset(source, config, batch_size=None):

@@ -34,7 +34,7 @@ def get_config():
         crop_area=(0.05, 1.0),
         flip=True,
         randaugment=(2, 10),
-        mixup=0.2,
+        mixup_alpha=0.2,
         precision="mixed_bfloat16",
         steps_per_execution=100,
         checkpoint_every=1000,
