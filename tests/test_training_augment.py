@@ -135,7 +135,6 @@ def test_ops_are_chosen_per_image_in_a_batch():
     x, _ = next(iter(data.train_dataset(source, config, num_steps=1)))
     centres = {round(float(v) * 127.5 + 127.5) for v in x.numpy()[:, 12, 12, 0]}
     assert len(centres) >= 4, centres
-    ops, _, _ = augment.choose_ops(2, tf.constant([0, 0]))
     picks = np.stack([augment.choose_ops(2, tf.constant([5, i]))[0].numpy() for i in range(200)])
     assert set(picks.ravel()) == set(range(len(augment.OPS)))  # every op is drawn
     assert (picks[:, 0] != picks[:, 1]).mean() > 0.8  # the two layers are drawn independently

@@ -115,6 +115,33 @@ def test_eval_preprocessing_is_resize_then_scale():
     assert int(np.argmax(y[0])) == int(label) and x.shape[0] == 360
 
 
+def test_eval_resize_small_then_central_crop_equals_pil_box_resize_and_crop():
+    """big_vision's resize_small(256)|central_crop(224), checked against PIL's box (area) filter on a 300x400
+    image: shorter side 300 -> 256 (400 -> 341), then the crop at offset ((256-224)//2, (341-224)//2)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    small = rng.integers(0, 256, (6, 8, 3)).astype(np.uint8)
+    photo = np.asarray(Image.fromarray(small).resize((400, 300), Image.BILINEAR))
+    out = data.eval_preprocess(tf.constant(photo), 224, resize_small=256).numpy() * 127.5 + 127.5
+    resized = np.asarray(Image.fromarray(photo).resize((341, 256), Image.BOX), np.float32)
+    assert out.shape == (224, 224, 3)
+    errors = {(dy, dx): np.abs(out - resized[dy:dy + 224, dx:dx + 224]).mean()
+              for dy in (15, 16, 17) for dx in (57, 58, 59)}
+    # Stored as uint8 (truncated) after the resize, as the reference; PIL rounds: about half a level apart.
+    assert errors[16, 58] < 1.0 and min(errors, key=errors.get) == (16, 58)
+    assert np.abs(out - resized[16:240, 58:282]).max() <= 4.0
+    # In the pipeline: eval_resize_small switches every held-out image to this protocol.
+    source = data.load_source("synthetic", seed=3)
+    config = TrainConfig(dataset="synthetic", image_size=24, batch_size=64, eval_resize_small=28)
+    x, _, _ = next(iter(data.eval_dataset(source, config)))
+    raw, _ = next(iter(source.heldout))
+    np.testing.assert_allclose(x[0].numpy(), data.eval_preprocess(raw, 24, 28).numpy(), atol=1e-6)
+    assert not np.allclose(x[0].numpy(), data.eval_preprocess(raw, 24).numpy(), atol=1e-3)
+    with pytest.raises(ValueError, match="eval_resize_small must be None or an integer >= image_size=24"):
+        TrainConfig(image_size=24, eval_resize_small=16)
+
+
 def test_eval_batches_are_static_and_padded_with_zero_weight_samples():
     source = data.load_source("synthetic", seed=3)  # 64 held-out images
     config = TrainConfig(dataset="synthetic", image_size=16, batch_size=48)

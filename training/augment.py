@@ -223,8 +223,8 @@ def randaugment(image, num_layers, magnitude, seed):
     ops, signs, layer_seeds = choose_ops(int(num_layers), seed)
     for i in range(int(num_layers)):
         branches = [
-            (lambda name=name, i=i: tf.ensure_shape(apply_op(image, name, magnitude, signs[i], layer_seeds[i]),
-                                                    static_shape))
+            (lambda name=name, i=i, image=image: tf.ensure_shape(
+                apply_op(image, name, magnitude, signs[i], layer_seeds[i]), static_shape))
             for name in OPS
         ]
         image = tf.switch_case(ops[i], branches)

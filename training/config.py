@@ -133,11 +133,11 @@ class TrainConfig:
                 not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size):
             raise ValueError(f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
                              f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}")
-        if self.randaugment is not None:
-            if (len(tuple(self.randaugment)) != 2 or not isinstance(self.randaugment[0], int)
-                    or self.randaugment[0] < 1 or self.randaugment[1] < 0):
-                raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
-                                 f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
+        if self.randaugment is not None and (
+                len(tuple(self.randaugment)) != 2 or not isinstance(self.randaugment[0], int)
+                or self.randaugment[0] < 1 or self.randaugment[1] < 0):
+            raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
+                             f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
         if self.num_calibration > 512:
             raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))

@@ -253,8 +253,25 @@ def resize(image, size):
     return tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear")
 
 
-def eval_preprocess(image, size):
-    return tf.ensure_shape(scale(resize(image, size)), [size, size, 3])
+def resize_small_central_crop(image, small, size):
+    """big_vision's `resize_small(small)|central_crop(size)`: the shorter side resized to `small` (area
+    interpolation, aspect ratio kept, stored as uint8 again), then the central `size` x `size` crop."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    new_shape = tf.cast(tf.round(shape * (float(small) / tf.reduce_min(shape))), tf.int32)
+    image = tf.floor(tf.clip_by_value(tf.image.resize(tf.cast(image, tf.float32), new_shape, method="area"),
+                                      0.0, 255.0))
+    top, left = (new_shape[0] - size) // 2, (new_shape[1] - size) // 2
+    return tf.slice(image, [top, left, 0], [size, size, 3])
+
+
+def eval_preprocess(image, size, resize_small=None):
+    """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
+    shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
+    if resize_small:
+        image = resize_small_central_crop(image, resize_small, size)
+    else:
+        image = resize(image, size)
+    return tf.ensure_shape(scale(image), [size, size, 3])
 
 
 def _inception_crop(image, size, area, seed):
@@ -429,7 +446,7 @@ def eval_dataset(source, config, batch_size=None):
 
     Args:
         source: a `Source`.
-        config: a `TrainConfig` (image_size, batch_size).
+        config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
         batch_size: overrides `config.batch_size`.
 
     Returns:
@@ -447,7 +464,8 @@ def eval_dataset(source, config, batch_size=None):
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes),
+        lambda raw, label: (eval_preprocess(source.decode(raw), size, config.eval_resize_small),
+                            tf.one_hot(label, num_classes),
                             tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
