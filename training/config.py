@@ -16,13 +16,18 @@ class TrainConfig:
         data_dir: TFDS data directory (datasets are never downloaded at run time).
         train_split, eval_split: split strings for TFDS ("train", "train[:90%]", ...). For digits and folders the
             held-out split is a fixed stratified `holdout_fraction` of the images.
+        extra_evals: more held-out splits evaluated at the end of training, {name: split}, reported in
+            metrics.json under "evals" (e.g. {"minival": "train[99%:]"}); a split of another TFDS dataset is
+            written "tfds:NAME:SPLIT". TFDS datasets only.
         holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
         shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
-        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; the head is
-            re-created (zero-initialised) when the class count differs and position embeddings are interpolated.
+        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; position
+            embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
+            references' fine-tuning, unless `init_head` is set.
+        init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
         batch_size: the GLOBAL batch (per-replica batch x replicas).
         epochs: passes over `steps_per_epoch` steps.
         steps_per_epoch: None for dataset size // batch_size; set it to express step-based recipes.
@@ -68,12 +73,14 @@ class TrainConfig:
     data_dir: Optional[str] = None
     train_split: str = "train"
     eval_split: Optional[str] = "test"
+    extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
     shuffle_buffer: Optional[int] = None
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
     init: Optional[str] = None
+    init_head: bool = False
     batch_size: int = 64
     epochs: int = 10
     steps_per_epoch: Optional[int] = None
@@ -138,9 +145,13 @@ class TrainConfig:
                 or self.randaugment[0] < 1 or self.randaugment[1] < 0):
             raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
                              f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
+        if self.extra_evals and not str(self.dataset).startswith("tfds:"):
+            raise ValueError(f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
+                             f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}.")
         if self.num_calibration > 512:
             raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))
+        object.__setattr__(self, "extra_evals", dict(self.extra_evals))
         object.__setattr__(self, "crop_area", tuple(self.crop_area))
         if self.randaugment is not None:
             object.__setattr__(self, "randaugment", tuple(self.randaugment))
