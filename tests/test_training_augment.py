@@ -196,3 +196,15 @@ def test_mixup_in_the_stream_mixes_every_batch():
         # Rolled by one: row i is lam * label_i + (1 - lam) * label_{i-1}; lam is the largest entry of any row
         # whose two labels differ.
         assert y.max() >= 0.5
+
+
+def test_pixel_scale_shrinks_translation_and_cutout_for_small_images():
+    image = np.zeros((64, 64, 3), np.float32)
+    image[31:34, 31:34] = 255
+    out = augment.apply_op(tf.constant(image), "TranslateX", 10, 1.0, tf.constant([0, 0]),
+                           pixel_scale=32 / 224).numpy()
+    _, x = np.nonzero(out[..., 0] > 200)
+    assert 32 - x.mean() == pytest.approx(100 * 32 / 224, abs=0.5)
+    cut = augment.apply_op(tf.constant(np.zeros((64, 64, 3), np.float32)), "Cutout", 10, 1.0, tf.constant([1, 1]),
+                           pixel_scale=32 / 224).numpy()
+    assert (cut[..., 0] == 128).sum() <= (2 * int(40 * 32 / 224)) ** 2

@@ -21,6 +21,10 @@ with f = L / 10:
 | AutoContrast, Equalize, Invert | no level | |
 
 Empty pixels (rotate, shear, translate, cutout) are grey 128, nearest-neighbour sampling, as the reference.
+Translate and Cutout are in absolute pixels, set for 224 px crops: on small images they blank the whole image
+(`TrainConfig.randaugment_scale_pixels` scales them by image_size / 224 instead; not the reference). Below level
+2.5 Posterize keeps 0 bits (a black image), and level 5 makes the four enhance ops the identity: both as the
+reference, so low magnitudes are not "mild".
 Two deliberate differences: Contrast blends with the mean grey level of the image (PIL's definition; the
 reference's histogram code yields pixels/256, which depends on the image size: 196 at 224 px), and blended
 values are rounded, not truncated, before they are stored as uint8 values.
@@ -43,15 +47,19 @@ def quantize(image):
     return tf.clip_by_value(tf.round(image), 0.0, 255.0)
 
 
-def op_argument(name, level):
-    """The strength of op `name` at `level`, before the random sign (the table of the module docstring)."""
+def op_argument(name, level, pixel_scale=1.0):
+    """The strength of op `name` at `level`, before the random sign (the table of the module docstring).
+
+    `pixel_scale` multiplies the two constants in pixels (Translate's 100, Cutout's 40), which big_vision sets for
+    224 px images; 1 keeps the reference's absolute values.
+    """
     f = float(level) / MAX_LEVEL
     arguments = {
         "Rotate": 30.0 * f, "ShearX": 0.3 * f, "ShearY": 0.3 * f,
-        "TranslateX": TRANSLATE_PIXELS * f, "TranslateY": TRANSLATE_PIXELS * f,
+        "TranslateX": TRANSLATE_PIXELS * pixel_scale * f, "TranslateY": TRANSLATE_PIXELS * pixel_scale * f,
         "Color": 1.8 * f + 0.1, "Contrast": 1.8 * f + 0.1, "Brightness": 1.8 * f + 0.1, "Sharpness": 1.8 * f + 0.1,
         "Posterize": int(4 * f), "Solarize": int(256 * f), "SolarizeAdd": int(110 * f),
-        "Cutout": int(CUTOUT_HALF_SIZE * f),
+        "Cutout": int(CUTOUT_HALF_SIZE * pixel_scale * f),
     }
     if name not in OPS:
         raise ValueError(f"Unknown RandAugment op {name!r}. Use one of: {', '.join(OPS)}.")
@@ -177,10 +185,11 @@ def cutout(image, half_size, seed):
     return tf.where(inside[..., None], FILL_VALUE, image)
 
 
-def apply_op(image, name, level, sign=1.0, seed=(0, 0)):
+def apply_op(image, name, level, sign=1.0, seed=(0, 0), pixel_scale=1.0):
     """Op `name` at `level` on a float32 (H, W, 3) image of integral 0..255 values; `sign` flips the direction of
-    Rotate, ShearX/Y and TranslateX/Y (RandAugment draws it), `seed` places the Cutout square."""
-    argument = op_argument(name, level)
+    Rotate, ShearX/Y and TranslateX/Y (RandAugment draws it), `seed` places the Cutout square, `pixel_scale` as in
+    `op_argument`."""
+    argument = op_argument(name, level, pixel_scale)
     signed = sign * argument if argument is not None else None
     functions = {
         "AutoContrast": lambda: autocontrast(image), "Equalize": lambda: equalize(image),
@@ -206,7 +215,7 @@ def choose_ops(num_layers, seed):
     return tf.stack(ops), tf.stack(signs), layer_seeds
 
 
-def randaugment(image, num_layers, magnitude, seed):
+def randaugment(image, num_layers, magnitude, seed, pixel_scale=1.0):
     """big_vision's `randaug(num_layers, magnitude)` on one image.
 
     Args:
@@ -214,6 +223,7 @@ def randaugment(image, num_layers, magnitude, seed):
         num_layers: ops applied one after the other (2 in the references).
         magnitude: level of every op on the 0..10 scale above (10 is full strength; more extrapolates).
         seed: a stateless seed (shape (2,)); the same seed gives the same ops and strengths.
+        pixel_scale: multiplies Translate's and Cutout's pixel constants (1: big_vision's, set for 224 px).
 
     Returns:
         The augmented float32 image, integral values in 0..255.
@@ -224,7 +234,7 @@ def randaugment(image, num_layers, magnitude, seed):
     for i in range(int(num_layers)):
         branches = [
             (lambda name=name, i=i, image=image: tf.ensure_shape(
-                apply_op(image, name, magnitude, signs[i], layer_seeds[i]), static_shape))
+                apply_op(image, name, magnitude, signs[i], layer_seeds[i], pixel_scale), static_shape))
             for name in OPS
         ]
         image = tf.switch_case(ops[i], branches)

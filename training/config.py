@@ -50,6 +50,8 @@ class TrainConfig:
         randaugment: (num_layers, magnitude) of big_vision's `randaug(n, m)`, per image (`training.augment`), or
             None. The magnitude is on big_vision's level scale, where 10 is its `_MAX_LEVEL` (full strength:
             rotations up to 30 degrees, shear 0.3, translation 100 px); AugReg's 15 and 20 go beyond it.
+        randaugment_scale_pixels: scale RandAugment's Translate and Cutout (100 px and 40 px at level 10, set by
+            big_vision for 224 px crops) by image_size / 224, for small images (not the reference; default off).
         mixup_alpha: Mixup concentration (big_vision's `mixup(p=...)`): every batch is mixed with weights drawn
             from a symmetric Dirichlet (Beta for two images) with this concentration, sorted so the image itself
             keeps the largest weight; 0 for no Mixup.
@@ -101,6 +103,7 @@ class TrainConfig:
     translate: float = 0.0
     crop_area: tuple = (0.05, 1.0)
     randaugment: Optional[tuple] = None
+    randaugment_scale_pixels: bool = False
     mixup_alpha: float = 0.0
     mixup_images: int = 2
     eval_resize_small: Optional[int] = None

@@ -363,6 +363,7 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     buffer = config.shuffle_buffer or count
     augment = augment_fn(config, source.original_size)
     num_classes = source.num_classes
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
     def prepare(index, element):
         raw, label = element
@@ -372,8 +373,8 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         if config.randaugment:
             # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
             num_layers, magnitude = config.randaugment
-            image = randaugment(quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(
-                seed, 1))
+            image = randaugment(quantize(image), num_layers, magnitude,
+                                tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale)
         return image, tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
