@@ -9,7 +9,8 @@ import pytest
 from training import optim
 from training.config import TrainConfig, available_configs, get_config, parse_overrides
 
-RECIPES = ["cifar10_finetune", "digits", "imagenet1k_s16", "imagenet21k_b16", "imagenet_finetune_384"]
+RECIPES = ["cifar10_finetune", "digits", "digits_augreg", "imagenet1k_s16", "imagenet21k_b16",
+           "imagenet_finetune_384"]
 
 
 def test_every_recipe_loads_and_states_its_command_line():

@@ -58,11 +58,20 @@ def test_recipe_matches_its_reference_table(name):
         assert config["steps_per_epoch"] * config["epochs"] == TOTAL_STEPS[name]
 
 
-def test_every_recipe_is_in_the_table_or_is_the_embedded_default():
-    assert set(available_configs()) == set(REFERENCE) | {"digits"}
+def test_every_recipe_is_in_the_table_or_is_a_project_recipe():
+    assert set(available_configs()) == set(REFERENCE) | {"digits", "digits_augreg"}
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_digits_augreg_has_the_shape_of_the_imagenet_recipe():
+    small, big = get_config("digits_augreg"), get_config("imagenet1k_s16")
+    same = ("optimizer", "learning_rate", "weight_decay", "schedule", "global_clipnorm", "loss", "augment",
+            "randaugment", "mixup_alpha", "mixup_images")
+    assert {k: getattr(small, k) for k in same} == {k: getattr(big, k) for k in same}
+    assert {k: small.model[k] for k in ("pooling", "class_token", "position_embedding")} == \
+        {k: big.model[k] for k in ("pooling", "class_token", "position_embedding")}
+
+
+@pytest.mark.parametrize("name", [*sorted(REFERENCE), "digits_augreg"])
 def test_recipe_docstring_states_reference_published_number_and_deviations(name):
     doc = __import__(f"training.configs.{name}", fromlist=["get_config"]).__doc__
     for heading in ("Reference:", "Published:", "Deviations"):
