@@ -12,6 +12,12 @@ model and data scaled down (a 3-layer width-192 ViT, 4x4 patches of 8 px, 1,437 
 Published: none; this is the project's check that the full augmentation stack trains stably here. It is not a
 reproduction of 76.5%: that needs ImageNet and an accelerator (about 7 h on a TPUv3-8).
 
+Measured (2 shared CPU cores, seed 0, 880 steps, about 100 s each): held-out top-1 73.1% with the full stack
+(train top-1 45% under Mixup), 88.6% with RandAugment(2, 5) and crop area 0.5-1, 97.5% without augmentation
+(train top-1 100%). The stack trains stably (loss falls monotonically, no NaN) but at this budget it under-fits and
+does not beat the plain run: as AugReg found for small models and short schedules, augmentation pays off only
+with more compute than 880 steps of a 3-layer model.
+
 Deviations (deliberate): no flips (they turn some digits into others); inception crop area 0.35-1 (the 8x8
 originals have no background to spare); RandAugment's Translate and Cutout scaled by 32/224
 (`randaugment_scale_pixels`), or they would blank a 32 px image; 40 epochs of 22 steps, 2 warm-up epochs.
