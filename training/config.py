@@ -17,13 +17,18 @@ class TrainConfig:
         data_dir: TFDS data directory (datasets are never downloaded at run time).
         train_split, eval_split: split strings for TFDS ("train", "train[:90%]", ...). For digits and folders the
             held-out split is a fixed stratified `holdout_fraction` of the images.
+        extra_evals: more held-out splits evaluated at the end of training, {name: split}, reported in
+            metrics.json under "evals" (e.g. {"minival": "train[99%:]"}); a split of another TFDS dataset is
+            written "tfds:NAME:SPLIT". TFDS datasets only.
         holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
         shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
-        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; the head is
-            re-created (zero-initialised) when the class count differs and position embeddings are interpolated.
+        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; position
+            embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
+            references' fine-tuning, unless `init_head` is set.
+        init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
         batch_size: the GLOBAL batch (per-replica batch x replicas).
         epochs: passes over `steps_per_epoch` steps.
         steps_per_epoch: None for dataset size // batch_size; set it to express step-based recipes.
@@ -36,14 +41,25 @@ class TrainConfig:
         global_clipnorm: clip the global gradient norm (1.0 in the paper); None for none.
         loss: "softmax" or "sigmoid" cross-entropy.
         label_smoothing: label smoothing of the targets.
-        head_bias_init: initial bias of the head (-6.9 with sigmoid, as in AugReg); None keeps the variant's.
+        head_bias_init: initial bias of the head (big_vision's ImageNet-21k configs use -10 with sigmoid
+            cross-entropy); None keeps the variant's.
         augment: train pre-processing: "inception" (inception crop + flip), "translate" (small random shifts,
             for digits), "resize" (none).
         flip: random left-right flips (with "inception").
         translate: maximum shift, in pixels of the original image, for "translate".
         crop_area: (min, max) area fraction of the inception crop.
-        randaugment: (layers, magnitude 0-30 as in AugReg) or None.
-        mixup: probability of mixing a batch (AugReg's p), 0 for none.
+        randaugment: (num_layers, magnitude) of big_vision's `randaug(n, m)`, per image (`training.augment`), or
+            None. The magnitude is on big_vision's level scale, where 10 is its `_MAX_LEVEL` (full strength:
+            rotations up to 30 degrees, shear 0.3, translation 100 px); AugReg's 15 and 20 go beyond it.
+        randaugment_scale_pixels: scale RandAugment's Translate and Cutout (100 px and 40 px at level 10, set by
+            big_vision for 224 px crops) by image_size / 224, for small images (not the reference; default off).
+        mixup_alpha: Mixup concentration (big_vision's `mixup(p=...)`): every batch is mixed with weights drawn
+            from a symmetric Dirichlet (Beta for two images) with this concentration, sorted so the image itself
+            keeps the largest weight; 0 for no Mixup.
+        mixup_images: how many images are mixed into each one (big_vision's `n`, 2 for standard Mixup).
+        eval_resize_small: None resizes held-out images to `image_size` (squash, the paper's fine-tuning
+            evaluation); an int resizes the shorter side to it (aspect kept) and takes the central
+            `image_size` crop (big_vision's `resize_small(256)|central_crop(224)`).
         jit_compile: "auto" (TPUStrategy and other tf.distribute strategies: Keras' choice, TPUStrategy compiling
             with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
             True or False to force it. See `training.strategy.resolve_jit_compile`.
@@ -63,12 +79,14 @@ class TrainConfig:
     data_dir: Optional[str] = None
     train_split: str = "train"
     eval_split: Optional[str] = "test"
+    extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
     shuffle_buffer: Optional[int] = None
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
     init: Optional[str] = None
+    init_head: bool = False
     batch_size: int = 64
     epochs: int = 10
     steps_per_epoch: Optional[int] = None
@@ -89,7 +107,10 @@ class TrainConfig:
     translate: float = 0.0
     crop_area: tuple = (0.05, 1.0)
     randaugment: Optional[tuple] = None
-    mixup: float = 0.0
+    randaugment_scale_pixels: bool = False
+    mixup_alpha: float = 0.0
+    mixup_images: int = 2
+    eval_resize_small: Optional[int] = None
     jit_compile: object = "auto"  # True, False or "auto"
     steps_per_execution: int = 1
     precision: str = "float32"
@@ -118,11 +139,28 @@ class TrainConfig:
             raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
-        if not 0.0 <= self.mixup <= 1.0:
-            raise ValueError(f"mixup is a probability in [0, 1]. Received: {self.mixup}")
+        if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
+            raise ValueError(f"mixup_alpha is a Dirichlet concentration >= 0 (0.2 in big_vision's ImageNet "
+                             f"recipes, 0 for no Mixup). Received: mixup_alpha={self.mixup_alpha!r}")
+        if not isinstance(self.mixup_images, int) or self.mixup_images < 2:
+            raise ValueError(f"mixup_images must be an integer >= 2 (2 for standard Mixup). "
+                             f"Received: mixup_images={self.mixup_images!r}")
+        if self.eval_resize_small is not None and (
+                not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size):
+            raise ValueError(f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
+                             f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}")
+        if self.randaugment is not None and (
+                len(tuple(self.randaugment)) != 2 or not isinstance(self.randaugment[0], int)
+                or self.randaugment[0] < 1 or self.randaugment[1] < 0):
+            raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
+                             f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
+        if self.extra_evals and not str(self.dataset).startswith("tfds:"):
+            raise ValueError(f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
+                             f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}.")
         if self.num_calibration > 512:
             raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))
+        object.__setattr__(self, "extra_evals", dict(self.extra_evals))
         object.__setattr__(self, "crop_area", tuple(self.crop_area))
         if self.randaugment is not None:
             object.__setattr__(self, "randaugment", tuple(self.randaugment))

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import keras_vit.files
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+from training.augment import quantize, randaugment
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
@@ -254,8 +255,25 @@ def resize(image, size):
     return tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear")
 
 
-def eval_preprocess(image, size):
-    return tf.ensure_shape(scale(resize(image, size)), [size, size, 3])
+def resize_small_central_crop(image, small, size):
+    """big_vision's `resize_small(small)|central_crop(size)`: the shorter side resized to `small` (area
+    interpolation, aspect ratio kept, stored as uint8 again), then the central `size` x `size` crop."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    new_shape = tf.cast(tf.round(shape * (float(small) / tf.reduce_min(shape))), tf.int32)
+    image = tf.floor(tf.clip_by_value(tf.image.resize(tf.cast(image, tf.float32), new_shape, method="area"),
+                                      0.0, 255.0))
+    top, left = (new_shape[0] - size) // 2, (new_shape[1] - size) // 2
+    return tf.slice(image, [top, left, 0], [size, size, 3])
+
+
+def eval_preprocess(image, size, resize_small=None):
+    """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
+    shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
+    if resize_small:
+        image = resize_small_central_crop(image, resize_small, size)
+    else:
+        image = resize(image, size)
+    return tf.ensure_shape(scale(image), [size, size, 3])
 
 
 def _inception_crop(image, size, area, seed):
@@ -300,13 +318,29 @@ def augment_fn(config, original_size=None):
     return augment
 
 
-def _mixup(images, labels, probability, seed):
-    """Mixes a batch with its reverse with probability `probability` (AugReg's p), lambda ~ Beta(1, 1)."""
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    mix = tf.random.stateless_uniform([], seeds[0]) < probability
-    lam = tf.random.stateless_uniform([], seeds[1])
-    lam = tf.where(mix, tf.maximum(lam, 1.0 - lam), 1.0)
-    return lam * images + (1.0 - lam) * tf.reverse(images, [0]), lam * labels + (1.0 - lam) * tf.reverse(labels, [0])
+def mixup_weights(alpha, num_images, seed):
+    """Mixing weights of one batch: a symmetric Dirichlet(alpha) draw (Beta(alpha, alpha) for two images), largest
+    first.
+
+    This is big_vision's `mixup(p=alpha, n=num_images)`: `p` is the concentration, not a probability, and every
+    batch is mixed. Sorting keeps each image the dominant one of its mix (with a small alpha the draw is nearly
+    one-hot, and unsorted it would as often replace the image by its partner). Drawn as normalised Gamma(alpha)
+    variables in float64: with alpha = 0.2 a float32 Gamma draw underflows to 0 often enough to matter.
+    """
+    gammas = tf.random.stateless_gamma([num_images], seed, alpha=tf.constant(alpha, tf.float64), dtype=tf.float64)
+    total = tf.reduce_sum(gammas)
+    weights = tf.where(total > 0, gammas / tf.maximum(total, 1e-300), tf.one_hot(0, num_images, dtype=tf.float64))
+    return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
+
+
+def _mixup(images, labels, alpha, seed, num_images=2):
+    """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
+    weights = mixup_weights(alpha, num_images, seed)
+
+    def mix(batch):
+        return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(num_images)])
+
+    return mix(images), mix(labels)
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None):
@@ -331,11 +365,18 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     buffer = config.shuffle_buffer or count
     augment = augment_fn(config, source.original_size)
     num_classes = source.num_classes
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
     def prepare(index, element):
         raw, label = element
         # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
-        image = augment(source.decode(raw), tf.stack([tf.cast(config.seed, tf.int64), index]))
+        seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+        image = augment(source.decode(raw), seed)
+        if config.randaugment:
+            # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
+            num_layers, magnitude = config.randaugment
+            image = randaugment(quantize(image), num_layers, magnitude,
+                                tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale)
         return image, tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
@@ -344,12 +385,13 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
-    if config.randaugment:
-        ds = ds.map(_randaugment_fn(config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.map(lambda images, labels: (scale(images), labels))
-    if config.mixup > 0:
+    if config.mixup_alpha > 0:
+        # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
+        # big_vision's global mixing coefficient (fold_in=None).
         ds = ds.enumerate(start_step).map(
-            lambda step, b: _mixup(b[0], b[1], config.mixup, tf.stack([tf.cast(config.seed, tf.int64), step])),
+            lambda step, b: _mixup(b[0], b[1], float(config.mixup_alpha),
+                                   tf.stack([tf.cast(config.seed, tf.int64), step]), config.mixup_images),
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
@@ -393,21 +435,6 @@ def _shuffled_stream(train, count, buffer, seed, start):
     return passes.enumerate(first_pass * count).skip(offset)
 
 
-def _randaugment_fn(config):
-    import keras
-
-    num_ops, magnitude = config.randaugment
-    # AugReg's magnitude is on a 0..30 scale (randaug(2, 15)); Keras' RandAugment factor is magnitude / 30.
-    # The layer draws from its own seeded generator, so a resumed run is equivalent but not bitwise equal.
-    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops), factor=float(magnitude) / 30.0,
-                                     seed=config.seed)
-
-    def apply(images, labels):
-        return layer(images), labels
-
-    return apply
-
-
 def eval_dataset(source, config, batch_size=None):
     """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
 
@@ -422,7 +449,7 @@ def eval_dataset(source, config, batch_size=None):
 
     Args:
         source: a `Source`.
-        config: a `TrainConfig` (image_size, batch_size).
+        config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
         batch_size: overrides `config.batch_size`.
 
     Returns:
@@ -440,7 +467,8 @@ def eval_dataset(source, config, batch_size=None):
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes),
+        lambda raw, label: (eval_preprocess(source.decode(raw), size, config.eval_resize_small),
+                            tf.one_hot(label, num_classes),
                             tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )

@@ -24,6 +24,7 @@ from training import workarounds
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
+from training.evals import evaluate_extra
 from training.optim import make_loss, make_optimizer, make_schedule
 from training.outputs import (
     CsvLogger,
@@ -183,6 +184,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     trained_steps = manager.step() - (header or {}).get("step", 0)
 
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+    extra_evals = evaluate_extra(model, config) if config.extra_evals else None
     metrics = {
         "top1": float(results["top1"]),
         "top5": float(results["top5"]),
@@ -203,6 +205,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "parameters": int(model.count_params()),
     }
+    if extra_evals:
+        metrics["evals"] = extra_evals
     if chief:
         metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps)
         metrics["wall_seconds"] = time.time() - started
@@ -252,6 +256,11 @@ def build_model(config, num_classes):
                                    **overrides)
     if config.init:
         initialise_from(model, config.init)
+        if not config.init_head and "head" in {layer.name for layer in model.layers}:
+            # The references always fine-tune from a fresh zero head, even when the class counts match.
+            head = model.get_layer("head")
+            head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
+            head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
     return model
 
 
