@@ -11,11 +11,13 @@ From a shell: `python -m training --config digits --workdir runs/digits` (see `p
 
 from training.checkpointing import NonFiniteLossError, Preempted
 from training.config import TrainConfig, available_configs, get_config
+from training.distribution import Placement, select_placement
 from training.strategy import StrategyError, select_strategy
 from training.trainer import TrainResult, evaluate, train
 
 __all__ = [
     "NonFiniteLossError",
+    "Placement",
     "Preempted",
     "StrategyError",
     "TrainConfig",
@@ -23,6 +25,7 @@ __all__ = [
     "available_configs",
     "evaluate",
     "get_config",
+    "select_placement",
     "select_strategy",
     "train",
 ]

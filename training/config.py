@@ -52,7 +52,11 @@ class TrainConfig:
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
-        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default".
+        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
+            `training.distribution`).
+        matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
+            on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
+            JAX's "high" / "default".
     """
 
     dataset: str = "digits"
@@ -96,6 +100,7 @@ class TrainConfig:
     num_samples: int = 64
     num_calibration: int = 256
     strategy: str = "auto"
+    matmul_precision: Optional[str] = None
 
     def __post_init__(self):
         _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
@@ -104,6 +109,7 @@ class TrainConfig:
         _check_choice("augment", self.augment, ("inception", "translate", "resize"))
         _check_choice("precision", self.precision, ("float32", "mixed_bfloat16"))
         _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
+        _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
         for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -146,7 +152,7 @@ class TrainConfig:
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(choices)}.")
+        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(map(str, choices))}.")
 
 
 def available_configs():

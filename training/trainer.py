@@ -19,10 +19,10 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit.weights import checkpoint_variables
-from training import workarounds
 from training.checkpointing import CheckpointManager, FaultTolerance
 from training.config import TrainConfig, get_config
 from training.data import eval_dataset, load_source, train_dataset
+from training.distribution import select_placement, set_matmul_precision
 from training.optim import make_loss, make_optimizer, make_schedule
 from training.outputs import (
     EventLogger,
@@ -33,7 +33,6 @@ from training.outputs import (
     write_labels,
     write_samples,
 )
-from training.strategy import is_chief, select_strategy
 
 logger = logging.getLogger("training")
 
@@ -63,7 +62,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         workdir: output directory; a second call with the same one resumes from its last checkpoint.
             Default: runs/<config name>. A local or mounted (NFS, gcsfuse) directory: atomic writes rely on
             `os.replace`, and on multi-worker runs every worker must see the chief's checkpoints there.
-        tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`.
+        tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`
+            (TensorFlow backend; on JAX, `config.strategy` picks the `keras.distribution` placement).
         callbacks: extra Keras callbacks.
         verbose: Keras verbosity (default: progress bars on a terminal, one line per epoch otherwise).
         **overrides: `TrainConfig` fields, e.g. `epochs=5`, `learning_rate=1e-3`, or `model.dropout_rate=0.1`
@@ -83,15 +83,14 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     workdir = os.path.abspath(workdir or default_workdir(name))
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
-    if config.deterministic:
+    if config.deterministic:  # the tf.data pipeline runs TensorFlow ops on both backends
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
+    set_matmul_precision(config.matmul_precision)
 
-    strategy = tf_strategy
-    if strategy is None:
-        strategy, reason = select_strategy(config.strategy)
-        print(f"[training] strategy: {type(strategy).__name__} - {reason}", flush=True)
-    chief = is_chief(strategy)
+    strategy = select_placement(config.strategy, tf_strategy=tf_strategy)
+    print(f"[training] {strategy.describe()}", flush=True)
+    chief = strategy.is_chief
 
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
                          eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
@@ -103,7 +102,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if config.batch_size % strategy.num_replicas_in_sync:
         raise ValueError(
             f"The global batch_size={config.batch_size} must be divisible by the {strategy.num_replicas_in_sync} "
-            f"replicas of {type(strategy).__name__}."
+            f"replicas of {strategy.name}."
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     total_steps = steps_per_epoch * config.epochs
@@ -111,7 +110,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     _check_resume_config(workdir, config)
     with strategy.scope():
         model = build_model(config, source.num_classes)
-        optimizer = workarounds.clip_after_all_reduce(make_optimizer(config, total_steps), strategy)
+        optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
         model.compile(
@@ -122,8 +121,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
             jit_compile=config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
-        if workarounds.needs_local_batch_build(strategy):
-            workarounds.use_local_batch_for_symbolic_build(model)
+        strategy.prepare_model(model)
         manager = CheckpointManager(os.path.join(workdir, "checkpoints"), model, optimizer, write=chief)
         header = manager.restore_latest()
     start = manager.step()
@@ -189,8 +187,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "num_heldout": source.num_heldout,
         "num_train": source.num_train,
         "dataset": config.dataset,
-        "strategy": type(strategy).__name__,
-        "replicas": strategy.num_replicas_in_sync,
+        **strategy.metrics(),  # backend, strategy, replicas, devices, device_kind
         "parameters": int(model.count_params()),
     }
     if chief:
