@@ -52,12 +52,6 @@ def _predict_parser():
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # SavedModel and TFLite conversion need Keras' TensorFlow backend; a shell that trained with KERAS_BACKEND=jax
-    # still exports (the .keras file is backend-neutral). Keras reads the variable when it is first imported.
-    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow" and "keras" not in sys.modules:
-        print(f"[export] KERAS_BACKEND={os.environ['KERAS_BACKEND']} -> tensorflow: export converts with TensorFlow",
-              file=sys.stderr)
-        os.environ["KERAS_BACKEND"] = "tensorflow"
     import export
 
     try:

@@ -130,7 +130,10 @@ def _tensorflow_placement(name, tf_strategy):
         tf_strategy, reason = tf_strategies.select_strategy(name)
     else:
         reason = "passed by the caller"
-    devices = tf_strategy.extended.worker_devices
+    try:
+        devices = tf_strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy has no device list: TensorFlow's default device (a GPU first)
+        devices = [d.name for d in (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[:1]]
     kinds = {tf.DeviceSpec.from_string(d).device_type for d in devices}
     kind = kinds.pop().lower() if len(kinds) == 1 else "mixed"
     if isinstance(tf_strategy, tf.distribute.TPUStrategy):
