@@ -1,4 +1,4 @@
-"""The trainer on Keras' JAX backend: DataParallel over 2 host devices, digits, resume, cross-backend checkpoints, export.
+"""The trainer on Keras' JAX backend: DataParallel on 2 host devices, digits, resume, cross-backend checkpoints, export.
 
 The backend and the host device count are fixed when Keras and JAX are first imported, so every case runs in
 fresh processes with KERAS_BACKEND and XLA_FLAGS=--xla_force_host_platform_device_count=2 set in their
@@ -196,6 +196,53 @@ def test_a_checkpoint_written_under_one_backend_resumes_under_the_other(tmp_path
         np.testing.assert_allclose(resumed["losses"], original["losses"][1:], rtol=1e-5)
         for a, b in zip(resumed["weights"], original["weights"]):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+DROPOUT_MODEL = textwrap.dedent("""
+    import keras, keras_vit
+    from training.checkpointing import CheckpointManager
+
+    def dropout_model_and_manager(directory):
+        # Dropout and stochastic depth give the model RNG-state variables: int64 under TensorFlow, uint32 under JAX.
+        model = keras_vit.create_model("testing", image_size=16, num_classes=3, dropout_rate=0.1,
+                                       stochastic_depth_rate=0.1)
+        optimizer = keras.optimizers.AdamW(1e-3)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer, CheckpointManager(directory, model, optimizer)
+""")
+
+DROPOUT_UNDER_JAX = DROPOUT_MODEL + textwrap.dedent("""
+    import sys
+    import numpy as np
+    model, optimizer, manager = dropout_model_and_manager(sys.argv[1])
+    assert manager.restore_latest()["step"] == 7
+    with np.load(manager.checkpoints()[-1]) as archive:
+        for i, variable in enumerate(model.variables):
+            saved = archive[f"model/{i:05d}"].astype(variable.dtype)
+            np.testing.assert_array_equal(np.asarray(variable.numpy()), saved)
+        for i, variable in enumerate(optimizer.variables):
+            np.testing.assert_array_equal(np.asarray(variable.numpy()), archive[f"optimizer/{i:05d}"])
+    for variable in model.trainable_variables:
+        variable.assign(variable.numpy() + 1.0)
+    optimizer.iterations.assign(9)
+    CheckpointManager(sys.argv[2], model, optimizer).save()
+""")
+
+
+@pytest.mark.slow
+def test_rng_state_variables_cross_backends_both_ways(tmp_path):
+    namespace = {}
+    exec(DROPOUT_MODEL, namespace)  # the same model and optimizer as the JAX process builds
+    model, optimizer, manager = namespace["dropout_model_and_manager"](str(tmp_path / "tf"))
+    assert any(v.dtype == "int64" for v in model.variables)  # TensorFlow's RNG states
+    optimizer.iterations.assign(7)
+    manager.save()
+    _python("jax", DROPOUT_UNDER_JAX, tmp_path / "tf", tmp_path / "jax")
+    before = [np.asarray(v.numpy()) for v in model.trainable_variables]
+    jax_manager = namespace["CheckpointManager"](str(tmp_path / "jax"), model, optimizer)
+    assert jax_manager.restore_latest()["step"] == 9 and manager.step() == 9
+    for old, variable in zip(before, model.trainable_variables):
+        np.testing.assert_allclose(np.asarray(variable.numpy()), old + 1.0, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------ digits under JAX, then export it
