@@ -17,12 +17,14 @@ a clear error). The input stream stays the `tf.data` pipeline on both; Keras' JA
 
 import contextlib
 import dataclasses
+import logging
 from typing import Any
 
 import keras
 
 from training.strategy import STRATEGIES, StrategyError
 
+logger = logging.getLogger("training")
 BACKENDS = ("tensorflow", "jax")
 MATMUL_PRECISIONS = ("default", "high", "highest")
 
@@ -189,8 +191,10 @@ def _keep_tensorflow_off_accelerators():
 
     try:
         tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:  # TensorFlow already initialised its devices (an earlier run in this process)
-        pass
+    except RuntimeError:  # TensorFlow initialised its devices already (it ran an op earlier in this process)
+        if tf.config.list_logical_devices("GPU"):
+            logger.warning("TensorFlow already holds the GPUs (it ran before the trainer started); JAX may run out "
+                           "of GPU memory. Start training before any TensorFlow op runs in this process.")
 
 
 def set_matmul_precision(precision: str | None):
