@@ -15,6 +15,7 @@ from keras_vit import _tpu_runtime
 
 _tpu_runtime.disable_libtpu_without_tpu()
 
+from export import cli_backend  # noqa: F401  (first: it may set KERAS_BACKEND before Keras is imported)
 from export.errors import ExportError, VerificationError
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
 from export.metadata import read_metadata

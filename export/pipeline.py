@@ -90,6 +90,14 @@ def export_model(
         ExportError: invalid options or inputs, before anything is written.
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError(
+            f"Export converts with TensorFlow and needs Keras' TensorFlow backend; this process runs "
+            f"{keras.backend.backend()!r}. Save the model (`model.save('model.keras')`) and run "
+            f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
+        )
     formats = check_formats(formats)
     notes = []
     has_representative = representative_images is not None and len(representative_images) > 0

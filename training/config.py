@@ -72,7 +72,11 @@ class TrainConfig:
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
-        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default".
+        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
+            `training.distribution`).
+        matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
+            on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
+            JAX's "high" / "default".
     """
 
     dataset: str = "digits"
@@ -121,6 +125,7 @@ class TrainConfig:
     num_samples: int = 64
     num_calibration: int = 256
     strategy: str = "auto"
+    matmul_precision: Optional[str] = None
 
     def __post_init__(self):
         _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
@@ -131,6 +136,7 @@ class TrainConfig:
         _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
         if self.jit_compile is not True and self.jit_compile is not False and self.jit_compile != "auto":
             raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
+        _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
         for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -212,7 +218,7 @@ def steps_per_execution_for(requested, steps_per_epoch, resume_steps=()):
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(choices)}.")
+        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(map(str, choices))}.")
 
 
 def available_configs():
