@@ -121,10 +121,10 @@ def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path):
     assert saved > before  # written on SIGTERM, at the step where it stopped
     assert f"SIGTERM received: saved the checkpoint of step {saved}" in output
     assert not os.path.exists(tmp_path / "model.keras")
-    # Resumed with a shorter schedule (epochs may change between runs; batch size, data and model may not).
-    resumed = _run(tmp_path, "--set", "checkpoint_every=0")
+    # Resumed with a shorter schedule, on purpose (without extend_epochs a changed `epochs` is refused).
+    resumed = _run(tmp_path, "--set", "checkpoint_every=0", "--set", "extend_epochs=True")
     assert f"resuming from step {saved} of 32" in resumed.stdout
-    assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == max(saved, 32)
+    assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 32
 
 
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):

@@ -8,6 +8,7 @@ pipeline (`training.data.train_dataset`) is a pure function of the step. `keras.
 not used: it restores epochs but not batches, writes in place, and does not handle SIGTERM.
 """
 
+import hashlib
 import json
 import logging
 import math
@@ -37,13 +38,70 @@ class Preempted(RuntimeError):
     """The run received SIGTERM, saved a checkpoint and stopped; run the same command again to resume."""
 
 
+class CheckpointError(ValueError):
+    """Checkpoints exist but none can be restored into this run (all unreadable, or written by another model)."""
+
+
 def checkpoint_steps(directory):
     """The steps of the checkpoints in `directory` (from their names; nothing is read), oldest first."""
     return [int(_NAME.search(p).group(1)) for p in CheckpointManager(directory, None, None).checkpoints()]
 
 
+def _checksum(arrays):
+    """SHA-256 over the names, dtypes, shapes and bytes of `arrays` (a dict), in name order."""
+    digest = hashlib.sha256()
+    for key in sorted(arrays):
+        value = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+_AUTO_SUFFIX = re.compile(r"_\d+(?=/|$)")
+
+
+def _pair(saved_paths, run_paths):
+    """Pairs the run's variables with a checkpoint's by path: {run index: saved index}, and the unpaired of each.
+
+    Exact paths pair first. Keras numbers automatic names per process (a second optimizer is `adam_w_1`, seed
+    generators count up across models), so a run in a fresh process and one in a notebook name the same variable
+    differently: what is left pairs by the path without those `_N` suffixes, in order.
+    """
+    pairs = {}
+    left_saved = {}
+    for i, path in enumerate(saved_paths):
+        left_saved.setdefault(path, []).append(i)
+    left_run = []
+    for j, path in enumerate(run_paths):
+        if left_saved.get(path):
+            pairs[j] = left_saved[path].pop(0)
+        else:
+            left_run.append(j)
+    by_stem = {}
+    for i in sorted(i for indices in left_saved.values() for i in indices):
+        by_stem.setdefault(_AUTO_SUFFIX.sub("", saved_paths[i]), []).append(i)
+    missing = []
+    for j in left_run:
+        stem = by_stem.get(_AUTO_SUFFIX.sub("", run_paths[j]))
+        if stem:
+            pairs[j] = stem.pop(0)
+        else:
+            missing.append(run_paths[j])
+    unused = [saved_paths[i] for indices in by_stem.values() for i in indices]
+    return pairs, missing, sorted(unused)
+
+
+def _listing(names, limit=5):
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 class CheckpointManager:
-    """Saves and restores (model, optimizer) state in `directory`, keeping the newest `keep` files."""
+    """Saves and restores (model, optimizer) state in `directory`, keeping the newest `keep` files.
+
+    Each file holds the arrays under `model/NNNNN` and `optimizer/NNNNN`, and a JSON header with the step, the
+    variable paths of both groups (restore matches by path, so a reordering cannot mix weights up, and a mismatch
+    is named) and a SHA-256 of every array (a file that reads but does not match it is treated as unreadable).
+    """
 
     def __init__(self, directory, model, optimizer, keep=2, write=True):
         self.directory = directory
@@ -51,6 +109,8 @@ class CheckpointManager:
         self.optimizer = optimizer
         self.keep = keep
         self.write = write  # False on the non-chief workers of a multi-worker run
+        self.skipped = []  # unreadable checkpoints met by `load_latest`, newest first
+        self.restored_path = None
 
     def _variables(self):
         return {"model": list(self.model.variables), "optimizer": list(self.optimizer.variables)}
@@ -77,47 +137,110 @@ class CheckpointManager:
                     raise NonFiniteStateError(f"{variable.path} holds NaN/Inf at step {step}; not saved.")
         header = {"step": step, "paths": {g: [v.path for v in vs] for g, vs in self._variables().items()}}
         header.update(extra or {})
+        header["sha256"] = _checksum(arrays)
         arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
         atomic_write(path, lambda f: np.savez(f, **arrays))
-        for old in self.checkpoints()[: -self.keep]:
-            files.remove(old)
+        self._rotate(step)
         return path
+
+    def _rotate(self, step):
+        """Deletes all but the newest `keep` checkpoints up to `step` (just written, so good), and the files
+        `load_latest` found unreadable. Files of later steps are none of those: they are left alone, and never
+        counted among the `keep`, so a bad file of a higher step cannot push the good ones out."""
+        bad = set(self.skipped)
+        for path in self.skipped:
+            if files.exists(path):
+                files.remove(path)
+        self.skipped = []
+        good = [p for p in self.checkpoints() if p not in bad and int(_NAME.search(p).group(1)) <= step]
+        for old in good[: -self.keep]:
+            files.remove(old)
 
     def checkpoints(self):
         """Checkpoint paths, oldest first."""
         paths = [p for p in files.glob(files.join(self.directory, "ckpt-*.npz")) if _NAME.search(p)]
         return sorted(paths, key=lambda p: int(_NAME.search(p).group(1)))
 
+    @staticmethod
+    def read(path):
+        """(header, arrays) of one checkpoint file; raises if it cannot be read or fails its checksum."""
+        with files.load_numpy(path) as archive:
+            if "header" not in archive.files:
+                raise ValueError("no header: not a checkpoint of this trainer")
+            header = json.loads(archive["header"].tobytes().decode("utf-8"))
+            arrays = {k: archive[k] for k in archive.files if k != "header"}
+        expected = header.get("sha256")  # absent only in files written before checksums were added
+        if expected is not None and _checksum(arrays) != expected:
+            raise ValueError("the arrays do not match the checksum in its header (a damaged file)")
+        for group in ("model", "optimizer"):
+            if len(header["paths"][group]) != sum(k.startswith(group + "/") for k in arrays):
+                raise ValueError(f"its header lists {len(header['paths'][group])} {group} paths for a different "
+                                 f"number of arrays")
+        return header, arrays
+
+    def load_latest(self):
+        """The newest readable checkpoint as (path, header, arrays), or None when the directory holds none.
+
+        Unreadable files (truncated, damaged, not a checkpoint) are skipped with a warning naming each; they are
+        remembered in `skipped` and removed once a newer good checkpoint has been written. Needs no model.
+
+        Raises:
+            CheckpointError: checkpoint files exist but none of them can be read.
+        """
+        self.skipped = []
+        paths = self.checkpoints()
+        for path in reversed(paths):
+            try:
+                header, arrays = self.read(path)
+            except Exception as err:  # a truncated file, a full disk, a file from elsewhere: try an older one
+                logger.warning("Skipping unreadable checkpoint %s (%s: %s)", path, type(err).__name__, err)
+                self.skipped.append(path)
+                continue
+            return path, header, arrays
+        if paths:
+            raise CheckpointError(
+                f"{self.directory} holds {len(paths)} checkpoint file(s) and none can be read (newest: {paths[-1]}); "
+                f"the run will not silently start again from step 0. Move the checkpoints directory away (or use "
+                f"a new --workdir) to start afresh, or restore a good checkpoint file into it."
+            )
+        return None
+
+    def restore(self, loaded):
+        """Assigns a `load_latest` result to the model and optimizer, matching variables by path."""
+        path, header, arrays = loaded
+        for group, variables in self._variables().items():
+            saved_paths = header["paths"][group]
+            pairs, missing, unused = _pair(saved_paths, [v.path for v in variables])
+            if missing or unused:
+                raise CheckpointError(
+                    f"Checkpoint {path} does not fit this run's {group} variables: missing from it: "
+                    f"{_listing(missing) or 'none'}; in it but not in the run: {_listing(unused) or 'none'}. It was "
+                    f"written by a different model or optimizer configuration: use a new --workdir, or the "
+                    f"configuration that wrote it."
+                )
+            values = [arrays[f"{group}/{pairs[j]:05d}"] for j in range(len(variables))]
+            for j, (value, variable) in enumerate(zip(values, variables)):
+                if tuple(value.shape) != tuple(variable.shape):
+                    raise CheckpointError(
+                        f"Checkpoint {path}: {saved_paths[pairs[j]]} has shape {value.shape}, the run's "
+                        f"{variable.path} has {tuple(variable.shape)}. Use a new --workdir for a different model."
+                    )
+            for value, variable in zip(values, variables):
+                variable.assign(value)
+        self.restored_path = path
+        return header
+
     def restore_latest(self):
         """Restores the newest readable checkpoint; returns its header, or None when there is none.
 
-        The optimizer must be built (`optimizer.build(model.trainable_variables)`) before this is called.
+        The optimizer must be built (`optimizer.build(model.trainable_variables)`) before this is called. The
+        file restored is `restored_path` afterwards.
+
+        Raises:
+            CheckpointError: checkpoints exist but none is readable, or the newest readable one does not fit.
         """
-        for path in reversed(self.checkpoints()):
-            try:
-                with files.load_numpy(path) as archive:
-                    header = json.loads(archive["header"].tobytes().decode("utf-8"))
-                    values = {k: archive[k] for k in archive.files if k != "header"}
-            except Exception as err:  # a file from elsewhere, a full disk: fall back to an older one
-                logger.warning("Skipping unreadable checkpoint %s (%s: %s)", path, type(err).__name__, err)
-                continue
-            for group, variables in self._variables().items():
-                if len(header["paths"][group]) != len(variables):
-                    raise ValueError(
-                        f"Checkpoint {path} holds {len(header['paths'][group])} {group} variables but this run has "
-                        f"{len(variables)}: it was written by a different model or optimizer configuration. Use a "
-                        f"new --workdir, or the configuration that wrote it."
-                    )
-                for i, variable in enumerate(variables):
-                    value = values[f"{group}/{i:05d}"]
-                    if tuple(value.shape) != tuple(variable.shape):
-                        raise ValueError(
-                            f"Checkpoint {path}: {header['paths'][group][i]} has shape {value.shape}, the run's "
-                            f"{variable.path} has {tuple(variable.shape)}. Use a new --workdir for a different model."
-                        )
-                    variable.assign(value)
-            return header
-        return None
+        loaded = self.load_latest()
+        return None if loaded is None else self.restore(loaded)
 
 
 class FaultTolerance(keras.callbacks.Callback):

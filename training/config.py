@@ -69,6 +69,9 @@ class TrainConfig:
         seed: seeds the model init, the data order and the augmentation.
         deterministic: enable TF op determinism (bitwise-reproducible CPU runs; slower).
         checkpoint_every: steps between checkpoints (also written at each epoch end); 0 for epoch ends only.
+        extend_epochs: on resume, accept a changed `epochs` on purpose: the rest of the learning-rate decay is
+            stretched from the restored step to the new end (continuous there; `training.optim.WarmupDecay.extend`).
+            Without it a resume with other epochs, learning rate, warm-up, optimizer, ... is refused.
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
@@ -121,6 +124,7 @@ class TrainConfig:
     seed: int = 0
     deterministic: bool = False
     checkpoint_every: int = 100
+    extend_epochs: bool = False
     eval_every: int = 1
     num_samples: int = 64
     num_calibration: int = 256

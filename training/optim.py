@@ -9,6 +9,7 @@ paper reports, so numbers quoted in papers in that style (the ViT paper's 0.3 / 
 Keras value: an absolute per-step decay of 0.03 to 0.3 would erase the weights within a few dozen steps.
 """
 
+import itertools
 import math
 import warnings
 
@@ -31,9 +32,12 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: steps of the whole run.
         warmup_steps: steps of the linear warm-up.
         decay: "cosine", "linear" or "constant".
+        knots: ((step, progress), ...) where a run's length was changed on resume (`extend`): the decay's
+            progress (0 at the end of the warm-up, 1 at `total_steps`) runs linearly between the knots, so the
+            learning rate stays continuous at each one. Empty for an unchanged run.
     """
 
-    def __init__(self, peak, total_steps, warmup_steps=0, decay="cosine"):
+    def __init__(self, peak, total_steps, warmup_steps=0, decay="cosine", knots=()):
         if decay not in ("cosine", "linear", "constant"):
             raise ValueError(f"Unknown decay {decay!r}. Use 'cosine', 'linear' or 'constant'.")
         if warmup_steps >= total_steps and total_steps > 0 and warmup_steps > 0:
@@ -45,13 +49,49 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
         self.decay = decay
+        self.knots = tuple((int(step), float(progress)) for step, progress in knots)
+
+    def progress_at(self, step):
+        """The decay's progress at an integer `step` (plain Python; what `extend` continues from)."""
+        points = [(self.warmup_steps, 0.0), *self.knots, (self.total_steps, 1.0)]
+        if step <= points[0][0]:
+            return 0.0
+        for (s0, p0), (s1, p1) in itertools.pairwise(points):
+            if step <= s1:
+                return p0 + (p1 - p0) * (step - s0) / max(s1 - s0, 1)
+        return 1.0
+
+    def extend(self, step, total_steps):
+        """This schedule with its remaining decay stretched (or squeezed) from `step` to a new `total_steps`.
+
+        The learning rate at `step` is unchanged and the decay keeps its shape, now reaching 0 at `total_steps`:
+        what a resumed run needs when its length changes on purpose. During the warm-up only the length changes.
+        """
+        if total_steps <= step:
+            raise ValueError(f"The new schedule must end after the restored step {step}. Received: total_steps="
+                             f"{total_steps}; train more epochs.")
+        if step <= self.warmup_steps:
+            return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, self.knots)
+        knots = [(s, p) for s, p in self.knots if s < step] + [(step, self.progress_at(step))]
+        return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, knots)
+
+    def _progress(self, step):
+        if not self.knots:
+            return keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0,
+                                  1.0)
+        points = [(self.warmup_steps, 0.0), *self.knots, (self.total_steps, 1.0)]
+        progress = keras.ops.zeros_like(step)
+        for (s0, p0), (s1, p1) in itertools.pairwise(points):
+            piece = p0 + (p1 - p0) * keras.ops.clip((step - s0) / max(s1 - s0, 1), 0.0, 1.0)
+            progress = keras.ops.where(step >= s0, piece, progress)
+        return progress
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
         warmup = max(self.warmup_steps, 1)
         # Step t uses (t + 1) / warmup during warm-up, so the very first update is not a wasted zero step.
         warm = self.peak * keras.ops.minimum((step + 1.0) / warmup, 1.0)
-        progress = keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        progress = self._progress(step)
         if self.decay == "cosine":
             decayed = self.peak * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
         elif self.decay == "linear":
@@ -63,8 +103,11 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return keras.ops.where(step < self.warmup_steps, warm, decayed)
 
     def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
-                "decay": self.decay}
+        config = {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
+                  "decay": self.decay}
+        if self.knots:  # absent for an unchanged run, so its saved config is what it always was
+            config["knots"] = [list(knot) for knot in self.knots]
+        return config
 
 
 def make_schedule(config, total_steps):
@@ -78,9 +121,12 @@ def make_schedule(config, total_steps):
     return WarmupDecay(config.learning_rate, total_steps, warmup, config.schedule)
 
 
-def make_optimizer(config, total_steps):
-    """The optimizer of a `TrainConfig`: AdamW (decoupled decay, Keras convention) or SGD with momentum."""
-    schedule = make_schedule(config, total_steps)
+def make_optimizer(config, total_steps, schedule=None):
+    """The optimizer of a `TrainConfig`: AdamW (decoupled decay, Keras convention) or SGD with momentum.
+
+    `schedule` replaces `make_schedule(config, total_steps)` (a resumed run's schedule from its checkpoint).
+    """
+    schedule = schedule or make_schedule(config, total_steps)
     common = dict(learning_rate=schedule, global_clipnorm=config.global_clipnorm)
     if config.optimizer == "adamw":
         optimizer = keras.optimizers.AdamW(

@@ -25,7 +25,7 @@ from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
 from training.distribution import select_placement, set_matmul_precision
 from training.evals import evaluate_extra
-from training.optim import make_loss, make_optimizer, make_schedule
+from training.optim import WarmupDecay, make_loss, make_optimizer, make_schedule
 from training.outputs import (
     CsvLogger,
     EventLogger,
@@ -39,8 +39,14 @@ from training.outputs import (
 
 logger = logging.getLogger("training")
 
-# Changing these between a run and its resume would silently change what the restored step means.
-_RESUME_KEYS = ("dataset", "train_split", "batch_size", "seed", "variant", "image_size", "model", "holdout_fraction")
+# Changing these between a run and its resume would silently change what the restored step means: the data stream
+# it indexes, the model, or the learning rate and optimizer update at that step. `epochs` may change with
+# `extend_epochs=True` (the schedule is then stretched continuously); the others need a new workdir.
+_RESUME_KEYS = (
+    "dataset", "train_split", "batch_size", "seed", "variant", "image_size", "model", "holdout_fraction",
+    "epochs", "steps_per_epoch", "optimizer", "learning_rate", "weight_decay", "beta_1", "beta_2", "momentum",
+    "schedule", "warmup_steps", "global_clipnorm", "loss", "label_smoothing", "precision",
+)
 
 
 @dataclasses.dataclass
@@ -116,9 +122,12 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         print(f"[training] note: {note}", flush=True)
 
     _check_resume_config(workdir, config)
+    manager = CheckpointManager(files.join(workdir, "checkpoints"), None, None, write=chief)
+    loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
+    schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
         model = build_model(config, source.num_classes)
-        optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps))
+        optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps, schedule))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
         model.compile(
@@ -131,16 +140,17 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
             steps_per_execution=steps_per_execution,
         )
         strategy.prepare_model(model)
-        manager = CheckpointManager(files.join(workdir, "checkpoints"), model, optimizer, write=chief)
-        header = manager.restore_latest()
+        manager.model, manager.optimizer = model, optimizer
+        header = manager.restore(loaded) if loaded else None
     start = manager.step()
     if header:
-        print(f"[training] resuming from step {start} of {total_steps} ({manager.checkpoints()[-1]})", flush=True)
+        print(f"[training] resuming from step {start} of {total_steps} ({manager.restored_path})", flush=True)
     if chief:
         files.makedirs(workdir)
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
-    fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every)
+    fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every,
+                                     header={"schedule": schedule.get_config()})
     all_callbacks = [fault_tolerance, *callbacks]
     if chief:
         all_callbacks += [
@@ -204,7 +214,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if extra_evals:
         metrics["evals"] = extra_evals
     if chief:
-        metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps)
+        metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps, schedule)
         metrics["wall_seconds"] = time.time() - started
         write_json(files.join(workdir, "metrics.json"), metrics)
     print(f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
@@ -214,31 +224,64 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
 
 
-def _write_outputs(workdir, model, source, config, total_steps):
+def _write_outputs(workdir, model, source, config, total_steps, schedule):
     save_model(model, files.join(workdir, "model.keras"))
     write_labels(files.join(workdir, "labels.txt"), source.class_names)
     write_samples(workdir, source, config)
     plots_dir = files.join(workdir, "plots")
-    plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, make_schedule(config, total_steps),
-                                 total_steps)
+    plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, schedule, total_steps)
     with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
         plots.update(inspection_figures(model, samples["images"], plots_dir))
     return {key: files.relpath(path, workdir) for key, path in plots.items()}
 
 
 def _check_resume_config(workdir, config):
+    """Refuses to resume a workdir whose run had other `_RESUME_KEYS` (`epochs` may change with extend_epochs)."""
     path = files.join(workdir, "config.json")
     if not files.exists(path):
         return
     previous = json.loads(files.read_text(path))
     current = json.loads(json.dumps(config.to_dict()))
-    changed = [k for k in _RESUME_KEYS if previous.get(k) != current.get(k)]
+    # Keys the earlier run's config.json lacks (written before the field existed) had their default: not compared.
+    changed = [k for k in _RESUME_KEYS if k in previous and previous[k] != current.get(k)]
+    if config.extend_epochs and changed == ["epochs"]:
+        print(f"[training] extend_epochs: epochs {previous['epochs']} -> {current['epochs']}; the rest of the "
+              f"learning-rate decay is stretched to the new end", flush=True)
+        return
     if changed:
         details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
+        extend = ("; or, to change only the length on purpose, add --set extend_epochs=True (the rest of the "
+                  "learning-rate decay is stretched from the restored step, continuously)")
         raise ValueError(
             f"{workdir} holds a run with a different {', '.join(changed)} ({details}); resuming it would not "
-            f"continue the same run. Use a new --workdir, or the original settings."
+            f"continue the same run. Use a new --workdir, or the original settings"
+            f"{extend if 'epochs' in changed else ''}."
         )
+
+
+def _resume_schedule(config, total_steps, loaded):
+    """The learning-rate schedule of this run: the restored checkpoint's, stretched if the run's length changed.
+
+    A checkpoint carries the schedule that wrote it (with any earlier stretches). Files written before that was
+    recorded get the schedule their config had (`config.json`'s epochs, or the run's own when they match).
+    """
+    fresh = make_schedule(config, total_steps)
+    if not loaded:
+        return fresh
+    _, header, _ = loaded
+    saved = header.get("schedule")
+    if saved is None:
+        return fresh  # an older checkpoint: _check_resume_config has compared the config it was written with
+    schedule = WarmupDecay(**saved)
+    if schedule.total_steps != total_steps:
+        if not config.extend_epochs:
+            raise ValueError(
+                f"The checkpoint's learning-rate schedule ends at step {schedule.total_steps}, this run at "
+                f"{total_steps}: use the original epochs, a new --workdir, or --set extend_epochs=True to stretch "
+                f"the rest of the schedule on purpose."
+            )
+        schedule = schedule.extend(int(header["step"]), total_steps)
+    return schedule
 
 
 def build_model(config, num_classes):
