@@ -142,10 +142,24 @@ CONFIG = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16,
                               jit_compile=False, strategy="default", num_samples=4, num_calibration=4)
 
 
-def test_resume_refuses_a_changed_schedule_unless_extended_on_purpose(tmp_path):
+def test_resume_names_the_file_restored_and_refuses_a_changed_schedule_unless_extended(tmp_path, capsys):
     training.train(CONFIG, str(tmp_path), verbose=0)
     checkpoints = tmp_path / "checkpoints"
-    os.remove(checkpoints / "ckpt-00000004.npz")  # as if the run had been killed after step 3
+    newest = checkpoints / "ckpt-00000004.npz"
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated
+    capsys.readouterr()
+    training.train(CONFIG, str(tmp_path), verbose=0)
+    assert f"resuming from step 3 of 4 ({checkpoints / 'ckpt-00000003.npz'})" in capsys.readouterr().out
+    assert sorted(os.listdir(checkpoints)) == ["ckpt-00000003.npz", "ckpt-00000004.npz"]  # step 4 written again
+    assert CheckpointManager.read(str(newest))[0]["step"] == 4
+    for path in checkpoints.iterdir():
+        path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="none can be read"):
+        training.train(CONFIG, str(tmp_path), verbose=0)
+    training.train(CONFIG, str(tmp_path / "fresh"), verbose=0)
+    os.remove(tmp_path / "fresh" / "checkpoints" / "ckpt-00000004.npz")  # as if killed after step 3
+    tmp_path = tmp_path / "fresh"
+    checkpoints = tmp_path / "checkpoints"
     for change, pattern in ((dict(epochs=4), r"different epochs \(epochs: 2 -> 4\).*new --workdir.*extend_epochs"),
                             (dict(learning_rate=1e-3, warmup_steps=2),
                              r"different learning_rate, warmup_steps \(learning_rate: 0.003 -> 0.001, warmup_steps: 1 -> 2\)"),

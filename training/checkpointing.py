@@ -147,8 +147,9 @@ class CheckpointManager:
         """Deletes all but the newest `keep` checkpoints up to `step` (just written, so good), and the files
         `load_latest` found unreadable. Files of later steps are none of those: they are left alone, and never
         counted among the `keep`, so a bad file of a higher step cannot push the good ones out."""
-        bad = set(self.skipped)
-        for path in self.skipped:
+        written = files.join(self.directory, f"ckpt-{step:08d}.npz")  # may have replaced a skipped file
+        bad = set(self.skipped) - {written}
+        for path in bad:
             if files.exists(path):
                 files.remove(path)
         self.skipped = []
