@@ -178,3 +178,62 @@ def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
     for name in ("fit", "final", "evaluate"):
         for key, value in reference.items():
             np.testing.assert_allclose(out[name][key], value, rtol=1e-5, err_msg=f"{name} {key}")
+
+
+CLI = ["--dataset", "synthetic", "--batch-size", "16", "--strategy", "multi_worker", "--set", "steps_per_epoch=2",
+       "--set", "image_size=16", "--set", "eval_every=0", "--set", "checkpoint_every=0", "--set", "num_samples=4",
+       "--set", "num_calibration=4", "--set", "jit_compile=False", "--set", "learning_rate=3e-3", "--set", "seed=1",
+       "--set", "warmup_steps=1"]
+
+
+def _start_workers(workdir, *extra):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    return [subprocess.Popen(
+        [sys.executable, "-m", "training", "--workdir", str(workdir), *CLI, *extra], cwd=ROOT,
+        env=_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for index in range(2)]
+
+
+def _wait_all(processes, timeout):
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append(process.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            pytest.fail("a worker did not stop: " + "\n\n".join(p.communicate()[0][-2000:] for p in processes))
+    return [p.returncode for p in processes], outputs
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_stops_both_after_saving_and_the_rerun_resumes(tmp_path):
+    import glob
+    import re
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    processes = _start_workers(workdir, "--epochs", "1000")  # far longer than the test waits
+    deadline = time.time() + 240
+    while not glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz")):  # the chief's first epoch-end checkpoint
+        if time.time() > deadline or any(p.poll() is not None for p in processes):
+            for p in processes:
+                p.kill()
+            pytest.fail("no checkpoint: " + "\n\n".join(p.communicate()[0][-2000:] for p in processes))
+        time.sleep(0.05)
+    processes[1].send_signal(signal.SIGTERM)  # the non-chief worker: without agreement the chief would hang
+    codes, outputs = _wait_all(processes, timeout=120)
+    assert codes == [143, 143], "\n\n".join(o[-2000:] for o in outputs)
+    steps = sorted(int(re.search(r"ckpt-(\d+)", p).group(1))
+                   for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz")))
+    saved = steps[-1]
+    assert saved > 2 and all(f"saved the checkpoint of step {saved}" in o for o in outputs)  # the same step
+    assert not (workdir / "model.keras").exists()
+    # The rerun resumes from that checkpoint (shortened on purpose to end soon) and finishes on both workers.
+    epochs = saved // 2 + 2
+    codes, outputs = _wait_all(_start_workers(workdir, "--epochs", str(epochs), "--set", "extend_epochs=True"), 240)
+    assert codes == [0, 0], "\n\n".join(o[-2000:] for o in outputs)
+    assert all(f"resuming from step {saved} of {2 * epochs}" in o for o in outputs)
+    assert json.loads((workdir / "metrics.json").read_text())["steps"] == 2 * epochs

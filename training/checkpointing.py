@@ -248,13 +248,18 @@ class FaultTolerance(keras.callbacks.Callback):
     """Checkpoints every `every` steps and at each epoch end; stops on SIGTERM (after saving) and on NaN loss.
 
     After `fit` returns, call `raise_if_stopped()`: it raises `NonFiniteLossError` or `Preempted`.
+
+    `agree` (multi-worker runs: `Placement.stop_agreement()`) shares each step's stop flags between the workers,
+    so a NaN loss or a SIGTERM on any one of them stops every one at the same step: all save (the chief writes)
+    and leave `fit`, instead of the others waiting forever in their next collective.
     """
 
-    def __init__(self, manager, every=0, header=None):
+    def __init__(self, manager, every=0, header=None, agree=None):
         super().__init__()
         self.manager = manager
         self.every = every
         self.header = header or {}
+        self.agree = agree
         self.bad_loss = None  # (step, value)
         self.preempted_at = None
         self.last_saved = None
@@ -297,11 +302,16 @@ class FaultTolerance(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self._step(batch)
         loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            self.bad_loss = (step, float(loss))
+        bad = loss is not None and not math.isfinite(float(loss))
+        term = self._sigterm.is_set()
+        if self.agree is not None:
+            bad, term = (count > 0 for count in self.agree([int(bad), int(term)]))
+        if bad:
+            local = float(loss) if loss is not None else float("nan")
+            self.bad_loss = (step, local if not math.isfinite(local) else float("nan"))
             self.model.stop_training = True
             return
-        if self._sigterm.is_set():
+        if term:
             self._save(step)
             if self.bad_loss is not None:
                 return

@@ -103,6 +103,33 @@ class Placement:
             return False, "jit_compile=False: JAX runs the step op by op"
         return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
 
+    def stop_agreement(self):
+        """A function `(local_flags) -> flags of all workers`, or None when this process is the whole run.
+
+        `local_flags` is a list of 0/1 ints (here: [non-finite loss, SIGTERM]); the result sums each over the
+        workers, so every worker learns that any one of them has to stop and all stop at the same step. Under
+        MultiWorkerMirroredStrategy it is one small all-reduce, which every worker must call at the same point.
+        """
+        if self.tf_strategy is None:
+            return None  # JAX runs one process here (multi-worker is refused), so its own flags decide
+        from training.strategy import num_workers
+
+        if num_workers(self.tf_strategy) <= 1:
+            return None
+        strategy = self.tf_strategy
+
+        def agree(local_flags):
+            import tensorflow as tf
+
+            flags = tf.constant(local_flags, tf.int32)
+            # One value per local replica; only the first of this worker's replicas carries its flags.
+            values = strategy.experimental_distribute_values_from_function(
+                lambda context: flags if context.replica_id_in_sync_group % strategy.extended._num_devices_per_worker
+                == 0 else tf.zeros_like(flags))
+            return [int(v) for v in strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()]
+
+        return agree
+
     def metrics(self):
         """What metrics.json records about the placement."""
         return {"backend": self.backend, "strategy": self.name, "replicas": self.num_replicas,

@@ -71,6 +71,9 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(f"The new schedule must end after the restored step {step}. Received: total_steps="
                              f"{total_steps}; train more epochs.")
         if step <= self.warmup_steps:
+            if total_steps <= self.warmup_steps:
+                raise ValueError(f"The new schedule ({total_steps} steps) would end within the warm-up of "
+                                 f"{self.warmup_steps} steps the run was started with; train more epochs.")
             return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, self.knots)
         knots = [(s, p) for s, p in self.knots if s < step] + [(step, self.progress_at(step))]
         return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, knots)

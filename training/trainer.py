@@ -150,7 +150,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every,
-                                     header={"schedule": schedule.get_config()})
+                                     header={"schedule": schedule.get_config()}, agree=strategy.stop_agreement())
     all_callbacks = [fault_tolerance, *callbacks]
     if chief:
         all_callbacks += [
@@ -262,16 +262,13 @@ def _check_resume_config(workdir, config):
 def _resume_schedule(config, total_steps, loaded):
     """The learning-rate schedule of this run: the restored checkpoint's, stretched if the run's length changed.
 
-    A checkpoint carries the schedule that wrote it (with any earlier stretches). Files written before that was
-    recorded get the schedule their config had (`config.json`'s epochs, or the run's own when they match).
+    A checkpoint carries the schedule that wrote it (with any earlier stretches). A file written before
+    checkpoints carried it gets this run's configured schedule (not stretched: extend such a run from a newer file).
     """
-    fresh = make_schedule(config, total_steps)
-    if not loaded:
-        return fresh
-    _, header, _ = loaded
-    saved = header.get("schedule")
-    if saved is None:
-        return fresh  # an older checkpoint: _check_resume_config has compared the config it was written with
+    saved = loaded[1].get("schedule") if loaded else None
+    if saved is None:  # a fresh run, or an older checkpoint (_check_resume_config compared its config)
+        return make_schedule(config, total_steps)
+    header = loaded[1]
     schedule = WarmupDecay(**saved)
     if schedule.total_steps != total_steps:
         if not config.extend_epochs:
