@@ -158,6 +158,26 @@ def load_numpy(path, **kwargs):
     return np.load(path, **kwargs)
 
 
+# Fault injection for tests (tests/test_training_resume.py): KERAS_VIT_KILL_AT_WRITE="N" makes the process SIGKILL
+# itself during its Nth atomic write (the data written, not yet in place), "N:after" right after that write is in
+# place. Read once, at import; writes are counted per process from 1. Never set outside tests.
+_KILL_AT_WRITE = os.environ.get("KERAS_VIT_KILL_AT_WRITE", "")
+_writes_done = 0
+
+
+def _fault_point(path, stage):
+    if not _KILL_AT_WRITE:
+        return
+    number, _, when = _KILL_AT_WRITE.partition(":")
+    if int(number) == _writes_done and (when or "during") == stage:
+        import signal
+        import sys
+
+        sys.stderr.write(f"[fault injection] SIGKILL {stage} atomic write #{_writes_done} ({path})\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def atomic_write(path, write):
     """Calls `write(binary_file)` and puts what it wrote at `path` in one atomic step; returns `path`.
 
@@ -166,10 +186,13 @@ def atomic_write(path, write):
     private). URLs: written to memory, then to `path` in a single object write. If `write` raises, `path` is
     left as it was and nothing temporary remains.
     """
+    global _writes_done
+    _writes_done += 1
     if is_remote(path):
         buffer = io.BytesIO()
         write(buffer)
         data = buffer.getvalue()
+        _fault_point(path, "during")
         parent = dirname(path)
         if not exists(parent):  # object stores need no directories, but gfile's local-like ones (ram://) do
             makedirs(parent)
@@ -179,6 +202,7 @@ def atomic_write(path, write):
             remove(path)
         with _gfile().GFile(os.fspath(path), "wb") as f:
             f.write(data)
+        _fault_point(path, "after")
         return path
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -187,6 +211,7 @@ def atomic_write(path, write):
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            _fault_point(path, "during")
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
@@ -194,6 +219,7 @@ def atomic_write(path, write):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    _fault_point(path, "after")
     return path
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import training
+from keras_vit import files
 from training.checkpointing import CheckpointManager, atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -181,3 +182,71 @@ def test_resuming_with_a_different_batch_size_is_refused(tmp_path):
     training.train(config, str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="different batch_size.*16 -> 32.*new --workdir"):
         training.train(config.replace(batch_size=32), str(tmp_path), verbose=0)
+
+
+def _visible_files(workdir):
+    """Every file a user sees in `workdir` (no dot-files, no TensorBoard event logs), relative to it."""
+    out = []
+    for root, dirs, names in os.walk(workdir):
+        dirs[:] = [d for d in dirs if d != "logs"]
+        out += [os.path.relpath(os.path.join(root, n), workdir) for n in names if not n.startswith(".")]
+    return sorted(out)
+
+
+def _assert_all_complete(workdir):
+    """Each file in view reads whole: no half-written file, whatever the moment of the kill."""
+    import zipfile
+
+    for name in _visible_files(workdir):
+        path = os.path.join(workdir, name)
+        if name.endswith(".npz"):
+            if name.startswith("checkpoints"):
+                CheckpointManager.read(path)  # also verifies the checksum
+            else:
+                with np.load(path) as archive:
+                    [archive[k] for k in archive.files]
+        elif name.endswith(".json"):
+            json.loads(files.read_text(path))
+        elif name.endswith(".csv"):
+            lines = files.read_text(path).splitlines()
+            assert lines and all(len(line.split(",")) == len(lines[0].split(",")) for line in lines), name
+        elif name.endswith((".keras", ".png")):
+            if name.endswith(".keras"):
+                assert zipfile.ZipFile(path).testzip() is None
+            else:
+                assert files.read_bytes(path)[-8:-4] == b"IEND", name
+
+
+@pytest.mark.slow
+def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_path, reference):
+    # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at its Nth atomic write, counted from 1 in
+    # each process. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and
+    # the epoch's checkpoint, ckpt-12 and so on, then labels.txt, samples/, plots/, metrics.json.
+    kills = [("4", "ckpt-00000008.npz"),  # 1. during a checkpoint write: resumes mid-epoch from step 4
+             ("2:after", "log.csv"),  # 2. from 4: between epoch 0's log row and its checkpoint
+             ("14", "heldout.npz")]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
+    for point, target in kills:
+        process = subprocess.run([sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, "--set",
+                                  "checkpoint_every=4"], cwd=ROOT, env={**_env(), "KERAS_VIT_KILL_AT_WRITE": point},
+                                 capture_output=True, text=True, timeout=300)
+        assert process.returncode == -signal.SIGKILL, process.stdout[-2000:] + process.stderr[-3000:]
+        assert re.search(rf"SIGKILL (during|after) atomic write #\d+ \(.*{re.escape(target)}\)", process.stderr)
+        _assert_all_complete(tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+    resumed = _run(tmp_path, "--set", "checkpoint_every=4")
+    assert "resuming from step 32 of 32" in resumed.stdout
+    _assert_same_run(tmp_path, reference)
+    _assert_all_complete(tmp_path)
+    expected = [n for n in _visible_files(reference) if not n.startswith("checkpoints")]
+    assert _visible_files(tmp_path) == sorted([*expected, "checkpoints/ckpt-00000028.npz",
+                                               "checkpoints/ckpt-00000032.npz"])
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".")]  # killed writes' temp files
+    ours, theirs = (json.loads((w / "metrics.json").read_text()) for w in (tmp_path, reference))
+    assert {k: ours[k] for k in ("top1", "top5", "loss", "steps")} == {k: theirs[k] for k in ("top1", "top5", "loss",
+                                                                                               "steps")}
+    assert (tmp_path / "labels.txt").read_bytes() == (reference / "labels.txt").read_bytes()
+    for name in ("heldout.npz", "calibration.npz"):
+        with np.load(tmp_path / "samples" / name) as a, np.load(reference / "samples" / name) as b:
+            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    epochs = [line.split(",")[0] for line in (tmp_path / "log.csv").read_text().splitlines()[1:]]
+    assert epochs == ["0", "1", "2", "3"]  # each epoch's row once, though epoch 0 was cut twice

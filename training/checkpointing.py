@@ -153,6 +153,10 @@ class CheckpointManager:
             if files.exists(path):
                 files.remove(path)
         self.skipped = []
+        # The temporary files of writes killed before their rename (atomic_write leaves them then): only the chief
+        # writes here, and its own write is complete, so none is in use.
+        for stale in files.glob(files.join(self.directory, ".ckpt-*.tmp")):
+            files.remove(stale)
         good = [p for p in self.checkpoints() if p not in bad and int(_NAME.search(p).group(1)) <= step]
         for old in good[: -self.keep]:
             files.remove(old)
@@ -318,7 +322,11 @@ class FaultTolerance(keras.callbacks.Callback):
             self.preempted_at = step
             self.model.stop_training = True
             return
-        if self.every and step - self.last_saved >= self.every:
+        # The last batch of an epoch is saved by `on_epoch_end`, after the loggers have written the epoch's row (the
+        # trainer puts them first): a crash between the two then repeats the epoch's tail and rewrites its row,
+        # instead of resuming after an epoch whose row was never written.
+        last_of_epoch = step - self._epoch_start >= ((self.params or {}).get("steps") or math.inf)
+        if self.every and step - self.last_saved >= self.every and not last_of_epoch:
             self._save(step)
 
     def on_epoch_end(self, epoch, logs=None):

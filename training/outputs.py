@@ -171,6 +171,10 @@ class CsvLogger(keras.callbacks.Callback):
             self._keys = sorted(logs)
             if not any(key.startswith("val_") for key in self._keys):  # epochs without evaluation: NA columns
                 self._keys += [f"val_{key}" for key in self._keys]
+        # A run killed after writing this epoch's row but before its checkpoint repeats the epoch: replace the row.
+        lines = self._text.splitlines(keepends=True)
+        self._text = "".join(line for line in lines[1:] if line.split(",", 1)[0] != str(epoch))
+        self._text = (lines[0] + self._text) if lines else ""
         rows = io.StringIO()
         writer = csv.writer(rows)
         if not self._text:

@@ -151,12 +151,9 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every,
                                      header={"schedule": schedule.get_config()}, agree=strategy.stop_agreement())
-    all_callbacks = [fault_tolerance, *callbacks]
-    if chief:
-        all_callbacks += [
-            CsvLogger(files.join(workdir, "log.csv")),
-            EventLogger(files.join(workdir, "logs")),
-        ]
+    # The loggers first: an epoch's row is written before its checkpoint (see FaultTolerance.on_train_batch_end).
+    loggers = [CsvLogger(files.join(workdir, "log.csv")), EventLogger(files.join(workdir, "logs"))] if chief else []
+    all_callbacks = [*loggers, fault_tolerance, *callbacks]
     eval_ds = eval_dataset(source, config)
     histories = []
     fit_seconds = 0.0
