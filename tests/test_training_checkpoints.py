@@ -183,3 +183,17 @@ def test_resume_names_the_file_restored_and_refuses_a_changed_schedule_unless_ex
     again = training.train(CONFIG.replace(epochs=4), str(tmp_path), verbose=0)
     assert again.metrics["resumed_from_step"] == 7
     assert again.model.optimizer._learning_rate.get_config() == schedule.get_config()
+
+
+@pytest.mark.slow
+def test_an_extension_in_the_same_process_equals_a_longer_run_when_the_schedule_is_flat(tmp_path):
+    # Why a one-epoch run resumed to two epochs differs from a two-epoch run: the cosine of the first epoch had
+    # decayed over one epoch, not over two (the schedule changed; now refused without extend_epochs). With a
+    # constant schedule the two are bitwise equal even in one process: no process-wide state leaks between calls.
+    config = CONFIG.replace(schedule="constant", deterministic=True, checkpoint_every=0)
+    training.train(config.replace(epochs=1), str(tmp_path / "extended"), verbose=0)
+    extended = training.train(config.replace(extend_epochs=True), str(tmp_path / "extended"), verbose=0)
+    longer = training.train(config, str(tmp_path / "longer"), verbose=0)
+    assert extended.metrics["resumed_from_step"] == 2 and extended.metrics["loss"] == longer.metrics["loss"]
+    for a, b in zip(extended.model.get_weights(), longer.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
