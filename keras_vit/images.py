@@ -32,6 +32,7 @@ import numpy as np
 
 from keras_vit import files
 
+_ORIENTATION = 0x0112  # the EXIF tag
 BACKGROUNDS = {"white": (255, 255, 255), "black": (0, 0, 0)}
 DEFAULT_BACKGROUND = "white"
 
@@ -42,7 +43,15 @@ _NOT_PICTURES = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF", "EPS"})
 
 
 class ImageReadError(ValueError):
-    """A file that is not a readable picture; the message names the file, the reason and what would work."""
+    """A file that is not a readable picture; the message names the file, the reason and what would work.
+
+    Attributes:
+        reason: the reason alone ("OSError: image file is truncated ..."), for listings of many files.
+    """
+
+    def __init__(self, message, reason=None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def image_suffixes():
@@ -111,7 +120,7 @@ def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image
             8-bit RGB meaning (float outside [0, 1], 32-bit integers above 65535).
         ValueError: a bad `background` or `channels`.
     """
-    from PIL import Image, ImageOps
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     rgb_background = resolve_background(background)
     if channels not in (1, 3):
@@ -119,17 +128,22 @@ def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image
     try:
         with Image.open(io.BytesIO(data)) as picture:
             picture.load()  # every pixel now: a truncated file fails here, with its name, not later
-            picture = ImageOps.exif_transpose(picture)
+            if picture.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose copies even when nothing turns
+                picture = ImageOps.exif_transpose(picture)
             rgb = _to_rgb(picture, rgb_background, name)
     except ImageReadError:
         raise
     except Image.DecompressionBombError as err:
         raise ImageReadError(f"Cannot read the image {name!r}: {err} Resize it, or raise PIL.Image.MAX_IMAGE_PIXELS "
-                             f"if the file is trusted.") from err
+                             f"if the file is trusted.", f"DecompressionBombError: {err}") from err
     except Exception as err:  # Pillow raises many types for broken or foreign files (OSError, SyntaxError, ...)
+        if isinstance(err, UnidentifiedImageError):  # its own message names a BytesIO object, not the file
+            reason = f"UnidentifiedImageError: {len(data)} bytes in no format Pillow recognises"
+        else:
+            reason = f"{type(err).__name__}: {err}"
         raise ImageReadError(
-            f"Cannot read the image {name!r} ({type(err).__name__}: {err}). It is truncated, corrupt or not a "
-            f"picture; replace or remove it (any format Pillow reads works: PNG, JPEG, WebP, TIFF, BMP, GIF, ...)."
+            f"Cannot read the image {name!r} ({reason}). It is empty, truncated, corrupt or not a picture; replace "
+            f"or remove it (any format Pillow reads works: PNG, JPEG, WebP, TIFF, BMP, GIF, ...).", reason
         ) from err
     if channels == 1:
         return np.asarray(Image.fromarray(rgb, "RGB").convert("L"))[..., None]
@@ -144,9 +158,15 @@ def read_image(path, *, background=DEFAULT_BACKGROUND, channels=3):
         ImageReadError: the file is not a readable picture (the message names it).
     """
     path = os.fspath(path)
-    if not files.isfile(path):
-        raise FileNotFoundError(f"No image file at {path!r}.")
-    return decode_image(files.read_bytes(path), background=background, channels=channels, name=path)
+    try:
+        data = files.read_bytes(path)  # no separate existence check: this runs once per image per epoch
+    except (FileNotFoundError, IsADirectoryError) as err:
+        raise FileNotFoundError(f"No image file at {path!r}.") from err
+    except Exception as err:
+        if not files.is_remote(path) or files.isfile(path):  # gfile raises NotFoundError for a missing URL
+            raise
+        raise FileNotFoundError(f"No image file at {path!r}.") from err
+    return decode_image(data, background=background, channels=channels, name=path)
 
 
 def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
@@ -160,8 +180,10 @@ def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
     def check(path):
         try:
             read_image(path, background=background)
-        except (ImageReadError, OSError) as err:  # OSError: a file removed or unreadable since it was listed
-            return f"{type(err.__cause__ or err).__name__}: {err.__cause__ or err}"
+        except ImageReadError as err:
+            return err.reason
+        except OSError as err:  # a file removed or unreadable since it was listed
+            return f"{type(err).__name__}: {err}"
         return None
 
     paths = list(paths)
@@ -186,10 +208,11 @@ def _to_rgb(picture, background, name):
         mixed = rgba[..., :3] * alpha + np.asarray(background, np.int64) * (255 - alpha)
         return ((mixed + 127) // 255).astype(np.uint8)
     try:
-        return np.asarray(picture.convert("RGB"), dtype=np.uint8)
+        return np.asarray(picture if mode == "RGB" else picture.convert("RGB"), dtype=np.uint8)
     except ValueError as err:  # a mode Pillow cannot turn into RGB (LAB)
         raise ImageReadError(
-            f"Cannot convert the image {name!r} from Pillow mode {mode!r} to RGB ({err}). Save it as RGB or grey."
+            f"Cannot convert the image {name!r} from Pillow mode {mode!r} to RGB ({err}). Save it as RGB or grey.",
+            f"mode {mode!r} has no conversion to RGB",
         ) from err
 
 

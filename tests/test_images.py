@@ -134,7 +134,8 @@ def test_truncated_corrupt_and_unconvertible_files_are_named(tmp_path):
     with pytest.raises(images.ImageReadError, match=r"Cannot read the image '.*cut\.png' \(OSError: .*truncated"):
         images.read_image(tmp_path / "cut.png")
     (tmp_path / "text.jpg").write_bytes(b"not an image at all")
-    with pytest.raises(images.ImageReadError, match=r"text\.jpg.*UnidentifiedImageError.*replace or remove it"):
+    with pytest.raises(images.ImageReadError,
+                       match=r"text\.jpg.*UnidentifiedImageError: 19 bytes in no format Pillow.*replace or remove it"):
         images.read_image(tmp_path / "text.jpg")
     with pytest.raises(FileNotFoundError, match="No image file at .*absent.png"):
         images.read_image(tmp_path / "absent.png")
@@ -209,7 +210,7 @@ def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
     expected = _zoo(tmp_path / "zoo")
     source = data.load_source(f"folder:{tmp_path / 'zoo'}", holdout_fraction=0.5)
     assert source.num_train + source.num_heldout == 8  # .webp and .tiff are listed; notes.txt is not
-    paths = [p.decode() for p in source.train_arrays[0]] + [p.decode() for p, _ in source.heldout.as_numpy_iterator()]
+    paths = [str(p) for p in source.train_arrays[0]] + [p.decode() for p, _ in source.heldout.as_numpy_iterator()]
     for path in paths:
         name = path[len(str(tmp_path / "zoo")) + 1:]
         decoded = source.decode(path).numpy()  # what the pipeline decodes: the numpy_function of the reader
@@ -238,8 +239,8 @@ def test_folder_scan_names_bad_files_before_training_or_skips_them(tmp_path):
     from training.config import TrainConfig
 
     _zoo(tmp_path / "zoo")
-    png = (tmp_path / "zoo" / "b" / "grey.png").read_bytes()
-    (tmp_path / "zoo" / "b" / "cut.png").write_bytes(png[:-20])
+    png = _encode(Image.fromarray(np.zeros((64, 64, 3), np.uint8)), "PNG", compress_level=0)
+    (tmp_path / "zoo" / "b" / "cut.png").write_bytes(png[: len(png) // 2])
     (tmp_path / "zoo" / "a" / "empty.tif").write_bytes(b"")
     config = TrainConfig(dataset=f"folder:{tmp_path / 'zoo'}", image_size=16, batch_size=2, epochs=1,
                          holdout_fraction=0.5, strategy="default")
@@ -273,7 +274,8 @@ def test_export_reads_images_through_the_reader(tmp_path):
     arrays, labels = export.io.load_image_set(tmp_path / "zoo" / "b")
     assert labels is None and len(arrays) == 4
     np.testing.assert_array_equal(arrays[1], expected["b/lossless.webp"])
-    (tmp_path / "cut.png").write_bytes((tmp_path / "zoo" / "a" / "wide.png").read_bytes()[:-30])
+    png = _encode(Image.fromarray(np.zeros((64, 64, 3), np.uint8)), "PNG", compress_level=0)
+    (tmp_path / "cut.png").write_bytes(png[: len(png) // 2])
     with pytest.raises(export.io.ExportError, match=r"Cannot read the image .*cut\.png"):
         export.io.read_image(tmp_path / "cut.png")
     with pytest.raises(SystemExit) as exit_info:  # argparse: usage and the reason, exit code 2
@@ -282,13 +284,39 @@ def test_export_reads_images_through_the_reader(tmp_path):
 
 
 def test_inspect_reads_images_through_the_reader(tmp_path):
+    from types import SimpleNamespace
+
     from keras_vit.inspect.inputs import load_images
-    from keras_vit.inspect.layout import TokenLayout
 
     _zoo(tmp_path / "zoo")
-    layout = TokenLayout(image_size=(1, 3), patch_size=(1, 1), grid=(1, 3), num_prefix_tokens=0, channels=3)
-    alpha = load_images([tmp_path / "zoo" / "a" / "alpha.png"], layout, background="black")
-    np.testing.assert_allclose(alpha[0], (np.array(ON_BLACK) - 127.5) / 127.5, atol=1e-6)
-    grey = layout._replace(channels=1, image_size=(2, 6), grid=(2, 6))
-    wide = load_images([tmp_path / "zoo" / "a" / "wide.png"], grey)
+    # load_images reads the layout's channels and input size only.
+    alpha = load_images([tmp_path / "zoo" / "a" / "alpha.png"], SimpleNamespace(channels=3, image_size=(1, 3)),
+                        background="black")
+    np.testing.assert_allclose(alpha[0], (np.array([ON_BLACK]) - 127.5) / 127.5, atol=1e-6)
+    wide = load_images([tmp_path / "zoo" / "a" / "wide.png"], SimpleNamespace(channels=1, image_size=(2, 6)))
     np.testing.assert_allclose(wide[0, ..., 0], (np.array([WIDE_8BIT] * 2) - 127.5) / 127.5, atol=1e-6)
+
+
+def test_predict_cli_composites_on_the_background_it_is_given(tmp_path, capsys):
+    import keras
+
+    import export
+    from export.__main__ import main as cli
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.save(tmp_path / "model.keras")
+    rgba = np.zeros((32, 32, 4), np.uint8)
+    rgba[:16] = (200, 100, 0, 128)
+    rgba[16:] = (10, 20, 30, 0)
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "alpha.png")
+    for background, (top, bottom) in (("black", (ON_BLACK[0], ON_BLACK[1])), ("white", (ON_WHITE[0], ON_WHITE[1]))):
+        composited = np.zeros((32, 32, 3), np.uint8)
+        composited[:16], composited[16:] = top, bottom
+        from_file = export.predict(tmp_path / "model.keras", [tmp_path / "alpha.png"], background=background)
+        from_array = export.predict(tmp_path / "model.keras", [composited])
+        assert from_file[0]["top_k"] == from_array[0]["top_k"]
+    assert cli(["predict", str(tmp_path / "model.keras"), str(tmp_path / "alpha.png"), "--background", "0,0,0"]) == 0
+    printed = capsys.readouterr().out
+    black = export.predict(tmp_path / "model.keras", [tmp_path / "alpha.png"], background="black")
+    assert f"{black[0]['top_k'][0]['probability']:.4f}" in printed

@@ -136,7 +136,9 @@ def _path_decoder(background):
     """
 
     def read(path):
-        return keras_vit.images.read_image(path.decode("utf-8"), background=background)
+        path = path.item() if isinstance(path, np.ndarray) else path  # bytes in a graph; str when called eagerly
+        path = path.decode("utf-8") if isinstance(path, bytes) else path
+        return keras_vit.images.read_image(path, background=background)
 
     def decode(path):
         image = tf.numpy_function(read, [path], tf.uint8, stateful=False, name="read_image")
