@@ -98,7 +98,7 @@ def test_predict_on_a_corrupt_image(tiny, tmp_path, capsys):
     root, _ = tiny
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
-    with pytest.raises(export.ExportError, match="Could not decode"):
+    with pytest.raises(export.ExportError, match="Cannot read the image .*broken.png"):
         export.predict(root / "model.keras", [bad])
     assert cli(["predict", str(root / "model.keras"), str(bad)]) == 1
     assert "broken.png" in capsys.readouterr().err

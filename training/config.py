@@ -22,6 +22,10 @@ class TrainConfig:
             written "tfds:NAME:SPLIT". TFDS datasets only.
         holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
         shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
+        image_background: what transparent pixels of `folder:` images are composited onto: "white", "black" or
+            an (R, G, B) triple (see `keras_vit.images`; predict and inspect take the same option).
+        skip_unreadable_images: a `folder:` dataset is decoded in full before training; False stops with the
+            list of unreadable files, True leaves them out with a warning that counts and names them.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
@@ -86,6 +90,8 @@ class TrainConfig:
     extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
     shuffle_buffer: Optional[int] = None
+    image_background: object = "white"  # "white", "black" or (R, G, B)
+    skip_unreadable_images: bool = False
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
@@ -143,6 +149,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
         if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
             raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
+        from keras_vit.images import resolve_background  # here: the config module imports nothing heavy
+
+        resolve_background(self.image_background)
+        if not isinstance(self.skip_unreadable_images, bool):
+            raise ValueError(f"skip_unreadable_images must be True or False. Received: {self.skip_unreadable_images!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
         if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
