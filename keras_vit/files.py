@@ -249,6 +249,8 @@ def describe_os_error(err, fix):
     `fix` is appended for the errors a user can act on by choosing another place or freeing space (full disk,
     quota, read-only or permission); other errors get their own text only.
     """
+    if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
+        return str(err)
     path = err.filename if err.filename is not None else "?"
     problem = _WRITE_PROBLEMS.get(err.errno, err.strerror or str(err))
     line = f"{problem}: {path}"

@@ -316,6 +316,7 @@ def test_full_disk_mid_run_keeps_the_checkpoints_and_resumes(tmp_path, failing_d
     assert code == 0, err
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 8
+    assert metrics["jit_compile"] is False  # --set jit_compile=false reached Keras as False
 
 
 @pytest.fixture(scope="module")

@@ -67,11 +67,11 @@ def main(argv=None):
     except Preempted as err:
         print(f"[training] {err}", file=sys.stderr)
         return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
-    except (NonFiniteLossError, StrategyError, ValueError, KeyError, FileNotFoundError) as err:
+    except (NonFiniteLossError, StrategyError, ValueError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err  # str(KeyError) adds quotes
         print(f"[training] error: {message}", file=sys.stderr)
         return 2 if not isinstance(err, NonFiniteLossError) else 3
-    except OSError as err:  # a read-only or full disk: checkpoints are written atomically, so none is damaged
+    except OSError as err:  # a missing file, a read-only or full disk (checkpoints are atomic: none is damaged)
         print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
         return 2
 
