@@ -30,7 +30,7 @@ def _check_batch(x, image_size, what):
         )
     if x.dtype != np.float32:
         raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")
-    check_model_range(x, what)  # 0..255 floats would run and give confident nonsense: say so
+    check_model_range(x, what, stacklevel=3)  # 0..255 floats would run and give confident nonsense: say so
     return x
 
 

@@ -18,12 +18,13 @@ MODEL_RANGE = (-1.0, 1.0)
 _RANGE_MARGIN = 1e-3
 
 
-def check_model_range(images, where="the model"):
+def check_model_range(images, where="the model", stacklevel=1):
     """Warns when model-space images lie outside [-1, 1]; returns the warning text, or None when they fit.
 
     The model itself does not check: it is traced into graphs (XLA, SavedModel, TFLite) where a value check
     would cost a reduction in every call and a Python warning cannot run. The numpy entry points that feed it
     (export's runners, hence `export.predict`-style calls and the export verification) call this instead.
+    `stacklevel` 1 attributes the warning to this function's caller, 2 to the caller's caller, and so on.
     """
     x = np.asarray(images)
     if x.size == 0 or x.dtype.kind != "f":
@@ -36,5 +37,5 @@ def check_model_range(images, where="the model"):
             " Scale them to [-1, 1] as in training: (x - 127.5) / 127.5 for 0..255 pixels, x * 2 - 1 for 0..1.")
     message = (f"{where} expects images in [-1, 1] but received values in [{low:.4g}, {high:.4g}]; its outputs "
                f"will be meaningless.{hint}")
-    warnings.warn(message, UserWarning, stacklevel=3)
+    warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
     return message
