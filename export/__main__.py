@@ -114,13 +114,29 @@ def main(argv=None):
         return 2
     except export.ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except OSError as exc:  # a read-only or full disk: artifacts are staged, so the previous export is intact
+        print(f"error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
     print(export.format_table(report))
     print("\nartifacts:")
     for a in report["artifacts"]:
         print(f"  {a['path']}")
     print(f"  {report['report_path']}")
     return 0
+
+
+def _os_error_line(err):
+    import errno
+
+    from keras_vit.files import describe_os_error
+
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = ("Free some space (or pass --out on another disk) and export again; the previous export in the "
+               "output directory is unchanged.")
+    else:
+        fix = "Pass a writable --out directory (or make this one writable) and export again."
+    return describe_os_error(err, fix)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.checkpoints()[-1]})", flush=True)
     if chief:
-        files.makedirs(workdir)
+        files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every)
