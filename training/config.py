@@ -2,10 +2,15 @@
 
 import ast
 import dataclasses
+import functools
 import importlib
 import math
+import numbers
+import os
 import pkgutil
-from typing import Optional
+import types
+import typing
+from typing import Literal, Optional, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +27,10 @@ class TrainConfig:
             written "tfds:NAME:SPLIT". TFDS datasets only.
         holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
         shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
+        image_background: what transparent pixels of `folder:` images are composited onto: "white", "black" or
+            an (R, G, B) triple (see `keras_vit.images`; predict and inspect take the same option).
+        skip_unreadable_images: a `folder:` dataset is decoded in full before training; False stops with the
+            list of unreadable files, True leaves them out with a warning that counts and names them.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
@@ -89,6 +98,8 @@ class TrainConfig:
     extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
     shuffle_buffer: Optional[int] = None
+    image_background: object = "white"  # "white", "black" or (R, G, B)
+    skip_unreadable_images: bool = False
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
@@ -118,7 +129,7 @@ class TrainConfig:
     mixup_alpha: float = 0.0
     mixup_images: int = 2
     eval_resize_small: Optional[int] = None
-    jit_compile: object = "auto"  # True, False or "auto"
+    jit_compile: bool | Literal["auto"] = "auto"
     steps_per_execution: int = 1
     precision: str = "float32"
     seed: int = 0
@@ -140,6 +151,7 @@ class TrainConfig:
         _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
         if self.jit_compile is not True and self.jit_compile is not False and self.jit_compile != "auto":
             raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
+        _check_field_types(self)  # before the range checks below, which would fail on a string with a TypeError
         _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
         for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
             value = getattr(self, name)
@@ -147,6 +159,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
         if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
             raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
+        from keras_vit.images import resolve_background  # here: the config module imports nothing heavy
+
+        resolve_background(self.image_background)
+        if not isinstance(self.skip_unreadable_images, bool):
+            raise ValueError(f"skip_unreadable_images must be True or False. Received: {self.skip_unreadable_images!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
         if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
@@ -244,20 +261,193 @@ def get_config(name_or_config="digits"):
     return importlib.import_module(f"training.configs.{name}").get_config()
 
 
-def parse_value(text):
-    """A `--set key=value` value: a Python literal (1e-3, (2, 10), None, True, "x") or else the plain string."""
+# `model.NAME` keys that `build_model` passes to `create_model` itself, from the top-level fields.
+_MODEL_KEYS_SET_ELSEWHERE = {
+    "image_size": "set image_size itself (--set image_size=224), not model.image_size",
+    "num_classes": "the class count comes from the dataset; it cannot be overridden",
+}
+
+
+def field_types():
+    """{field: type annotation} of `TrainConfig`, read from the dataclass (new fields are covered as added)."""
+    return typing.get_type_hints(TrainConfig)
+
+
+@functools.cache
+def model_option_types():
+    """{option: type annotation} of the `model.NAME` overrides: `keras_vit.ViTConfig`'s fields, plus `name`."""
+    from keras_vit.models.configs import ViTConfig  # late: importing keras is slow, and --help should not wait
+
+    hints = dict(typing.get_type_hints(ViTConfig))
+    hints["name"] = str
+    for key in _MODEL_KEYS_SET_ELSEWHERE:
+        hints.pop(key, None)
+    return hints
+
+
+def describe_type(annotation):
+    """Words for what a field accepts: `Optional[int]` -> "an integer or None"."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        words = [describe_type(a) for a in args if a is not type(None)]
+        return " or ".join(words + (["None"] if type(None) in args else []))
+    if origin is Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin in (tuple, list) or annotation in (tuple, list):
+        return "a tuple such as (2, 10)"
+    if origin is dict or annotation is dict:
+        return "a dict such as {'dropout_rate': 0.1}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _matches(value, annotation):
+    """Whether a Python value fits a field's annotation (ints fit floats; lists fit tuples; bools fit only bool)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (object, typing.Any):
+        return True
+    if annotation is type(None):
+        return value is None
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if annotation is bool:
+        return isinstance(value, (bool, _numpy_bool()))
+    if annotation is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, _numpy_bool()))
+    if annotation is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, (bool, _numpy_bool()))
+    if annotation is str:
+        return isinstance(value, (str, os.PathLike))
+    if origin in (tuple, list) or annotation in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            return False
+        if args and not (len(args) == 2 and args[1] is Ellipsis):
+            return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args))
+        return not args or all(_matches(v, args[0]) for v in value)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    return isinstance(value, origin or annotation) if isinstance(origin or annotation, type) else True
+
+
+def _numpy_bool():
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with keras
+        return ()
+    return np.bool_
+
+
+def _type_error(name, annotation, received):
+    return ValueError(f"{name} expects {describe_type(annotation)}. Received: {name}={received!r}"
+                      + (f" ({type(received).__name__})" if not isinstance(received, str) else ""))
+
+
+def _check_field_types(config):
+    hints = field_types()
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        annotation = hints[field.name]
+        if not _matches(value, annotation):
+            raise _type_error(field.name, annotation, value)
+        if isinstance(value, os.PathLike):  # a pathlib.Path for init or data_dir: kept as the string it names
+            object.__setattr__(config, field.name, os.fspath(value))
+    model_hints = model_option_types()
+    for key, value in config.model.items():
+        if key in _MODEL_KEYS_SET_ELSEWHERE:
+            raise ValueError(f"model.{key} cannot be overridden: {_MODEL_KEYS_SET_ELSEWHERE[key]}.")
+        if key not in model_hints:
+            raise ValueError(f"Unknown model option model.{key}. Known model options: {', '.join(sorted(model_hints))} "
+                             f"(keras_vit.create_model's overrides).")
+        if not _matches(value, model_hints[key]):
+            raise _type_error(f"model.{key}", model_hints[key], value)
+
+
+def _literal(text):
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
 
 
+def parse_typed(text, annotation, name="value"):
+    """A `--set` value's text converted to its field's type, or a `ValueError` naming the field and the type.
+
+    Booleans take true/false in any case; integers take integer literals; floats take any number; strings take
+    the text as it is (quotes optional); `Optional` fields take None; tuples and dicts take Python literals.
+    """
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    stripped = text.strip()
+    if annotation in (object, typing.Any):
+        return _literal(stripped)
+    if origin in (Union, types.UnionType):
+        if type(None) in args and stripped.lower() in ("none", "null"):
+            return None
+        for member in args:
+            if member is type(None):
+                continue
+            try:
+                return parse_typed(stripped, member, name)
+            except ValueError:
+                continue
+        raise _type_error(name, annotation, stripped)
+    if origin is Literal:
+        for option in args:
+            if stripped == str(option) or _literal(stripped) == option:
+                return option
+        raise _type_error(name, annotation, stripped)
+    if annotation is bool:
+        if stripped.lower() in ("true", "false"):
+            return stripped.lower() == "true"
+        raise _type_error(name, annotation, stripped)
+    if annotation is str:
+        value = _literal(stripped)
+        return value if isinstance(value, str) else stripped  # "'x'" -> x; 123 -> "123", a name like any other
+    value = _literal(stripped)
+    if annotation is float and isinstance(value, str):
+        try:  # float() also reads inf and nan, which literal_eval does not
+            value = float(stripped)
+        except ValueError:
+            pass
+    if not _matches(value, annotation):
+        raise _type_error(name, annotation, stripped)
+    if annotation is float:
+        return float(value)
+    if origin in (tuple,) or annotation is tuple:
+        return tuple(value)
+    return value
+
+
+def parse_value(text, annotation=typing.Any, name="value"):
+    """A `--set key=value` value: converted to `annotation`; without one, a Python literal or else the string."""
+    return parse_typed(text, annotation, name)
+
+
 def parse_overrides(items):
-    """["lr=1e-3", "model.dropout_rate=0.1"] -> {"lr": 0.001, "model.dropout_rate": 0.1}."""
+    """["learning_rate=1e-3", "model.dropout_rate=0.1"] -> {"learning_rate": 0.001, "model.dropout_rate": 0.1}.
+
+    Each value is converted to its `TrainConfig` field's type (`model.NAME`: its `keras_vit.ViTConfig` field's),
+    so `jit_compile=false` is False and `epochs=ten` is an error that names the field and the type expected.
+    """
+    hints = field_types()
     overrides = {}
     for item in items or ():
         if "=" not in item:
             raise ValueError(f"--set expects key=value. Received: {item!r} (e.g. --set learning_rate=3e-3)")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = parse_value(value.strip())
+        key, value = (part.strip() for part in item.split("=", 1))
+        if key.startswith("model."):
+            option = key[len("model."):]
+            if option in _MODEL_KEYS_SET_ELSEWHERE:
+                raise ValueError(f"--set {key}: {_MODEL_KEYS_SET_ELSEWHERE[option]}.")
+            model_hints = model_option_types()
+            if option not in model_hints:
+                raise ValueError(f"Unknown model option {key!r} in --set {item}. Known model options: "
+                                 f"{', '.join(sorted(model_hints))}.")
+            overrides[key] = parse_typed(value, model_hints[option], key)
+        elif key in hints:
+            overrides[key] = parse_typed(value, hints[key], key)
+        else:
+            raise ValueError(f"Unknown training option {key!r} in --set {item}. Known options: "
+                             f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override.")
     return overrides

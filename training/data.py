@@ -12,17 +12,17 @@ Augmentation lives here, never in the model (TPU-friendly).
 """
 
 import dataclasses
-import io
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
 import keras_vit.files
+import keras_vit.images
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 from training.augment import quantize, randaugment
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
 
 
@@ -55,8 +55,12 @@ class Source:
         return len(self.class_names)
 
 
-def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0):
-    """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input."""
+def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0,
+                image_background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable_images=False):
+    """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input.
+
+    `image_background` and `skip_unreadable_images` apply to `folder:` datasets (see `TrainConfig`).
+    """
     if dataset == "digits":
         return _digits(holdout_fraction)
     if dataset == "synthetic":
@@ -64,7 +68,7 @@ def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
         return _tfds(dataset[len("tfds:"):], data_dir, train_split, eval_split)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
-        return _folder(dataset[len("folder:"):], holdout_fraction)
+        return _folder(dataset[len("folder:"):], holdout_fraction, image_background, skip_unreadable_images)
     raise ValueError(f"Unknown dataset {dataset!r}. Use {_DATASET_FORMS}.")
 
 
@@ -123,8 +127,26 @@ def _decode_encoded(raw):
     return image
 
 
-def _decode_path(path):
-    return _decode_encoded(tf.io.read_file(path))
+def _path_decoder(background):
+    """path tensor -> uint8 (H, W, 3), decoded by `keras_vit.images.read_image`: the pixels predict sees.
+
+    tf.io.decode_image would be faster but reads fewer formats (no TIFF; it sniffs the content, so a TIFF
+    named .jpg fails mid-epoch), ignores EXIF orientation and drops alpha. Pillow decodes outside the GIL, so
+    the parallel map still decodes several files at once; the result depends on the path only, so the stream
+    stays a pure function of (seed, step).
+    """
+
+    def read(path):
+        path = path.item() if isinstance(path, np.ndarray) else path  # bytes in a graph; str when called eagerly
+        path = path.decode("utf-8") if isinstance(path, bytes) else path
+        return keras_vit.images.read_image(path, background=background)
+
+    def decode(path):
+        image = tf.numpy_function(read, [path], tf.uint8, stateful=False, name="read_image")
+        image.set_shape([None, None, 3])
+        return image
+
+    return decode
 
 
 def _tfds(name, data_dir, train_split, eval_split):
@@ -175,60 +197,65 @@ def _tfds(name, data_dir, train_split, eval_split):
 
 
 def list_image_folder(path):
-    """(paths, labels, class names) of a folder with one sub-folder of images per class."""
+    """(paths, labels, class names) of a folder with one sub-folder of images per class.
+
+    Every file whose extension is a format Pillow reads is listed (`keras_vit.images.image_suffixes()`:
+    .jpg, .png, .webp, .tif(f), .bmp, .gif, .ppm, ...); other files are ignored.
+    """
     if not keras_vit.files.isdir(path):  # a local path or a gs:// URL
         raise FileNotFoundError(
             f"Image folder {path!r} does not exist. Use folder:PATH with one sub-folder per class "
             f"(PATH/cat/1.jpg, PATH/dog/2.png, ...)."
         )
     class_names = [d for d in keras_vit.files.listdir(path) if keras_vit.files.isdir(keras_vit.files.join(path, d))]
+    suffixes = keras_vit.images.image_suffixes()
     paths, labels = [], []
     for label, name in enumerate(class_names):
         for file in keras_vit.files.walk(keras_vit.files.join(path, name)):
-            if file.lower().endswith(IMAGE_EXTENSIONS):
+            if keras_vit.images.is_image_path(file, suffixes):
                 paths.append(file)
                 labels.append(label)
     if not paths:
         raise ValueError(
             f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
-            f"class holding {', '.join(IMAGE_EXTENSIONS)} files."
+            f"class holding image files (any format Pillow reads: .jpg, .png, .webp, .tiff, .bmp, .gif, ...)."
         )
     return paths, np.asarray(labels, np.int64), class_names
 
 
-def find_unreadable_images(paths):
-    """[(path, reason)] of images Pillow cannot open, so a bad file is reported up front, never mid-epoch."""
-    from PIL import Image
+def find_unreadable_images(paths, background=keras_vit.images.DEFAULT_BACKGROUND):
+    """[(path, reason)] of the images `keras_vit.images.read_image` rejects: a bad file is named before training.
 
-    bad = []
-    for path in paths:
-        try:
-            content = io.BytesIO(keras_vit.files.read_bytes(path))  # one read, also from a gs:// URL
-            with Image.open(content) as image:
-                image.verify()
-            content.seek(0)
-            with Image.open(content) as image:  # verify() does not decode the pixels; load() does
-                image.load()
-        except Exception as err:  # Pillow raises many types for broken files
-            bad.append((path, f"{type(err).__name__}: {err}"))
-    return bad
+    Each file is decoded in full through the same reader the pipeline uses, so a file that passes here cannot
+    fail mid-epoch (unless it changes on disk in between).
+    """
+    return keras_vit.images.find_unreadable(paths, background=background)
 
 
-def _folder(path, fraction):
+def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False):
+    keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
     paths, labels, class_names = list_image_folder(path)
-    bad = find_unreadable_images(paths)
+    bad = find_unreadable_images(paths, background)
     if bad:
         listing = "\n".join(f"  {p}: {reason}" for p, reason in bad[:20])
         more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise ValueError(
-            f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again:\n{listing}{more}"
-        )
+        if not skip_unreadable:
+            raise ValueError(
+                f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again, or skip them "
+                f"with --set skip_unreadable_images=True:\n{listing}{more}"
+            )
+        warnings.warn(f"Skipping {len(bad)} unreadable image(s) of {len(paths)} in {path!r} "
+                      f"(skip_unreadable_images=True):\n{listing}{more}", stacklevel=2)
+        unreadable = {p for p, _ in bad}
+        keep = np.asarray([p not in unreadable for p in paths])
+        paths, labels = [p for p, k in zip(paths, keep) if k], labels[keep]
     if len(class_names) < 2:
         raise ValueError(f"Image folder {path!r} has {len(class_names)} class sub-folder(s); at least 2 are needed.")
     counts = np.bincount(labels, minlength=len(class_names))
     if counts.min() < 2:
         few = [class_names[i] for i in np.flatnonzero(counts < 2)]
-        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 images; a held-out split needs at least 2.")
+        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs "
+                         f"at least 2.")
     train, heldout = _stratified_split(labels, fraction)
     paths = np.asarray(paths)
     source = Source(
@@ -237,7 +264,7 @@ def _folder(path, fraction):
         num_train=len(train),
         num_heldout=len(heldout),
         class_names=class_names,
-        decode=_decode_path,
+        decode=_path_decoder(background),
         train_arrays=(paths[train], labels[train]),
     )
     return source

@@ -103,7 +103,9 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     chief = strategy.is_chief
 
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
+                         image_background=config.image_background,
+                         skip_unreadable_images=config.skip_unreadable_images)
     if config.batch_size > source.num_train:
         raise ValueError(
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
@@ -146,7 +148,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.restored_path})", flush=True)
     if chief:
-        files.makedirs(workdir)
+        files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every,
@@ -344,7 +346,9 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
         model = keras.saving.load_model(model_path, compile=False)
     config = config.replace(image_size=int(model.input_shape[1]))
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
+                         image_background=config.image_background,
+                         skip_unreadable_images=config.skip_unreadable_images)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
                          f"{source.num_classes}; evaluate it on the dataset it was trained for.")
