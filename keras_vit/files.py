@@ -161,20 +161,22 @@ def load_numpy(path, **kwargs):
 
 # Fault injection for tests (tests/test_training_resume.py): KERAS_VIT_KILL_AT_WRITE="N" makes the process SIGKILL
 # itself during its Nth atomic write (the data written, not yet in place), "N:after" right after that write is in
-# place. Read once, at import; writes are counted per process from 1. Never set outside tests.
+# place; "NAME" or "NAME:after" at the first write of a file named NAME (e.g. "ckpt-00000008.npz"). Read once, at
+# import; writes are counted per process from 1. Never set outside tests.
 _KILL_AT_WRITE = os.environ.get("KERAS_VIT_KILL_AT_WRITE", "")
-_writes_done = 0
+_writes = [0]  # atomic writes started in this process
 
 
 def _fault_point(path, stage):
     if not _KILL_AT_WRITE:
         return
-    number, _, when = _KILL_AT_WRITE.partition(":")
-    if int(number) == _writes_done and (when or "during") == stage:
+    target, _, when = _KILL_AT_WRITE.partition(":")
+    hit = _writes[0] == int(target) if target.isdigit() else basename(path) == target
+    if hit and (when or "during") == stage:
         import signal
         import sys
 
-        sys.stderr.write(f"[fault injection] SIGKILL {stage} atomic write #{_writes_done} ({path})\n")
+        sys.stderr.write(f"[fault injection] SIGKILL {stage} atomic write #{_writes[0]} ({path})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -187,8 +189,7 @@ def atomic_write(path, write):
     private). URLs: written to memory, then to `path` in a single object write. If `write` raises, `path` is
     left as it was and nothing temporary remains.
     """
-    global _writes_done
-    _writes_done += 1
+    _writes[0] += 1
     if is_remote(path):
         buffer = io.BytesIO()
         write(buffer)

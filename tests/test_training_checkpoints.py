@@ -162,7 +162,8 @@ def test_resume_names_the_file_restored_and_refuses_a_changed_schedule_unless_ex
     checkpoints = tmp_path / "checkpoints"
     for change, pattern in (({"epochs": 4}, r"different epochs \(epochs: 2 -> 4\).*new --workdir.*extend_epochs"),
                             ({"learning_rate": 1e-3, "warmup_steps": 2},
-                             r"different learning_rate, warmup_steps \(learning_rate: 0.003 -> 0.001, warmup_steps: 1 -> 2\)"),
+                             r"different learning_rate, warmup_steps "
+                             r"\(learning_rate: 0.003 -> 0.001, warmup_steps: 1 -> 2\)"),
                             ({"optimizer": "sgd", "weight_decay": 0.0}, r"different optimizer")):
         with pytest.raises(ValueError, match=pattern):
             training.train(CONFIG.replace(**change), str(tmp_path), verbose=0)

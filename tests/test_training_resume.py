@@ -219,12 +219,12 @@ def _assert_all_complete(workdir):
 
 @pytest.mark.slow
 def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_path, reference):
-    # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at its Nth atomic write, counted from 1 in
-    # each process. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and
-    # the epoch's checkpoint, ckpt-12 and so on, then labels.txt, samples/, plots/, metrics.json.
-    kills = [("4", "ckpt-00000008.npz"),  # 1. during a checkpoint write: resumes mid-epoch from step 4
-             ("2:after", "log.csv"),  # 2. from 4: between epoch 0's log row and its checkpoint
-             ("14", "heldout.npz")]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
+    # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at the first atomic write of the file it
+    # names. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and the
+    # epoch's checkpoint, ckpt-12 and so on, then labels.txt, samples/, plots/, metrics.json.
+    kills = [("ckpt-00000008.npz", "ckpt-00000008.npz"),  # 1. during a checkpoint write: resumes from step 4
+             ("log.csv:after", "log.csv"),  # 2. from 4: between epoch 0's log row and its checkpoint
+             ("heldout.npz", "heldout.npz")]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
     for point, target in kills:
         process = subprocess.run([sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, "--set",
                                   "checkpoint_every=4"], cwd=ROOT, env={**_env(), "KERAS_VIT_KILL_AT_WRITE": point},

@@ -19,7 +19,7 @@ import threading
 import keras
 import numpy as np
 
-from keras_vit import files
+from keras_vit import files, weights
 from keras_vit.files import atomic_write
 
 logger = logging.getLogger("training")
@@ -38,7 +38,7 @@ class Preempted(RuntimeError):
     """The run received SIGTERM, saved a checkpoint and stopped; run the same command again to resume."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(weights.CheckpointError):
     """Checkpoints exist but none can be restored into this run (all unreadable, or written by another model)."""
 
 

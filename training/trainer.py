@@ -46,6 +46,7 @@ _RESUME_KEYS = (
     "dataset", "train_split", "batch_size", "seed", "variant", "image_size", "model", "holdout_fraction",
     "epochs", "steps_per_epoch", "optimizer", "learning_rate", "weight_decay", "beta_1", "beta_2", "momentum",
     "schedule", "warmup_steps", "global_clipnorm", "loss", "label_smoothing", "precision",
+    "image_background", "skip_unreadable_images",  # which images a folder data set holds, and their pixels
 )
 
 
