@@ -24,7 +24,7 @@ TINY = {"dataset": "synthetic", "image_size": 16, "batch_size": 16, "steps_per_e
 
 @pytest.fixture(scope="module")
 def remote_run(tmp_path_factory):
-    """A 1-epoch run in ram://.../run, then the same command with epochs=2 (a resume), from an empty cwd."""
+    """A 1-epoch run in ram://.../run, then extended to epochs=2 (a resume), from an empty cwd."""
     cwd = tmp_path_factory.mktemp("cwd")
     previous = os.getcwd()
     os.chdir(cwd)
@@ -32,7 +32,7 @@ def remote_run(tmp_path_factory):
         root = f"ram://{uuid.uuid4().hex}"
         workdir = f"{root}/run"
         first = training.train(training.TrainConfig(**TINY, epochs=1), workdir, verbose=0)
-        resumed = training.train(training.TrainConfig(**TINY, epochs=2), workdir, verbose=0)
+        resumed = training.train(training.TrainConfig(**TINY, epochs=2, extend_epochs=True), workdir, verbose=0)
         yield SimpleNamespace(cwd=cwd, root=root, workdir=workdir, first=first, resumed=resumed)
     finally:
         os.chdir(previous)
@@ -62,7 +62,7 @@ def test_train_and_resume_on_a_url_equal_the_same_on_a_local_disk(remote_run, tm
     # local disk end bitwise equal.
     local = str(tmp_path / "local")
     training.train(training.TrainConfig(**TINY, epochs=1), local, verbose=0)
-    local = training.train(training.TrainConfig(**TINY, epochs=2), local, verbose=0)
+    local = training.train(training.TrainConfig(**TINY, epochs=2, extend_epochs=True), local, verbose=0)
     assert local.metrics["resumed_from_step"] == 4
     for a, b in zip(local.model.get_weights(), remote_run.resumed.model.get_weights()):
         np.testing.assert_array_equal(a, b)
