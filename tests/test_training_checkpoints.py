@@ -142,6 +142,7 @@ CONFIG = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16,
                               jit_compile=False, strategy="default", num_samples=4, num_calibration=4)
 
 
+@pytest.mark.slow  # five tiny trainings: ~25 s on 2 busy cores
 def test_resume_names_the_file_restored_and_refuses_a_changed_schedule_unless_extended(tmp_path, capsys):
     training.train(CONFIG, str(tmp_path), verbose=0)
     checkpoints = tmp_path / "checkpoints"
