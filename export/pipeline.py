@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from export import commit, preprocessing, tflite
-from export.errors import ExportError, VerificationError, check_choices
+from export.errors import ExportError, VerificationError, check_choices, check_count
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
 from export.io import load_image_set, load_keras_model, read_labels
 from export.report import format_table
@@ -97,7 +97,7 @@ def export_model(
         ("max_verify_images", max_verify_images, 1, None),
         ("top_k", top_k, 1, "--top-k"),
     ):
-        _check_count(name, value, minimum, flag)
+        check_count(name, value, minimum, flag)
     notes = []
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
@@ -239,12 +239,6 @@ def export_model(
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _check_count(name, value, minimum, flag):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        how = f" (the option {flag})" if flag else ""
-        raise ExportError(f"{name}{how} must be an integer >= {minimum}. Received: {value!r}.")
 
 
 def _refuse_feature_model(model):
