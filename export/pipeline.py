@@ -60,7 +60,8 @@ def export_model(
 
     Args:
         model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits.
-        out: output directory (created; existing artifacts of the same names are replaced only on success).
+        out: output directory or URL, replaced as a whole once every artifact has passed: absent, empty, or
+            an earlier export (anything else is refused). Afterwards it holds exactly what report.json lists.
         labels: class names (default: "0", "1", ...).
         formats: subset of ("saved_model", "tflite").
         quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
@@ -86,7 +87,8 @@ def export_model(
         The report dict (also written to `out/report.json`).
 
     Raises:
-        ExportError: invalid options or inputs, before anything is written.
+        ExportError: invalid options or inputs (including an `out` that holds files an export does not
+            write, or a `num_classes=0` feature model), before anything is written.
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
     formats = check_formats(formats)
