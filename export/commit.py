@@ -37,7 +37,8 @@ from keras_vit import files
 
 REPORT = "report.json"
 # What an export writes at the top of `out`; anything else there means `out` is not an export directory.
-_OWNED = re.compile(r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json))$")
+# (`.staging-*`: what an export killed before this module existed left inside `out`.)
+_OWNED = re.compile(r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$")
 _points = 0
 
 
@@ -77,7 +78,14 @@ def _siblings(out, kind):
     if not os.path.isdir(parent):
         return []
     found = [(os.path.join(parent, n), int(m.group(1))) for n in os.listdir(parent) if (m := pattern.match(n))]
-    return sorted(found, key=lambda item: os.path.getmtime(item[0]))
+    return sorted(found, key=lambda item: _mtime(item[0]))
+
+
+def _mtime(path):
+    try:
+        return os.path.getmtime(path)
+    except OSError:  # removed meanwhile by the export that owned it
+        return 0.0
 
 
 def _alive(pid):
@@ -144,7 +152,7 @@ def write_staged(path, data):
         f.write(data[: len(data) // 2])
         f.flush()
         fault_point(f"writing {Path(path).name}")
-        f.write(data[len(data) // 2:])
+        f.write(data[len(data) // 2 :])
 
 
 def commit(staging, out):

@@ -46,7 +46,9 @@ def test_probability_budget_uses_the_logit_scale():
     assert np.all(moved <= 0.5 * np.abs(delta).max(-1) + 1e-12)
     figures = compare(export.verify.softmax(logits + delta), logits, output="probabilities")
     assert figures["logit_scale"] == pytest.approx(np.abs(logits).max())
-    assert figures["max_rel_probability_diff"] == pytest.approx(figures["max_abs_probability_diff"] / np.abs(logits).max())
+    assert figures["max_rel_probability_diff"] == pytest.approx(
+        figures["max_abs_probability_diff"] / np.abs(logits).max()
+    )
     assert check_budget(figures, BUDGETS["float32"]) == []
 
 

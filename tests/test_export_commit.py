@@ -77,8 +77,9 @@ def test_fewer_modes_on_a_url(tiny):
     out = f"ram://{uuid.uuid4().hex}/export"
     export.export_path(root / "model.keras", out=out, formats="tflite", quantize="float32,dynamic_int8",
                        latency_runs=1)  # fmt: skip
-    assert sorted(check_complete(out)) == [f"model_{m}.{e}" for m in ("dynamic_int8", "float32") for e in ("json",
-                                                                                                     "tflite")]
+    assert sorted(check_complete(out)) == [
+        f"model_{m}.{e}" for m in ("dynamic_int8", "float32") for e in ("json", "tflite")
+    ]
     export.export_path(root / "model.keras", out=out, formats="tflite", quantize="float32", latency_runs=1)
     assert sorted(check_complete(out)) == ["model_float32.json", "model_float32.tflite"]
 
@@ -99,7 +100,9 @@ def test_an_output_directory_with_other_files_is_refused(tiny, tmp_path, capsys)
     with pytest.raises(export.ExportError, match="is a file"):
         export.export_path(root / "model.keras", out=tmp_path / "file", quantize="float32")
     assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in out.iterdir()) == [
-        "model_float32.tflite", "notes.txt"]
+        "model_float32.tflite",
+        "notes.txt",
+    ]
 
 
 # --- The commit protocol on its own, killed at every point, on all three paths ----------------------------------
@@ -135,7 +138,7 @@ def run_child(out, name, exchange, env):
     code = f"from tests.test_export_commit import stage_and_commit; stage_and_commit({out!r}, {name!r}, {exchange})"
     # Local paths never import TensorFlow on the numpy backend: a child starts in about a second.
     backend = {} if files.is_remote(out) else {"KERAS_BACKEND": "numpy"}
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **backend, **env},
+    return subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env={**os.environ, **backend, **env},
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
@@ -158,8 +161,11 @@ def test_commit_killed_at_every_point(path, tmp_path):
     if path == "exchange":  # renameat2(RENAME_EXCHANGE) was available, else this would name the two renames
         assert [p.split(" ", 1)[1] for p in points[3:]] == ["staged and flushed", "swapped; old set not yet deleted"]
     elif path == "two renames":
-        assert [p.split(" ", 1)[1] for p in points[3:]] == ["staged and flushed", "old set moved aside",
-                                                            "new set in place; old set not yet deleted"]
+        assert [p.split(" ", 1)[1] for p in points[3:]] == [
+            "staged and flushed",
+            "old set moved aside",
+            "new set in place; old set not yet deleted",
+        ]
     else:
         assert sum("deleting" in p for p in points) == 5 and points[3].endswith("deleting report.json")
         assert points[-1].endswith("uploading report.json")
@@ -174,7 +180,9 @@ def test_commit_killed_at_every_point(path, tmp_path):
         if "report.json" in seen:  # a complete set, the old or the new one, exactly as its report lists
             listed = check_complete(out)
             assert listed in (expected("A"), expected("B")), points[k - 1]
-        elif not seen and path != "url":  # only between the two renames: the old set is beside `out`, and the rerun puts it back
+        elif (
+            not seen and path != "url"
+        ):  # only between the two renames: the old set is beside `out`, and the rerun puts it back
             assert path == "two renames" and points[k - 1].endswith("old set moved aside"), points[k - 1]
         else:  # only on a URL, mid-commit: files of one run, never the two mixed
             assert path == "url", (points[k - 1], seen)
@@ -207,8 +215,8 @@ def test_export_killed_at_every_point_then_rerun(tiny, tmp_path):
     root, _ = tiny
     out = tmp_path / "work" / "export"
     cli = [sys.executable, "-m", "export", str(root / "model.keras"), "--out", str(out), "--latency-runs", "1"]
-    a_options = dict(out=out, quantize="float32", latency_runs=1)  # SavedModel + float32
-    b_options = dict(out=out, formats="tflite", quantize="float32", latency_runs=1)  # fewer: no SavedModel
+    a_options = {"out": out, "quantize": "float32", "latency_runs": 1}  # SavedModel + float32
+    b_options = {"out": out, "formats": "tflite", "quantize": "float32", "latency_runs": 1}  # fewer: no SavedModel
     b_cli = [*cli, "--formats", "tflite", "--quantize", "float32"]
     export.export_path(root / "model.keras", **b_options)
     set_b = check_complete(out)
@@ -219,7 +227,7 @@ def test_export_killed_at_every_point_then_rerun(tiny, tmp_path):
 
     trace = tmp_path / "trace"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(b_cli, env={**env, "KERAS_VIT_EXPORT_TRACE": str(trace)}, capture_output=True,
+    result = subprocess.run(b_cli, check=False, env={**env, "KERAS_VIT_EXPORT_TRACE": str(trace)}, capture_output=True,
                             text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert check_complete(out) == set_b  # an uninterrupted run in another process writes the same bytes
@@ -230,8 +238,8 @@ def test_export_killed_at_every_point_then_rerun(tiny, tmp_path):
     for k, point in enumerate(points, start=1):
         shutil.rmtree(out.parent)
         shutil.copytree(snapshot, out.parent)
-        result = subprocess.run(b_cli, env={**env, "KERAS_VIT_EXPORT_KILL_AT": str(k)}, capture_output=True,
-                                text=True, timeout=600)  # fmt: skip
+        kill = {**env, "KERAS_VIT_EXPORT_KILL_AT": str(k)}
+        result = subprocess.run(b_cli, check=False, env=kill, capture_output=True, text=True, timeout=600)
         assert result.returncode == -9, (point, result.stderr[-3000:])
         assert check_complete(out) == (set_b if point.startswith("swapped") else set_a), point
         export.export_path(root / "model.keras", **b_options)  # the rerun
