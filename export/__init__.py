@@ -9,7 +9,11 @@ export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
 Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
 """
 
-# First, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
+# First, before anything imports Keras: the command line's backend switch (it sets KERAS_BACKEND, which Keras reads
+# when first imported, and importing keras_vit imports Keras) ...
+from export import cli_backend  # noqa: F401
+
+# ... then, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
 # (keras_vit/_tpu_runtime.py). Importing keras_vit runs this too, before it imports Keras.
 from keras_vit import _tpu_runtime
 

@@ -51,6 +51,15 @@ def _export_parser():
     return p
 
 
+def _background(text):
+    from keras_vit.images import parse_background
+
+    try:
+        return parse_background(text)
+    except ValueError as err:  # argparse then prints the usage and this line, and exits with 2
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _predict_parser():
     p = argparse.ArgumentParser(prog="python -m export predict", description="Top-k labels for image files.")
     p.add_argument("artifact", help="a .keras file, a SavedModel directory or a .tflite file")
@@ -58,6 +67,9 @@ def _predict_parser():
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--labels", help="class names file (default: the labels shipped with the artifact)")
     p.add_argument("--num-threads", type=int, default=1)
+    p.add_argument("--background", default="white", type=_background,
+                   help="colour transparent pixels are composited onto: white (default), black or R,G,B; use the "
+                        "training run's image_background")
     return p
 
 
@@ -69,7 +81,8 @@ def main(argv=None):
     try:
         if argv[:1] == ["predict"]:
             args = _predict_parser().parse_args(argv[1:])
-            results = export.predict(args.artifact, args.images, args.top_k, args.labels, args.num_threads)
+            results = export.predict(args.artifact, args.images, args.top_k, args.labels, args.num_threads,
+                                     args.background)
             print(export.format_predictions(results))
             return 0
         args = _export_parser().parse_args(argv)
@@ -101,13 +114,29 @@ def main(argv=None):
         return 2
     except export.ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except OSError as exc:  # a read-only or full disk: artifacts are staged, so the previous export is intact
+        print(f"error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
     print(export.format_table(report))
     print("\nartifacts:")
     for a in report["artifacts"]:
         print(f"  {a['path']}")
     print(f"  {report['report_path']}")
     return 0
+
+
+def _os_error_line(err):
+    import errno
+
+    from keras_vit.files import describe_os_error
+
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = ("Free some space (or pass --out on another disk) and export again; the previous export in the "
+               "output directory is unchanged.")
+    else:
+        fix = "Pass a writable --out directory (or make this one writable) and export again."
+    return describe_os_error(err, fix)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ import numpy as np
 
 from export.errors import ExportError
 from keras_vit import files
+from keras_vit import images as image_reader
 from keras_vit.files import atomic_write_bytes
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
 
 def atomic_write_json(path, obj):
@@ -121,29 +120,23 @@ def read_labels(path):
     return labels
 
 
-def read_image(path):
-    """Decodes an image file to a uint8 RGB array (H, W, 3).
+def read_image(path, background=image_reader.DEFAULT_BACKGROUND):
+    """Decodes an image file to a uint8 RGB array (H, W, 3) with `keras_vit.images.read_image`, the reader
+    training uses: 16-bit scaled to 8, EXIF orientation applied, transparency composited onto `background`.
 
     Raises:
         ExportError: the file is missing or is not a decodable image.
     """
-    from PIL import Image, UnidentifiedImageError
-
     path = os.fspath(path)
-    if not files.isfile(path):
-        raise ExportError(f"No image file at {str(path)!r}.")
     try:
-        with Image.open(io.BytesIO(files.read_bytes(path))) as image:
-            image.load()
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise ExportError(
-            f"Could not decode {str(path)!r} as an image ({type(exc).__name__}: {exc}). "
-            f"Pass PNG/JPEG/BMP/GIF/WebP files."
-        ) from exc
+        return image_reader.read_image(path, background=background)
+    except FileNotFoundError as exc:
+        raise ExportError(f"No image file at {str(path)!r}.") from exc
+    except ValueError as exc:  # ImageReadError names the file and the reason; a bad background says so
+        raise ExportError(str(exc)) from exc
 
 
-def load_image_set(path):
+def load_image_set(path, background=image_reader.DEFAULT_BACKGROUND):
     """Reads a set of images and optional labels from an `.npz` (`images`, optional `labels`) or a folder.
 
     Returns:
@@ -152,13 +145,14 @@ def load_image_set(path):
     """
     path = os.fspath(path)
     if files.isdir(path):
-        images = [files.join(path, name) for name in files.listdir(path) if name.lower().endswith(IMAGE_SUFFIXES)]
-        if not images:
+        suffixes = image_reader.image_suffixes()
+        paths = [files.join(path, name) for name in files.listdir(path) if image_reader.is_image_path(name, suffixes)]
+        if not paths:
             raise ExportError(
-                f"The folder {str(path)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}). "
-                "Pass a folder of images or an .npz with an 'images' array."
+                f"The folder {str(path)!r} holds no images (any format Pillow reads: .png, .jpg, .webp, .tiff, "
+                "...). Pass a folder of images or an .npz with an 'images' array."
             )
-        return [read_image(p) for p in images], None
+        return [read_image(p, background) for p in paths], None
     if not path.endswith(".npz") or not files.isfile(path):
         raise ExportError(
             f"Expected an .npz file with an 'images' array (uint8, N x H x W x 3) or a folder of images. "

@@ -91,6 +91,14 @@ def export_model(
             write, or a `num_classes=0` feature model), before anything is written.
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError(
+            f"Export converts with TensorFlow and needs Keras' TensorFlow backend; this process runs "
+            f"{keras.backend.backend()!r}. Save the model (`model.save('model.keras')`) and run "
+            f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
+        )
     formats = check_formats(formats)
     for name, value, minimum, flag in (
         ("num_threads", num_threads, 1, "--num-threads"),

@@ -7,6 +7,7 @@ import numpy as np
 from export.errors import ExportError, check_count
 from export.io import read_image, read_labels
 from export.runners import load_runner
+from keras_vit.images import DEFAULT_BACKGROUND
 
 
 def softmax(logits):
@@ -15,7 +16,7 @@ def softmax(logits):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def predict(artifact, images, top_k=5, labels=None, num_threads=1):
+def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DEFAULT_BACKGROUND):
     """Classifies images with an exported (or Keras) model.
 
     Args:
@@ -25,6 +26,8 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1):
         labels: a labels file path or a list of names; default: the labels shipped with the artifact (for a
             `.tflite` file its `.json` sidecar, else the labels file embedded in its metadata).
         num_threads: LiteRT interpreter threads.
+        background: what transparent pixels of image files are composited onto ("white", "black" or (R, G, B));
+            use the one the model was trained with (`TrainConfig.image_background`).
 
     Returns:
         One dict per image: `{"image": name, "top_k": [{"id", "label", "probability"}, ...]}`.
@@ -36,7 +39,7 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1):
     for i, image in enumerate(images):
         if isinstance(image, (str, Path)):
             names.append(str(image))
-            arrays.append(read_image(image))
+            arrays.append(read_image(image, background))
         else:
             names.append(f"image[{i}]")
             arrays.append(image)

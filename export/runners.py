@@ -17,6 +17,7 @@ from export import preprocessing
 from export.errors import ExportError
 from export.io import load_keras_model, read_labels
 from keras_vit import files
+from keras_vit.preprocessing import check_model_range
 
 
 def _check_batch(x, image_size, what):
@@ -29,6 +30,7 @@ def _check_batch(x, image_size, what):
         )
     if x.dtype != np.float32:
         raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")
+    check_model_range(x, what, stacklevel=3)  # 0..255 floats would run and give confident nonsense: say so
     return x
 
 

@@ -11,6 +11,7 @@ there (an object appears only once its upload is complete), so a URL's content i
 written in a single write.
 """
 
+import errno
 import io
 import os
 import posixpath
@@ -216,3 +217,45 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_writable(directory):
+    """Creates `directory` if needed and writes (then removes) a probe file in it, so that a read-only or full
+    disk is found before hours of work, not at the first checkpoint. Raises the `OSError` the write raised."""
+    directory = os.fspath(directory)
+    makedirs(directory)
+    probe = join(directory, f".write-test-{os.getpid()}")
+    atomic_write_bytes(probe, b"probe")
+    remove(probe)
+    return directory
+
+
+# errno -> (the problem, in words) for the OSErrors a user causes by where they point a program.
+_WRITE_PROBLEMS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+    errno.EISDIR: "it is a directory",
+}
+
+
+def describe_os_error(err, fix):
+    """One line for an `OSError`: what failed, on which path, and `fix` (what the user can do about it).
+
+    `fix` is appended for the errors a user can act on by choosing another place or freeing space (full disk,
+    quota, read-only or permission); other errors get their own text only.
+    """
+    if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
+        return str(err)
+    path = err.filename if err.filename is not None else "?"
+    problem = _WRITE_PROBLEMS.get(err.errno, err.strerror or str(err))
+    line = f"{problem}: {path}"
+    if err.filename2 is not None:
+        line += f" -> {err.filename2}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        line += f". {fix}"
+    return line

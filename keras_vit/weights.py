@@ -14,6 +14,7 @@ import os
 import re
 import warnings
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -50,17 +51,32 @@ def read_npz(path):
     if not files.exists(path):
         raise FileNotFoundError(f"Checkpoint not found: {path!r}")
     try:
-        with files.load_numpy(path, allow_pickle=False) as archive:
-            if not hasattr(archive, "files"):
-                raise CheckpointError(f"{path!r} holds a single array, not an .npz checkpoint of named tensors.")
-            return {key: archive[key] for key in archive.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
-        if isinstance(err, CheckpointError):
-            raise
+        archive = files.load_numpy(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise _unreadable(path, err) from err
+    if not hasattr(archive, "files"):  # np.load returns a bare array for an .npy file, whatever its name
         raise CheckpointError(
-            f"Cannot read {path!r} as an .npz checkpoint ({type(err).__name__}: {err}). The file is truncated, "
-            f"corrupt or not an .npz; download it again or point to the right file."
-        ) from err
+            f"{path!r} is an .npy file holding one array {tuple(archive.shape)}, not an .npz checkpoint of named "
+            f"tensors. Pass the .npz checkpoint (e.g. ViT-B_16.npz), or save named arrays with np.savez."
+        )
+    try:
+        with archive:
+            return {key: archive[key] for key in archive.files}
+    # zlib.error: a corrupt np.savez_compressed member, found only when that member is decompressed.
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
+        raise _unreadable(path, err) from err
+
+
+def _unreadable(path, err):
+    return CheckpointError(
+        f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
+        f"corrupt or not an .npz; download it again or point to the right file."
+    )
+
+
+def _error_name(err):
+    module = type(err).__module__
+    return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"
 
 
 def to_original_layout(params):

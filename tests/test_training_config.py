@@ -9,7 +9,8 @@ import pytest
 from training import optim
 from training.config import TrainConfig, available_configs, get_config, parse_overrides, steps_per_execution_for
 
-RECIPES = ["cifar10_finetune", "digits", "imagenet1k_s16", "imagenet21k_b16", "imagenet_finetune_384"]
+RECIPES = ["cifar10_finetune", "digits", "digits_augreg", "imagenet1k_s16", "imagenet21k_b16",
+           "imagenet_finetune_384"]
 
 
 def test_every_recipe_loads_and_states_its_command_line():
@@ -28,8 +29,9 @@ def test_paper_recipes_have_the_published_hyperparameters():
     assert cifar.image_size == 384 and cifar.global_clipnorm == 1.0
     s16 = get_config("imagenet1k_s16")
     assert s16.weight_decay == pytest.approx(0.1)  # big_vision wd 1e-4 at lr 1e-3
-    assert s16.model == {"pooling": "gap", "class_token": False, "position_embedding": "sincos2d"}
-    assert (s16.randaugment, s16.mixup, s16.batch_size) == ((2, 10), 0.2, 1024)
+    assert s16.model == {"pooling": "gap", "class_token": False, "position_embedding": "sincos2d",
+                         "representation_size": 384}
+    assert (s16.randaugment, s16.mixup_alpha, s16.batch_size) == ((2, 10), 0.2, 1024)
     b16 = get_config("imagenet21k_b16")
     assert (b16.learning_rate, b16.weight_decay, b16.schedule, b16.batch_size) == (1e-3, 0.03, "linear", 4096)
 

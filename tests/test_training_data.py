@@ -34,7 +34,7 @@ def test_digits_source_is_the_contract_conversion_with_a_stratified_split():
 
 
 def test_stream_resumed_at_a_step_equals_the_uninterrupted_stream():
-    config = TrainConfig(**SMALL, augment="inception", mixup=0.5)
+    config = TrainConfig(**SMALL, augment="inception", mixup_alpha=0.2, randaugment=(2, 10))
     source = data.load_source("synthetic", seed=3)
     full = _batches(data.train_dataset(source, config), 40)  # 40 steps = 10 passes over 256 images / 8 ... crosses passes
     for start in (0, 7, 31, 32, 33):
@@ -72,7 +72,7 @@ def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_str
     configs = [TrainConfig(dataset="synthetic", image_size=4, batch_size=batch, seed=3, shuffle_buffer=buffer,
                            augment="resize"),
                TrainConfig(dataset="synthetic", image_size=8, batch_size=batch, seed=3, shuffle_buffer=buffer,
-                           augment="inception", mixup=0.5)]
+                           augment="inception", mixup_alpha=0.2)]
     for config in configs:
         full = _batches(data.train_dataset(source, config, num_steps=step + steps), step + steps)
         reads.assign(0)
@@ -115,6 +115,33 @@ def test_eval_preprocessing_is_resize_then_scale():
     assert int(np.argmax(y[0])) == int(label) and x.shape[0] == 360
 
 
+def test_eval_resize_small_then_central_crop_equals_pil_box_resize_and_crop():
+    """big_vision's resize_small(256)|central_crop(224), checked against PIL's box (area) filter on a 300x400
+    image: shorter side 300 -> 256 (400 -> 341), then the crop at offset ((256-224)//2, (341-224)//2)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    small = rng.integers(0, 256, (6, 8, 3)).astype(np.uint8)
+    photo = np.asarray(Image.fromarray(small).resize((400, 300), Image.BILINEAR))
+    out = data.eval_preprocess(tf.constant(photo), 224, resize_small=256).numpy() * 127.5 + 127.5
+    resized = np.asarray(Image.fromarray(photo).resize((341, 256), Image.BOX), np.float32)
+    assert out.shape == (224, 224, 3)
+    errors = {(dy, dx): np.abs(out - resized[dy:dy + 224, dx:dx + 224]).mean()
+              for dy in (15, 16, 17) for dx in (57, 58, 59)}
+    # Stored as uint8 (truncated) after the resize, as the reference; PIL rounds: about half a level apart.
+    assert errors[16, 58] < 1.0 and min(errors, key=errors.get) == (16, 58)
+    assert np.abs(out - resized[16:240, 58:282]).max() <= 4.0
+    # In the pipeline: eval_resize_small switches every held-out image to this protocol.
+    source = data.load_source("synthetic", seed=3)
+    config = TrainConfig(dataset="synthetic", image_size=24, batch_size=64, eval_resize_small=28)
+    x, _, _ = next(iter(data.eval_dataset(source, config)))
+    raw, _ = next(iter(source.heldout))
+    np.testing.assert_allclose(x[0].numpy(), data.eval_preprocess(raw, 24, 28).numpy(), atol=1e-6)
+    assert not np.allclose(x[0].numpy(), data.eval_preprocess(raw, 24).numpy(), atol=1e-3)
+    with pytest.raises(ValueError, match="eval_resize_small must be None or an integer >= image_size=24"):
+        TrainConfig(image_size=24, eval_resize_small=16)
+
+
 def test_eval_batches_are_static_and_padded_with_zero_weight_samples():
     source = data.load_source("synthetic", seed=3)  # 64 held-out images
     config = TrainConfig(dataset="synthetic", image_size=16, batch_size=48)
@@ -155,9 +182,9 @@ def test_mixup_mixes_images_and_labels_with_the_same_weight():
     images = tf.constant(np.stack([np.full((2, 2, 3), -1.0), np.full((2, 2, 3), 1.0)]), tf.float32)
     labels = tf.constant([[1.0, 0.0], [0.0, 1.0]])
     for i in range(10):
-        x, y = data._mixup(images, labels, 1.0, tf.constant([0, i], tf.int64))
+        x, y = data._mixup(images, labels, 0.2, tf.constant([0, i], tf.int64))
         lam = float(y[0, 0])
-        assert 0.5 <= lam <= 1.0
+        assert 0.5 <= lam <= 1.0  # the image keeps the larger weight
         np.testing.assert_allclose(x[0].numpy(), lam * -1.0 + (1 - lam) * 1.0, atol=1e-6)
         np.testing.assert_allclose(y.numpy().sum(-1), 1.0, atol=1e-6)
 

@@ -24,9 +24,10 @@ def pretrained(tmp_path_factory):
 
 
 def _finetune_config(init, **overrides):
-    return TrainConfig(dataset="synthetic", variant="testing", image_size=48, init=str(init), batch_size=16, epochs=1,
-                       steps_per_epoch=3, optimizer="sgd", learning_rate=0.01, eval_every=0, jit_compile=False,
-                       strategy="default", num_samples=8, num_calibration=8, **overrides)
+    defaults = dict(dataset="synthetic", variant="testing", image_size=48, init=str(init), batch_size=16, epochs=1,
+                    steps_per_epoch=3, optimizer="sgd", learning_rate=0.01, eval_every=0, jit_compile=False,
+                    strategy="default", num_samples=8, num_calibration=8)
+    return TrainConfig(**{**defaults, **overrides})
 
 
 @pytest.mark.parametrize("suffix", ["npz", "keras"])
@@ -79,3 +80,17 @@ def test_bad_init_and_non_divisible_image_size(tmp_path):
         build_model(_finetune_config(tmp_path / "weights.h5"), 3)
     with pytest.raises(ValueError, match="multiple of 8.*Nearest valid sizes: 48 or 56"):
         training.train(TrainConfig(dataset="synthetic", image_size=50, strategy="default"), str(tmp_path / "r"))
+
+
+@pytest.mark.parametrize("suffix", ["npz", "keras"])
+def test_fine_tuning_starts_a_fresh_head_even_when_the_class_count_fits(pretrained, suffix):
+    """The references always reset the head for fine-tuning; `init_head=True` keeps the checkpoint's."""
+    source, directory = pretrained
+    model = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32), num_classes=10)
+    assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
+    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(),
+                                  source.get_layer("encoder_norm").gamma.numpy())
+    biased = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32, head_bias_init=-10.0), 10)
+    np.testing.assert_array_equal(biased.get_layer("head").bias.numpy(), np.full(10, -10.0, np.float32))
+    kept = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32, init_head=True), num_classes=10)
+    np.testing.assert_array_equal(kept.get_layer("head").kernel.numpy(), source.get_layer("head").kernel.numpy())

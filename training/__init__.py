@@ -17,11 +17,13 @@ _tpu_runtime.disable_libtpu_without_tpu()
 
 from training.checkpointing import NonFiniteLossError, Preempted
 from training.config import TrainConfig, available_configs, get_config
+from training.distribution import Placement, select_placement
 from training.strategy import StrategyError, select_strategy
 from training.trainer import TrainResult, evaluate, train
 
 __all__ = [
     "NonFiniteLossError",
+    "Placement",
     "Preempted",
     "StrategyError",
     "TrainConfig",
@@ -29,6 +31,7 @@ __all__ = [
     "available_configs",
     "evaluate",
     "get_config",
+    "select_placement",
     "select_strategy",
     "train",
 ]

@@ -67,9 +67,26 @@ def main(argv=None):
     except Preempted as err:
         print(f"[training] {err}", file=sys.stderr)
         return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
-    except (NonFiniteLossError, StrategyError, ValueError, KeyError, FileNotFoundError) as err:
-        print(f"[training] error: {err}", file=sys.stderr)
+    except (NonFiniteLossError, StrategyError, ValueError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err  # str(KeyError) adds quotes
+        print(f"[training] error: {message}", file=sys.stderr)
         return 2 if not isinstance(err, NonFiniteLossError) else 3
+    except OSError as err:  # a missing file, a read-only or full disk (checkpoints are atomic: none is damaged)
+        print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _os_error_line(err):
+    import errno
+
+    from keras_vit.files import describe_os_error
+
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = ("Free some space (or use a --workdir on another disk) and run the same command again: the "
+               "checkpoints already written are intact and it resumes from the newest.")
+    else:
+        fix = "Use a writable --workdir (or make this one writable) and run the same command again."
+    return describe_os_error(err, fix)
 
 
 if __name__ == "__main__":

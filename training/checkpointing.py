@@ -60,6 +60,11 @@ class CheckpointManager:
 
     def save(self, extra=None):
         """Writes the checkpoint of the current step (only where `write`); returns its path."""
+        # Keras' JAX trainer keeps the training state outside the variables during an epoch (they read None);
+        # its public sync puts it back. The TensorFlow trainer has no such method and nothing to sync.
+        sync = getattr(self.model, "jax_state_sync", None)
+        if sync is not None:
+            sync()
         step = self.step()
         path = files.join(self.directory, f"ckpt-{step:08d}.npz")
         if not self.write:
@@ -131,6 +136,7 @@ class FaultTolerance(keras.callbacks.Callback):
         self.last_saved = None
         self._sigterm = threading.Event()
         self._previous_handler = None
+        self._epoch_start = 0
 
     # SIGTERM: only a flag in the handler; the save happens between steps, where the state is consistent.
     def _on_sigterm(self, signum, frame):
@@ -146,8 +152,15 @@ class FaultTolerance(keras.callbacks.Callback):
             signal.signal(signal.SIGTERM, self._previous_handler)
             self._previous_handler = None
 
-    def _save(self):
-        step = self.manager.step()
+    def on_epoch_begin(self, epoch, logs=None):
+        # Within an epoch the step is counted from here, not read from the optimizer: under Keras' JAX trainer its
+        # variables hold no value until the epoch ends (see `CheckpointManager.save`).
+        self._epoch_start = self.manager.step()
+
+    def _step(self, batch):
+        return self._epoch_start + batch + 1  # `batch` is the index of the last batch run (steps_per_execution)
+
+    def _save(self, step):
         if step != self.last_saved:
             try:
                 self.manager.save(self.header)
@@ -158,24 +171,25 @@ class FaultTolerance(keras.callbacks.Callback):
             self.last_saved = step
 
     def on_train_batch_end(self, batch, logs=None):
+        step = self._step(batch)
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            self.bad_loss = (self.manager.step(), float(loss))
+            self.bad_loss = (step, float(loss))
             self.model.stop_training = True
             return
         if self._sigterm.is_set():
-            self._save()
+            self._save(step)
             if self.bad_loss is not None:
                 return
-            self.preempted_at = self.manager.step()
+            self.preempted_at = step
             self.model.stop_training = True
             return
-        if self.every and self.manager.step() - self.last_saved >= self.every:
-            self._save()
+        if self.every and step - self.last_saved >= self.every:
+            self._save(step)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.bad_loss is None and self.preempted_at is None:
-            self._save()
+            self._save(self.manager.step())
 
     def raise_if_stopped(self):
         if self.bad_loss is not None:

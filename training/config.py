@@ -2,10 +2,15 @@
 
 import ast
 import dataclasses
+import functools
 import importlib
 import math
+import numbers
+import os
 import pkgutil
-from typing import Optional
+import types
+import typing
+from typing import Literal, Optional, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,13 +22,22 @@ class TrainConfig:
         data_dir: TFDS data directory (datasets are never downloaded at run time).
         train_split, eval_split: split strings for TFDS ("train", "train[:90%]", ...). For digits and folders the
             held-out split is a fixed stratified `holdout_fraction` of the images.
+        extra_evals: more held-out splits evaluated at the end of training, {name: split}, reported in
+            metrics.json under "evals" (e.g. {"minival": "train[99%:]"}); a split of another TFDS dataset is
+            written "tfds:NAME:SPLIT". TFDS datasets only.
         holdout_fraction: fraction held out for evaluation when the dataset has no eval split of its own.
         shuffle_buffer: shuffle buffer of the training stream; None shuffles the whole (in-memory) dataset.
+        image_background: what transparent pixels of `folder:` images are composited onto: "white", "black" or
+            an (R, G, B) triple (see `keras_vit.images`; predict and inspect take the same option).
+        skip_unreadable_images: a `folder:` dataset is decoded in full before training; False stops with the
+            list of unreadable files, True leaves them out with a warning that counts and names them.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
-        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; the head is
-            re-created (zero-initialised) when the class count differs and position embeddings are interpolated.
+        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; position
+            embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
+            references' fine-tuning, unless `init_head` is set.
+        init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
         batch_size: the GLOBAL batch (per-replica batch x replicas).
         epochs: passes over `steps_per_epoch` steps.
         steps_per_epoch: None for dataset size // batch_size; set it to express step-based recipes.
@@ -36,14 +50,25 @@ class TrainConfig:
         global_clipnorm: clip the global gradient norm (1.0 in the paper); None for none.
         loss: "softmax" or "sigmoid" cross-entropy.
         label_smoothing: label smoothing of the targets.
-        head_bias_init: initial bias of the head (-6.9 with sigmoid, as in AugReg); None keeps the variant's.
+        head_bias_init: initial bias of the head (big_vision's ImageNet-21k configs use -10 with sigmoid
+            cross-entropy); None keeps the variant's.
         augment: train pre-processing: "inception" (inception crop + flip), "translate" (small random shifts,
             for digits), "resize" (none).
         flip: random left-right flips (with "inception").
         translate: maximum shift, in pixels of the original image, for "translate".
         crop_area: (min, max) area fraction of the inception crop.
-        randaugment: (layers, magnitude 0-30 as in AugReg) or None.
-        mixup: probability of mixing a batch (AugReg's p), 0 for none.
+        randaugment: (num_layers, magnitude) of big_vision's `randaug(n, m)`, per image (`training.augment`), or
+            None. The magnitude is on big_vision's level scale, where 10 is its `_MAX_LEVEL` (full strength:
+            rotations up to 30 degrees, shear 0.3, translation 100 px); AugReg's 15 and 20 go beyond it.
+        randaugment_scale_pixels: scale RandAugment's Translate and Cutout (100 px and 40 px at level 10, set by
+            big_vision for 224 px crops) by image_size / 224, for small images (not the reference; default off).
+        mixup_alpha: Mixup concentration (big_vision's `mixup(p=...)`): every batch is mixed with weights drawn
+            from a symmetric Dirichlet (Beta for two images) with this concentration, sorted so the image itself
+            keeps the largest weight; 0 for no Mixup.
+        mixup_images: how many images are mixed into each one (big_vision's `n`, 2 for standard Mixup).
+        eval_resize_small: None resizes held-out images to `image_size` (squash, the paper's fine-tuning
+            evaluation); an int resizes the shorter side to it (aspect kept) and takes the central
+            `image_size` crop (big_vision's `resize_small(256)|central_crop(224)`).
         jit_compile: "auto" (TPUStrategy and other tf.distribute strategies: Keras' choice, TPUStrategy compiling
             with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
             True or False to force it. See `training.strategy.resolve_jit_compile`.
@@ -56,19 +81,27 @@ class TrainConfig:
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
-        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default".
+        strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
+            `training.distribution`).
+        matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
+            on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
+            JAX's "high" / "default".
     """
 
     dataset: str = "digits"
     data_dir: Optional[str] = None
     train_split: str = "train"
     eval_split: Optional[str] = "test"
+    extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
     shuffle_buffer: Optional[int] = None
+    image_background: object = "white"  # "white", "black" or (R, G, B)
+    skip_unreadable_images: bool = False
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
     init: Optional[str] = None
+    init_head: bool = False
     batch_size: int = 64
     epochs: int = 10
     steps_per_epoch: Optional[int] = None
@@ -89,8 +122,11 @@ class TrainConfig:
     translate: float = 0.0
     crop_area: tuple = (0.05, 1.0)
     randaugment: Optional[tuple] = None
-    mixup: float = 0.0
-    jit_compile: object = "auto"  # True, False or "auto"
+    randaugment_scale_pixels: bool = False
+    mixup_alpha: float = 0.0
+    mixup_images: int = 2
+    eval_resize_small: Optional[int] = None
+    jit_compile: bool | Literal["auto"] = "auto"
     steps_per_execution: int = 1
     precision: str = "float32"
     seed: int = 0
@@ -100,6 +136,7 @@ class TrainConfig:
     num_samples: int = 64
     num_calibration: int = 256
     strategy: str = "auto"
+    matmul_precision: Optional[str] = None
 
     def __post_init__(self):
         _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
@@ -110,19 +147,43 @@ class TrainConfig:
         _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
         if self.jit_compile is not True and self.jit_compile is not False and self.jit_compile != "auto":
             raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
+        _check_field_types(self)  # before the range checks below, which would fail on a string with a TypeError
+        _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
         for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
         if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
             raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
+        from keras_vit.images import resolve_background  # here: the config module imports nothing heavy
+
+        resolve_background(self.image_background)
+        if not isinstance(self.skip_unreadable_images, bool):
+            raise ValueError(f"skip_unreadable_images must be True or False. Received: {self.skip_unreadable_images!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
-        if not 0.0 <= self.mixup <= 1.0:
-            raise ValueError(f"mixup is a probability in [0, 1]. Received: {self.mixup}")
+        if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
+            raise ValueError(f"mixup_alpha is a Dirichlet concentration >= 0 (0.2 in big_vision's ImageNet "
+                             f"recipes, 0 for no Mixup). Received: mixup_alpha={self.mixup_alpha!r}")
+        if not isinstance(self.mixup_images, int) or self.mixup_images < 2:
+            raise ValueError(f"mixup_images must be an integer >= 2 (2 for standard Mixup). "
+                             f"Received: mixup_images={self.mixup_images!r}")
+        if self.eval_resize_small is not None and (
+                not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size):
+            raise ValueError(f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
+                             f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}")
+        if self.randaugment is not None and (
+                len(tuple(self.randaugment)) != 2 or not isinstance(self.randaugment[0], int)
+                or self.randaugment[0] < 1 or self.randaugment[1] < 0):
+            raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
+                             f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
+        if self.extra_evals and not str(self.dataset).startswith("tfds:"):
+            raise ValueError(f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
+                             f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}.")
         if self.num_calibration > 512:
             raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))
+        object.__setattr__(self, "extra_evals", dict(self.extra_evals))
         object.__setattr__(self, "crop_area", tuple(self.crop_area))
         if self.randaugment is not None:
             object.__setattr__(self, "randaugment", tuple(self.randaugment))
@@ -174,7 +235,7 @@ def steps_per_execution_for(requested, steps_per_epoch, resume_steps=()):
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(choices)}.")
+        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(map(str, choices))}.")
 
 
 def available_configs():
@@ -196,20 +257,193 @@ def get_config(name_or_config="digits"):
     return importlib.import_module(f"training.configs.{name}").get_config()
 
 
-def parse_value(text):
-    """A `--set key=value` value: a Python literal (1e-3, (2, 10), None, True, "x") or else the plain string."""
+# `model.NAME` keys that `build_model` passes to `create_model` itself, from the top-level fields.
+_MODEL_KEYS_SET_ELSEWHERE = {
+    "image_size": "set image_size itself (--set image_size=224), not model.image_size",
+    "num_classes": "the class count comes from the dataset; it cannot be overridden",
+}
+
+
+def field_types():
+    """{field: type annotation} of `TrainConfig`, read from the dataclass (new fields are covered as added)."""
+    return typing.get_type_hints(TrainConfig)
+
+
+@functools.cache
+def model_option_types():
+    """{option: type annotation} of the `model.NAME` overrides: `keras_vit.ViTConfig`'s fields, plus `name`."""
+    from keras_vit.models.configs import ViTConfig  # late: importing keras is slow, and --help should not wait
+
+    hints = dict(typing.get_type_hints(ViTConfig))
+    hints["name"] = str
+    for key in _MODEL_KEYS_SET_ELSEWHERE:
+        hints.pop(key, None)
+    return hints
+
+
+def describe_type(annotation):
+    """Words for what a field accepts: `Optional[int]` -> "an integer or None"."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        words = [describe_type(a) for a in args if a is not type(None)]
+        return " or ".join(words + (["None"] if type(None) in args else []))
+    if origin is Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin in (tuple, list) or annotation in (tuple, list):
+        return "a tuple such as (2, 10)"
+    if origin is dict or annotation is dict:
+        return "a dict such as {'dropout_rate': 0.1}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _matches(value, annotation):
+    """Whether a Python value fits a field's annotation (ints fit floats; lists fit tuples; bools fit only bool)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (object, typing.Any):
+        return True
+    if annotation is type(None):
+        return value is None
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if annotation is bool:
+        return isinstance(value, (bool, _numpy_bool()))
+    if annotation is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, _numpy_bool()))
+    if annotation is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, (bool, _numpy_bool()))
+    if annotation is str:
+        return isinstance(value, (str, os.PathLike))
+    if origin in (tuple, list) or annotation in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            return False
+        if args and not (len(args) == 2 and args[1] is Ellipsis):
+            return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args))
+        return not args or all(_matches(v, args[0]) for v in value)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    return isinstance(value, origin or annotation) if isinstance(origin or annotation, type) else True
+
+
+def _numpy_bool():
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with keras
+        return ()
+    return np.bool_
+
+
+def _type_error(name, annotation, received):
+    return ValueError(f"{name} expects {describe_type(annotation)}. Received: {name}={received!r}"
+                      + (f" ({type(received).__name__})" if not isinstance(received, str) else ""))
+
+
+def _check_field_types(config):
+    hints = field_types()
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        annotation = hints[field.name]
+        if not _matches(value, annotation):
+            raise _type_error(field.name, annotation, value)
+        if isinstance(value, os.PathLike):  # a pathlib.Path for init or data_dir: kept as the string it names
+            object.__setattr__(config, field.name, os.fspath(value))
+    model_hints = model_option_types()
+    for key, value in config.model.items():
+        if key in _MODEL_KEYS_SET_ELSEWHERE:
+            raise ValueError(f"model.{key} cannot be overridden: {_MODEL_KEYS_SET_ELSEWHERE[key]}.")
+        if key not in model_hints:
+            raise ValueError(f"Unknown model option model.{key}. Known model options: {', '.join(sorted(model_hints))} "
+                             f"(keras_vit.create_model's overrides).")
+        if not _matches(value, model_hints[key]):
+            raise _type_error(f"model.{key}", model_hints[key], value)
+
+
+def _literal(text):
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
 
 
+def parse_typed(text, annotation, name="value"):
+    """A `--set` value's text converted to its field's type, or a `ValueError` naming the field and the type.
+
+    Booleans take true/false in any case; integers take integer literals; floats take any number; strings take
+    the text as it is (quotes optional); `Optional` fields take None; tuples and dicts take Python literals.
+    """
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    stripped = text.strip()
+    if annotation in (object, typing.Any):
+        return _literal(stripped)
+    if origin in (Union, types.UnionType):
+        if type(None) in args and stripped.lower() in ("none", "null"):
+            return None
+        for member in args:
+            if member is type(None):
+                continue
+            try:
+                return parse_typed(stripped, member, name)
+            except ValueError:
+                continue
+        raise _type_error(name, annotation, stripped)
+    if origin is Literal:
+        for option in args:
+            if stripped == str(option) or _literal(stripped) == option:
+                return option
+        raise _type_error(name, annotation, stripped)
+    if annotation is bool:
+        if stripped.lower() in ("true", "false"):
+            return stripped.lower() == "true"
+        raise _type_error(name, annotation, stripped)
+    if annotation is str:
+        value = _literal(stripped)
+        return value if isinstance(value, str) else stripped  # "'x'" -> x; 123 -> "123", a name like any other
+    value = _literal(stripped)
+    if annotation is float and isinstance(value, str):
+        try:  # float() also reads inf and nan, which literal_eval does not
+            value = float(stripped)
+        except ValueError:
+            pass
+    if not _matches(value, annotation):
+        raise _type_error(name, annotation, stripped)
+    if annotation is float:
+        return float(value)
+    if origin in (tuple,) or annotation is tuple:
+        return tuple(value)
+    return value
+
+
+def parse_value(text, annotation=typing.Any, name="value"):
+    """A `--set key=value` value: converted to `annotation`; without one, a Python literal or else the string."""
+    return parse_typed(text, annotation, name)
+
+
 def parse_overrides(items):
-    """["lr=1e-3", "model.dropout_rate=0.1"] -> {"lr": 0.001, "model.dropout_rate": 0.1}."""
+    """["learning_rate=1e-3", "model.dropout_rate=0.1"] -> {"learning_rate": 0.001, "model.dropout_rate": 0.1}.
+
+    Each value is converted to its `TrainConfig` field's type (`model.NAME`: its `keras_vit.ViTConfig` field's),
+    so `jit_compile=false` is False and `epochs=ten` is an error that names the field and the type expected.
+    """
+    hints = field_types()
     overrides = {}
     for item in items or ():
         if "=" not in item:
             raise ValueError(f"--set expects key=value. Received: {item!r} (e.g. --set learning_rate=3e-3)")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = parse_value(value.strip())
+        key, value = (part.strip() for part in item.split("=", 1))
+        if key.startswith("model."):
+            option = key[len("model."):]
+            if option in _MODEL_KEYS_SET_ELSEWHERE:
+                raise ValueError(f"--set {key}: {_MODEL_KEYS_SET_ELSEWHERE[option]}.")
+            model_hints = model_option_types()
+            if option not in model_hints:
+                raise ValueError(f"Unknown model option {key!r} in --set {item}. Known model options: "
+                                 f"{', '.join(sorted(model_hints))}.")
+            overrides[key] = parse_typed(value, model_hints[option], key)
+        elif key in hints:
+            overrides[key] = parse_typed(value, hints[key], key)
+        else:
+            raise ValueError(f"Unknown training option {key!r} in --set {item}. Known options: "
+                             f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override.")
     return overrides

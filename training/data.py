@@ -12,16 +12,17 @@ Augmentation lives here, never in the model (TPU-friendly).
 """
 
 import dataclasses
-import io
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
 import keras_vit.files
+import keras_vit.images
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+from training.augment import quantize, randaugment
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
 
 
@@ -54,8 +55,12 @@ class Source:
         return len(self.class_names)
 
 
-def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0):
-    """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input."""
+def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0,
+                image_background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable_images=False):
+    """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input.
+
+    `image_background` and `skip_unreadable_images` apply to `folder:` datasets (see `TrainConfig`).
+    """
     if dataset == "digits":
         return _digits(holdout_fraction)
     if dataset == "synthetic":
@@ -63,7 +68,7 @@ def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
         return _tfds(dataset[len("tfds:"):], data_dir, train_split, eval_split)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
-        return _folder(dataset[len("folder:"):], holdout_fraction)
+        return _folder(dataset[len("folder:"):], holdout_fraction, image_background, skip_unreadable_images)
     raise ValueError(f"Unknown dataset {dataset!r}. Use {_DATASET_FORMS}.")
 
 
@@ -122,8 +127,26 @@ def _decode_encoded(raw):
     return image
 
 
-def _decode_path(path):
-    return _decode_encoded(tf.io.read_file(path))
+def _path_decoder(background):
+    """path tensor -> uint8 (H, W, 3), decoded by `keras_vit.images.read_image`: the pixels predict sees.
+
+    tf.io.decode_image would be faster but reads fewer formats (no TIFF; it sniffs the content, so a TIFF
+    named .jpg fails mid-epoch), ignores EXIF orientation and drops alpha. Pillow decodes outside the GIL, so
+    the parallel map still decodes several files at once; the result depends on the path only, so the stream
+    stays a pure function of (seed, step).
+    """
+
+    def read(path):
+        path = path.item() if isinstance(path, np.ndarray) else path  # bytes in a graph; str when called eagerly
+        path = path.decode("utf-8") if isinstance(path, bytes) else path
+        return keras_vit.images.read_image(path, background=background)
+
+    def decode(path):
+        image = tf.numpy_function(read, [path], tf.uint8, stateful=False, name="read_image")
+        image.set_shape([None, None, 3])
+        return image
+
+    return decode
 
 
 def _tfds(name, data_dir, train_split, eval_split):
@@ -174,60 +197,65 @@ def _tfds(name, data_dir, train_split, eval_split):
 
 
 def list_image_folder(path):
-    """(paths, labels, class names) of a folder with one sub-folder of images per class."""
+    """(paths, labels, class names) of a folder with one sub-folder of images per class.
+
+    Every file whose extension is a format Pillow reads is listed (`keras_vit.images.image_suffixes()`:
+    .jpg, .png, .webp, .tif(f), .bmp, .gif, .ppm, ...); other files are ignored.
+    """
     if not keras_vit.files.isdir(path):  # a local path or a gs:// URL
         raise FileNotFoundError(
             f"Image folder {path!r} does not exist. Use folder:PATH with one sub-folder per class "
             f"(PATH/cat/1.jpg, PATH/dog/2.png, ...)."
         )
     class_names = [d for d in keras_vit.files.listdir(path) if keras_vit.files.isdir(keras_vit.files.join(path, d))]
+    suffixes = keras_vit.images.image_suffixes()
     paths, labels = [], []
     for label, name in enumerate(class_names):
         for file in keras_vit.files.walk(keras_vit.files.join(path, name)):
-            if file.lower().endswith(IMAGE_EXTENSIONS):
+            if keras_vit.images.is_image_path(file, suffixes):
                 paths.append(file)
                 labels.append(label)
     if not paths:
         raise ValueError(
             f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
-            f"class holding {', '.join(IMAGE_EXTENSIONS)} files."
+            f"class holding image files (any format Pillow reads: .jpg, .png, .webp, .tiff, .bmp, .gif, ...)."
         )
     return paths, np.asarray(labels, np.int64), class_names
 
 
-def find_unreadable_images(paths):
-    """[(path, reason)] of images Pillow cannot open, so a bad file is reported up front, never mid-epoch."""
-    from PIL import Image
+def find_unreadable_images(paths, background=keras_vit.images.DEFAULT_BACKGROUND):
+    """[(path, reason)] of the images `keras_vit.images.read_image` rejects: a bad file is named before training.
 
-    bad = []
-    for path in paths:
-        try:
-            content = io.BytesIO(keras_vit.files.read_bytes(path))  # one read, also from a gs:// URL
-            with Image.open(content) as image:
-                image.verify()
-            content.seek(0)
-            with Image.open(content) as image:  # verify() does not decode the pixels; load() does
-                image.load()
-        except Exception as err:  # Pillow raises many types for broken files
-            bad.append((path, f"{type(err).__name__}: {err}"))
-    return bad
+    Each file is decoded in full through the same reader the pipeline uses, so a file that passes here cannot
+    fail mid-epoch (unless it changes on disk in between).
+    """
+    return keras_vit.images.find_unreadable(paths, background=background)
 
 
-def _folder(path, fraction):
+def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False):
+    keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
     paths, labels, class_names = list_image_folder(path)
-    bad = find_unreadable_images(paths)
+    bad = find_unreadable_images(paths, background)
     if bad:
         listing = "\n".join(f"  {p}: {reason}" for p, reason in bad[:20])
         more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise ValueError(
-            f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again:\n{listing}{more}"
-        )
+        if not skip_unreadable:
+            raise ValueError(
+                f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again, or skip them "
+                f"with --set skip_unreadable_images=True:\n{listing}{more}"
+            )
+        warnings.warn(f"Skipping {len(bad)} unreadable image(s) of {len(paths)} in {path!r} "
+                      f"(skip_unreadable_images=True):\n{listing}{more}", stacklevel=2)
+        unreadable = {p for p, _ in bad}
+        keep = np.asarray([p not in unreadable for p in paths])
+        paths, labels = [p for p, k in zip(paths, keep) if k], labels[keep]
     if len(class_names) < 2:
         raise ValueError(f"Image folder {path!r} has {len(class_names)} class sub-folder(s); at least 2 are needed.")
     counts = np.bincount(labels, minlength=len(class_names))
     if counts.min() < 2:
         few = [class_names[i] for i in np.flatnonzero(counts < 2)]
-        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 images; a held-out split needs at least 2.")
+        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs "
+                         f"at least 2.")
     train, heldout = _stratified_split(labels, fraction)
     paths = np.asarray(paths)
     source = Source(
@@ -236,7 +264,7 @@ def _folder(path, fraction):
         num_train=len(train),
         num_heldout=len(heldout),
         class_names=class_names,
-        decode=_decode_path,
+        decode=_path_decoder(background),
         train_arrays=(paths[train], labels[train]),
     )
     return source
@@ -254,8 +282,25 @@ def resize(image, size):
     return tf.image.resize(tf.cast(image, tf.float32), (size, size), method="bilinear")
 
 
-def eval_preprocess(image, size):
-    return tf.ensure_shape(scale(resize(image, size)), [size, size, 3])
+def resize_small_central_crop(image, small, size):
+    """big_vision's `resize_small(small)|central_crop(size)`: the shorter side resized to `small` (area
+    interpolation, aspect ratio kept, stored as uint8 again), then the central `size` x `size` crop."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    new_shape = tf.cast(tf.round(shape * (float(small) / tf.reduce_min(shape))), tf.int32)
+    image = tf.floor(tf.clip_by_value(tf.image.resize(tf.cast(image, tf.float32), new_shape, method="area"),
+                                      0.0, 255.0))
+    top, left = (new_shape[0] - size) // 2, (new_shape[1] - size) // 2
+    return tf.slice(image, [top, left, 0], [size, size, 3])
+
+
+def eval_preprocess(image, size, resize_small=None):
+    """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
+    shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
+    if resize_small:
+        image = resize_small_central_crop(image, resize_small, size)
+    else:
+        image = resize(image, size)
+    return tf.ensure_shape(scale(image), [size, size, 3])
 
 
 def _inception_crop(image, size, area, seed):
@@ -300,13 +345,29 @@ def augment_fn(config, original_size=None):
     return augment
 
 
-def _mixup(images, labels, probability, seed):
-    """Mixes a batch with its reverse with probability `probability` (AugReg's p), lambda ~ Beta(1, 1)."""
-    seeds = tf.random.experimental.stateless_split(seed, 2)
-    mix = tf.random.stateless_uniform([], seeds[0]) < probability
-    lam = tf.random.stateless_uniform([], seeds[1])
-    lam = tf.where(mix, tf.maximum(lam, 1.0 - lam), 1.0)
-    return lam * images + (1.0 - lam) * tf.reverse(images, [0]), lam * labels + (1.0 - lam) * tf.reverse(labels, [0])
+def mixup_weights(alpha, num_images, seed):
+    """Mixing weights of one batch: a symmetric Dirichlet(alpha) draw (Beta(alpha, alpha) for two images), largest
+    first.
+
+    This is big_vision's `mixup(p=alpha, n=num_images)`: `p` is the concentration, not a probability, and every
+    batch is mixed. Sorting keeps each image the dominant one of its mix (with a small alpha the draw is nearly
+    one-hot, and unsorted it would as often replace the image by its partner). Drawn as normalised Gamma(alpha)
+    variables in float64: with alpha = 0.2 a float32 Gamma draw underflows to 0 often enough to matter.
+    """
+    gammas = tf.random.stateless_gamma([num_images], seed, alpha=tf.constant(alpha, tf.float64), dtype=tf.float64)
+    total = tf.reduce_sum(gammas)
+    weights = tf.where(total > 0, gammas / tf.maximum(total, 1e-300), tf.one_hot(0, num_images, dtype=tf.float64))
+    return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
+
+
+def _mixup(images, labels, alpha, seed, num_images=2):
+    """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
+    weights = mixup_weights(alpha, num_images, seed)
+
+    def mix(batch):
+        return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(num_images)])
+
+    return mix(images), mix(labels)
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None):
@@ -331,11 +392,18 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
     buffer = config.shuffle_buffer or count
     augment = augment_fn(config, source.original_size)
     num_classes = source.num_classes
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
     def prepare(index, element):
         raw, label = element
         # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
-        image = augment(source.decode(raw), tf.stack([tf.cast(config.seed, tf.int64), index]))
+        seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+        image = augment(source.decode(raw), seed)
+        if config.randaugment:
+            # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
+            num_layers, magnitude = config.randaugment
+            image = randaugment(quantize(image), num_layers, magnitude,
+                                tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale)
         return image, tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
@@ -344,12 +412,13 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
-    if config.randaugment:
-        ds = ds.map(_randaugment_fn(config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.map(lambda images, labels: (scale(images), labels))
-    if config.mixup > 0:
+    if config.mixup_alpha > 0:
+        # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
+        # big_vision's global mixing coefficient (fold_in=None).
         ds = ds.enumerate(start_step).map(
-            lambda step, b: _mixup(b[0], b[1], config.mixup, tf.stack([tf.cast(config.seed, tf.int64), step])),
+            lambda step, b: _mixup(b[0], b[1], float(config.mixup_alpha),
+                                   tf.stack([tf.cast(config.seed, tf.int64), step]), config.mixup_images),
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
@@ -393,21 +462,6 @@ def _shuffled_stream(train, count, buffer, seed, start):
     return passes.enumerate(first_pass * count).skip(offset)
 
 
-def _randaugment_fn(config):
-    import keras
-
-    num_ops, magnitude = config.randaugment
-    # AugReg's magnitude is on a 0..30 scale (randaug(2, 15)); Keras' RandAugment factor is magnitude / 30.
-    # The layer draws from its own seeded generator, so a resumed run is equivalent but not bitwise equal.
-    layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=int(num_ops), factor=float(magnitude) / 30.0,
-                                     seed=config.seed)
-
-    def apply(images, labels):
-        return layer(images), labels
-
-    return apply
-
-
 def eval_dataset(source, config, batch_size=None):
     """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
 
@@ -422,7 +476,7 @@ def eval_dataset(source, config, batch_size=None):
 
     Args:
         source: a `Source`.
-        config: a `TrainConfig` (image_size, batch_size).
+        config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
         batch_size: overrides `config.batch_size`.
 
     Returns:
@@ -440,7 +494,8 @@ def eval_dataset(source, config, batch_size=None):
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size), tf.one_hot(label, num_classes),
+        lambda raw, label: (eval_preprocess(source.decode(raw), size, config.eval_resize_small),
+                            tf.one_hot(label, num_classes),
                             tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )

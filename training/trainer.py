@@ -20,10 +20,11 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.weights import checkpoint_variables
-from training import workarounds
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
+from training.distribution import select_placement, set_matmul_precision
+from training.evals import evaluate_extra
 from training.optim import make_loss, make_optimizer, make_schedule
 from training.outputs import (
     CsvLogger,
@@ -35,7 +36,6 @@ from training.outputs import (
     write_labels,
     write_samples,
 )
-from training.strategy import is_chief, resolve_jit_compile, select_strategy
 
 logger = logging.getLogger("training")
 
@@ -65,7 +65,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         workdir: output directory; a second call with the same one resumes from its last checkpoint.
             Default: runs/<config name>. A local directory or a `tf.io.gfile` URL (`gs://bucket/run`); on
             multi-worker runs every worker must see the chief's checkpoints there.
-        tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`.
+        tf_strategy: a `tf.distribute.Strategy` to use instead of selecting one by `config.strategy`
+            (TensorFlow backend; on JAX, `config.strategy` picks the `keras.distribution` placement).
         callbacks: extra Keras callbacks.
         verbose: Keras verbosity (default: progress bars on a terminal, one line per epoch otherwise).
         **overrides: `TrainConfig` fields, e.g. `epochs=5`, `learning_rate=1e-3`, or `model.dropout_rate=0.1`
@@ -85,20 +86,20 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     workdir = files.absolute(workdir or default_workdir(name))
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
-    if config.deterministic:
+    if config.deterministic:  # the tf.data pipeline runs TensorFlow ops on both backends
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
+    set_matmul_precision(config.matmul_precision)
 
-    strategy = tf_strategy
-    reason = "passed in"
-    if strategy is None:
-        strategy, reason = select_strategy(config.strategy)
-    jit_compile, jit_reason = resolve_jit_compile(config.jit_compile, strategy)
-    print(f"[training] strategy: {type(strategy).__name__} - {reason}; {jit_reason}", flush=True)
-    chief = is_chief(strategy)
+    strategy = select_placement(config.strategy, tf_strategy=tf_strategy)
+    jit_compile, jit_reason = strategy.resolve_jit_compile(config.jit_compile)
+    print(f"[training] {strategy.describe()}; {jit_reason}", flush=True)
+    chief = strategy.is_chief
 
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
+                         image_background=config.image_background,
+                         skip_unreadable_images=config.skip_unreadable_images)
     if config.batch_size > source.num_train:
         raise ValueError(
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
@@ -107,7 +108,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if config.batch_size % strategy.num_replicas_in_sync:
         raise ValueError(
             f"The global batch_size={config.batch_size} must be divisible by the {strategy.num_replicas_in_sync} "
-            f"replicas of {type(strategy).__name__}."
+            f"replicas of {strategy.name}."
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     total_steps = steps_per_epoch * config.epochs
@@ -119,7 +120,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     _check_resume_config(workdir, config)
     with strategy.scope():
         model = build_model(config, source.num_classes)
-        optimizer = workarounds.clip_after_all_reduce(make_optimizer(config, total_steps), strategy)
+        optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
         model.compile(
@@ -131,15 +132,14 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
         )
-        if workarounds.needs_local_batch_build(strategy):
-            workarounds.use_local_batch_for_symbolic_build(model)
+        strategy.prepare_model(model)
         manager = CheckpointManager(files.join(workdir, "checkpoints"), model, optimizer, write=chief)
         header = manager.restore_latest()
     start = manager.step()
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.checkpoints()[-1]})", flush=True)
     if chief:
-        files.makedirs(workdir)
+        files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every)
@@ -183,6 +183,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     trained_steps = manager.step() - (header or {}).get("step", 0)
 
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+    extra_evals = evaluate_extra(model, config) if config.extra_evals else None
     metrics = {
         "top1": float(results["top1"]),
         "top5": float(results["top5"]),
@@ -198,11 +199,12 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "num_heldout": source.num_heldout,
         "num_train": source.num_train,
         "dataset": config.dataset,
-        "strategy": type(strategy).__name__,
-        "replicas": strategy.num_replicas_in_sync,
+        **strategy.metrics(),  # backend, strategy, replicas, devices, device_kind
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "parameters": int(model.count_params()),
     }
+    if extra_evals:
+        metrics["evals"] = extra_evals
     if chief:
         metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps)
         metrics["wall_seconds"] = time.time() - started
@@ -252,6 +254,11 @@ def build_model(config, num_classes):
                                    **overrides)
     if config.init:
         initialise_from(model, config.init)
+        if not config.init_head and "head" in {layer.name for layer in model.layers}:
+            # The references always fine-tune from a fresh zero head, even when the class counts match.
+            head = model.get_layer("head")
+            head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
+            head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
     return model
 
 
@@ -282,7 +289,8 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics.
 
     The model is loaded and evaluated inside the strategy `train` would select (`strategy`, default: the run's
-    `config.strategy`), so on a TPU VM it runs on the TPU; `tf_strategy` passes one in instead.
+    `config.strategy`, on the current Keras backend), so on a TPU VM it runs on the TPU; `tf_strategy` passes a
+    `tf.distribute.Strategy` in instead (TensorFlow backend).
     """
     model_path = files.join(workdir, "model.keras")
     if not files.exists(model_path):
@@ -294,22 +302,23 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     overrides = {k: v for k, v in (("dataset", dataset), ("data_dir", data_dir), ("eval_split", eval_split),
                                    ("batch_size", batch_size), ("strategy", strategy)) if v is not None}
     config = config.replace(**overrides)
-    if tf_strategy is None:
-        tf_strategy, reason = select_strategy(config.strategy)
-        if verbose:
-            print(f"[training] strategy: {type(tf_strategy).__name__} - {reason}", flush=True)
-    with tf_strategy.scope():
+    placement = select_placement(config.strategy, tf_strategy=tf_strategy)
+    if verbose:
+        print(f"[training] {placement.describe()}", flush=True)
+    with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
     config = config.replace(image_size=int(model.input_shape[1]))
     source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed)
+                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
+                         image_background=config.image_background,
+                         skip_unreadable_images=config.skip_unreadable_images)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
                          f"{source.num_classes}; evaluate it on the dataset it was trained for.")
-    with tf_strategy.scope():
+    with placement.scope():
         model.compile(loss=make_loss(config), weighted_metrics=[
             keras.metrics.CategoricalAccuracy(name="top1"),
             keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
     results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
     return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]),
-            "num_heldout": source.num_heldout, "dataset": config.dataset, "strategy": type(tf_strategy).__name__}
+            "num_heldout": source.num_heldout, "dataset": config.dataset, **placement.metrics()}

@@ -13,6 +13,15 @@ import sys
 NUM_HELDOUT_SHOWN = 8
 
 
+def _background(text):
+    from keras_vit.images import parse_background
+
+    try:
+        return parse_background(text)
+    except ValueError as err:  # argparse prints it with the usage and exits with 2
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.inspect",
@@ -29,6 +38,8 @@ def main(argv=None):
                         help="input size of a model built from a checkpoint: one value or H W")
     parser.add_argument("--no-resize", action="store_true", help="require images at the model's size exactly")
     parser.add_argument("--max-images", type=int, default=8, help="images shown in the rollout figure")
+    parser.add_argument("--background", default="white", type=_background,
+                        help="colour transparent pixels are composited onto: white (default), black or R,G,B")
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -51,7 +62,7 @@ def main(argv=None):
         layout = token_layout(model)
         heldout = files.join(workdir, "samples", "heldout.npz") if workdir else None
         if args.images:
-            images = load_images(args.images, layout, resize=not args.no_resize)
+            images = load_images(args.images, layout, resize=not args.no_resize, background=args.background)
         elif heldout and files.exists(heldout):
             images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_SHOWN]
             print(f"Using the first {len(images)} held-out images of {heldout}.", file=sys.stderr)

@@ -8,12 +8,11 @@ import keras
 import numpy as np
 
 from keras_vit import files
+from keras_vit.images import DEFAULT_BACKGROUND, read_image
 from keras_vit.inspect.layout import token_layout
 from keras_vit.models import create_model, get_variant
 from keras_vit.preprocessing import scale_pixels
 from keras_vit.weights import load_npz, read_npz, to_original_layout
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
 
 def load_model(spec, *, variant=None, npz=None, image_size=None):
@@ -104,17 +103,20 @@ def _from_checkpoint(variant, path, image_size):
     return model
 
 
-def load_images(paths, layout, *, resize=True):
-    """Reads image files (PNG/JPEG/...) or `.npz`/`.npy` arrays of uint8 images, as float32 in [-1, 1].
+def load_images(paths, layout, *, resize=True, background=DEFAULT_BACKGROUND):
+    """Reads image files (any format Pillow reads) or `.npz`/`.npy` arrays of uint8 images, as float32 in [-1, 1].
 
-    Each image is converted to the model's channels (RGB or grey; an alpha channel is dropped), resized
-    bilinearly to the model's input size, and scaled with (x - 127.5) / 127.5, the project's preprocessing.
-    An `.npz` is read from its `images` array (a training workdir's `samples/heldout.npz`).
+    Image files go through `keras_vit.images.read_image`, the reader training uses (16-bit scaled to 8,
+    EXIF orientation applied, transparency composited onto `background`), in the model's channels (RGB or
+    grey); then they are resized bilinearly to the model's input size and scaled with (x - 127.5) / 127.5, the
+    project's preprocessing. An `.npz` is read from its `images` array (a training workdir's
+    `samples/heldout.npz`).
 
     Args:
         paths: files.
         layout: the model's `TokenLayout`.
         resize: False to require the images to be at the model's size already (else a clear error).
+        background: "white", "black" or (R, G, B), for images with transparency.
 
     Returns:
         float32 (B, H, W, C).
@@ -124,7 +126,10 @@ def load_images(paths, layout, *, resize=True):
         path = os.fspath(path)
         if not files.exists(path):
             raise FileNotFoundError(f"Image file not found: {path!r}.")
-        pictures = _read_arrays(path) if path.endswith((".npz", ".npy")) else _read_picture(path, layout.channels)
+        if path.endswith((".npz", ".npy")):
+            pictures = _read_arrays(path)
+        else:
+            pictures = _read_picture(path, layout.channels, background)
         if pictures.ndim != 4 or pictures.shape[-1] != layout.channels:
             raise ValueError(
                 f"{path!r} holds images shaped {pictures.shape}; the model takes (N, H, W, {layout.channels}) "
@@ -144,20 +149,10 @@ def load_images(paths, layout, *, resize=True):
     return scale_pixels(images)
 
 
-def _read_picture(path, channels):
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(files.read_bytes(path))) as picture:
-            if channels not in (1, 3):
-                raise ValueError(f"Image files can be read for 1- or 3-channel models only; this model has {channels}.")
-            return np.asarray(picture.convert("RGB" if channels == 3 else "L")).reshape(
-                1, picture.height, picture.width, channels
-            )
-    except UnidentifiedImageError as err:
-        raise ValueError(f"{path!r} is not an image file PIL can read (PNG, JPEG, ...).") from err
-    except OSError as err:  # truncated or corrupt image data
-        raise ValueError(f"Cannot read the image {path!r} ({err}).") from err
+def _read_picture(path, channels, background):
+    if channels not in (1, 3):
+        raise ValueError(f"Image files can be read for 1- or 3-channel models only; this model has {channels}.")
+    return read_image(path, background=background, channels=channels)[None]  # ImageReadError is a ValueError
 
 
 def _read_arrays(path):

@@ -1,0 +1,236 @@
+"""The one image reader of the project: image files -> uint8 RGB (or grey) arrays, the same way everywhere.
+
+Training folders (`training/data.py`), `python -m export predict`, the export's verification and calibration
+folders, and `keras_vit.inspect` all read pictures through `read_image`, so a model sees at prediction time the
+pixels it was trained on. Files are read through `keras_vit.files` (local paths and `tf.io.gfile` URLs) and
+decoded by Pillow, which reads far more formats than TensorFlow's decoders (TIFF, PPM, TGA, ICO, ...).
+
+What the reader does, in this order:
+
+- **Reads every pixel** (`Image.load`): a truncated or corrupt file is an `ImageReadError` naming the file;
+  Pillow's `LOAD_TRUNCATED_IMAGES` is never turned on. Animated GIF/WebP/APNG and multi-page TIFF give their
+  first frame, as `tf.io.decode_image(..., expand_animations=False)` does.
+- **Applies the EXIF orientation** (phone photos are stored sideways with a tag saying how to turn them).
+- **Scales 16-bit pixels to 8 bits** by their high byte (`v >> 8`, 65535 -> 255). Pillow already does that for
+  16-bit colour PNGs and TensorFlow's PNG decoder does the same for every 16-bit PNG, so one rule covers all;
+  `convert("RGB")` on a 16-bit grey image clips instead (every value above 255 becomes white). 32-bit integer
+  images are read the same way when their values fit in 16 bits; float images when they lie in [0, 1].
+- **Composites transparency onto a background** (`"white"` by default, `"black"`, or an (R, G, B) triple):
+  RGBA, grey+alpha, palette images with a transparent index and PNGs with a transparent colour. Dropping the
+  alpha channel instead would show whatever colour the fully transparent pixels happen to store.
+- **Converts to RGB**: grey, bilevel, palette, CMYK, YCbCr and HSV images; `channels=1` then takes the luma of
+  that RGB image (ITU-R 601-2, Pillow's "L"), which gives a grey image back unchanged.
+
+Pillow is imported when a picture is read, so `import keras_vit` does not need it.
+"""
+
+import concurrent.futures
+import io
+import os
+
+import numpy as np
+
+from keras_vit import files
+
+_ORIENTATION = 0x0112  # the EXIF tag
+BACKGROUNDS = {"white": (255, 255, 255), "black": (0, 0, 0)}
+DEFAULT_BACKGROUND = "white"
+
+# Formats Pillow can identify but not decode without other software (stubs for scientific formats, MPEG
+# with no decoder, WMF/EMF on Windows only, EPS/PS through Ghostscript): files with their extensions are not
+# pictures of a data set, so listing them would only fail the scan.
+_NOT_PICTURES = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF", "EPS"})
+
+
+class ImageReadError(ValueError):
+    """A file that is not a readable picture; the message names the file, the reason and what would work.
+
+    Attributes:
+        reason: the reason alone ("OSError: image file is truncated ..."), for listings of many files.
+    """
+
+    def __init__(self, message, reason=None):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def image_suffixes():
+    """Lower-case file extensions of every format Pillow can read here (".jpg", ".png", ".webp", ".tiff", ...)."""
+    from PIL import Image
+
+    Image.init()  # registers every plugin, not only the five Pillow loads up front
+    return tuple(sorted(ext for ext, fmt in Image.registered_extensions().items()
+                        if fmt in Image.OPEN and fmt not in _NOT_PICTURES))
+
+
+def is_image_path(path, suffixes=None):
+    """True if the file name ends in an extension Pillow reads (case-insensitive)."""
+    return os.fspath(path).lower().endswith(suffixes or image_suffixes())
+
+
+def resolve_background(background):
+    """`"white"`, `"black"` or an (R, G, B) triple of 0..255 integers -> an (R, G, B) tuple of ints.
+
+    Raises:
+        ValueError: anything else, naming what was received.
+    """
+    if isinstance(background, str) and background.lower() in BACKGROUNDS:
+        return BACKGROUNDS[background.lower()]
+    if not isinstance(background, str):
+        try:
+            rgb = tuple(int(v) for v in background)
+        except (TypeError, ValueError):
+            rgb = ()
+        if len(rgb) == 3 and all(0 <= v <= 255 and v == c for v, c in zip(rgb, background)):
+            return rgb
+    raise ValueError(
+        f"background must be 'white', 'black' or an (R, G, B) triple of integers 0..255. Received: {background!r}"
+    )
+
+
+def parse_background(text):
+    """A command-line `--background` value ("white", "black" or "R,G,B") -> an (R, G, B) tuple of ints."""
+    parts = str(text).split(",")
+    if len(parts) == 3:
+        try:
+            return resolve_background(tuple(int(p) for p in parts))
+        except ValueError:
+            pass
+    try:
+        return resolve_background(str(text))
+    except ValueError:
+        raise ValueError(f"--background must be white, black or R,G,B with integers 0..255 (e.g. 128,128,128). "
+                         f"Received: {text!r}") from None
+
+
+def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image"):
+    """Decodes an encoded picture (bytes of any format Pillow reads) as described in the module docstring.
+
+    Args:
+        data: the file's bytes.
+        background: what transparent pixels are composited onto: "white", "black" or (R, G, B).
+        channels: 3 for RGB, 1 for grey.
+        name: how the picture is named in errors (its path).
+
+    Returns:
+        uint8 numpy array (H, W, channels).
+
+    Raises:
+        ImageReadError: the bytes are not a picture Pillow can read, are truncated, or hold pixels that have no
+            8-bit RGB meaning (float outside [0, 1], 32-bit integers above 65535).
+        ValueError: a bad `background` or `channels`.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    rgb_background = resolve_background(background)
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 (grey) or 3 (RGB). Received: channels={channels!r}")
+    try:
+        with Image.open(io.BytesIO(data)) as picture:
+            picture.load()  # every pixel now: a truncated file fails here, with its name, not later
+            if picture.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose copies even when nothing turns
+                picture = ImageOps.exif_transpose(picture)
+            rgb = _to_rgb(picture, rgb_background, name)
+    except ImageReadError:
+        raise
+    except Image.DecompressionBombError as err:
+        raise ImageReadError(f"Cannot read the image {name!r}: {err} Resize it, or raise PIL.Image.MAX_IMAGE_PIXELS "
+                             f"if the file is trusted.", f"DecompressionBombError: {err}") from err
+    except Exception as err:  # Pillow raises many types for broken or foreign files (OSError, SyntaxError, ...)
+        if isinstance(err, UnidentifiedImageError):  # its own message names a BytesIO object, not the file
+            reason = f"UnidentifiedImageError: {len(data)} bytes in no format Pillow recognises"
+        else:
+            reason = f"{type(err).__name__}: {err}"
+        raise ImageReadError(
+            f"Cannot read the image {name!r} ({reason}). It is empty, truncated, corrupt or not a picture; replace "
+            f"or remove it (any format Pillow reads works: PNG, JPEG, WebP, TIFF, BMP, GIF, ...).", reason
+        ) from err
+    if channels == 1:
+        return np.asarray(Image.fromarray(rgb, "RGB").convert("L"))[..., None]
+    return rgb
+
+
+def read_image(path, *, background=DEFAULT_BACKGROUND, channels=3):
+    """Reads one picture from a local path or a `tf.io.gfile` URL; see `decode_image`.
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        ImageReadError: the file is not a readable picture (the message names it).
+    """
+    path = os.fspath(path)
+    try:
+        data = files.read_bytes(path)  # no separate existence check: this runs once per image per epoch
+    except (FileNotFoundError, IsADirectoryError) as err:
+        raise FileNotFoundError(f"No image file at {path!r}.") from err
+    except Exception as err:
+        if not files.is_remote(path) or files.isfile(path):  # gfile raises NotFoundError for a missing URL
+            raise
+        raise FileNotFoundError(f"No image file at {path!r}.") from err
+    return decode_image(data, background=background, channels=channels, name=path)
+
+
+def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
+    """[(path, reason)] of the files `read_image` rejects, in the order of `paths`.
+
+    Every file is read and decoded in full, so whatever passes here also decodes during training. Pillow
+    decodes outside the GIL, so the files are read by a pool of threads (`workers`, default: the CPU count).
+    """
+    resolve_background(background)  # a bad option is one error, not one per file
+
+    def check(path):
+        try:
+            read_image(path, background=background)
+        except ImageReadError as err:
+            return err.reason
+        except OSError as err:  # a file removed or unreadable since it was listed
+            return f"{type(err).__name__}: {err}"
+        return None
+
+    paths = list(paths)
+    workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        reasons = list(pool.map(check, paths))
+    return [(path, reason) for path, reason in zip(paths, reasons) if reason is not None]
+
+
+def _to_rgb(picture, background, name):
+    """A loaded Pillow image of any mode -> uint8 (H, W, 3), transparency composited onto `background`."""
+    from PIL import Image
+
+    mode = picture.mode
+    if mode.startswith("I") or mode == "F":
+        grey = _wide_to_uint8(np.asarray(picture), mode, name)
+        picture = Image.fromarray(grey, "L")
+    elif mode in ("LA", "La", "PA", "RGBA", "RGBa") or "transparency" in picture.info:  # tRNS / GIF index
+        rgba = np.asarray(picture.convert("RGBA"), dtype=np.int64)
+        alpha = rgba[..., 3:]
+        # out = (rgb * a + background * (255 - a)) / 255, rounded exactly in integers (255 is odd: no ties).
+        mixed = rgba[..., :3] * alpha + np.asarray(background, np.int64) * (255 - alpha)
+        return ((mixed + 127) // 255).astype(np.uint8)
+    try:
+        return np.asarray(picture if mode == "RGB" else picture.convert("RGB"), dtype=np.uint8)
+    except ValueError as err:  # a mode Pillow cannot turn into RGB (LAB)
+        raise ImageReadError(
+            f"Cannot convert the image {name!r} from Pillow mode {mode!r} to RGB ({err}). Save it as RGB or grey.",
+            f"mode {mode!r} has no conversion to RGB",
+        ) from err
+
+
+def _wide_to_uint8(values, mode, name):
+    """16-bit, 32-bit integer or float grey pixels -> uint8, as the module docstring says."""
+    if mode == "F":
+        low, high = float(values.min(initial=0.0)), float(values.max(initial=0.0))
+        if not (np.isfinite(low) and np.isfinite(high) and 0.0 <= low and high <= 1.0):
+            raise ImageReadError(
+                f"The float image {name!r} has values in [{low:g}, {high:g}]; float pictures are read as 0..1 "
+                f"intensities. Save it as 8- or 16-bit, or scale it to [0, 1]."
+            )
+        return np.round(values * 255.0).astype(np.uint8)
+    values = values.astype(np.int64)
+    low, high = int(values.min(initial=0)), int(values.max(initial=0))
+    if low < 0 or high > 65535:
+        raise ImageReadError(
+            f"The 32-bit integer image {name!r} has values in [{low}, {high}]; integer pictures are read as 8- "
+            f"or 16-bit intensities (0..65535). Save it as 8- or 16-bit."
+        )
+    return (values >> 8).astype(np.uint8)

@@ -1,0 +1,236 @@
+"""Where a run's computation goes, on either Keras backend: the trainer's one view of devices and replicas.
+
+`select_placement(name)` reads `keras.backend.backend()` and returns a `Placement`:
+
+- TensorFlow backend: the `tf.distribute` strategy of `training.strategy` (TPUStrategy, MultiWorkerMirrored,
+  Mirrored or the default strategy), with the `training.workarounds` that Keras needs under it.
+- JAX backend: `keras.distribution.DataParallel` over the devices JAX sees (TPU cores, GPUs, or host CPU devices),
+  installed process-wide with `keras.distribution.set_distribution`, because Keras' JAX trainer reads the global
+  distribution when `fit` shards each batch (the TF backend's `strategy.scope()` has no such global role). The
+  global batch is split along its first axis over the devices, and the step is one program over the global
+  batch: the loss is the global-batch mean and `global_clipnorm` clips the global gradient, as on one device.
+
+`--strategy` means the same on both: `auto` (every accelerator device, else the host devices), `tpu`, `mirrored`
+(every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters; on JAX not yet, with
+a clear error). The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy.
+"""
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any
+
+import keras
+
+from training.strategy import STRATEGIES, StrategyError
+
+logger = logging.getLogger("training")
+BACKENDS = ("tensorflow", "jax")
+MATMUL_PRECISIONS = ("default", "high", "highest")
+
+
+@dataclasses.dataclass
+class Placement:
+    """The devices of a run and how the trainer uses them.
+
+    Attributes:
+        backend: "tensorflow" or "jax".
+        name: what distributes the step ("MirroredStrategy", "DataParallel", "one device", ...).
+        reason: why it was chosen (the words of `--strategy auto`'s decision).
+        num_replicas: devices the global batch is split over (`num_replicas_in_sync` under tf.distribute).
+        device_kind: "cpu", "gpu" or "tpu".
+        is_chief: True on the process that writes files.
+        tf_strategy: the `tf.distribute.Strategy` on the TensorFlow backend, else None.
+        distribution: the `keras.distribution.Distribution` on the JAX backend (None for one device).
+    """
+
+    backend: str
+    name: str
+    reason: str
+    num_replicas: int
+    device_kind: str
+    is_chief: bool = True
+    tf_strategy: Any = None
+    distribution: Any = None
+
+    @property
+    def num_replicas_in_sync(self):  # the tf.distribute spelling, which the trainer's messages use
+        return self.num_replicas
+
+    def scope(self):
+        """Where variables are created: the strategy's scope (TF) or the distribution's (JAX)."""
+        if self.tf_strategy is not None:
+            return self.tf_strategy.scope()
+        if self.distribution is not None:
+            return self.distribution.scope()
+        return contextlib.nullcontext()
+
+    def describe(self):
+        """One line: backend, devices, what distributes the step and why."""
+        devices = f"{self.num_replicas} {self.device_kind} device{'s' if self.num_replicas != 1 else ''}"
+        return f"backend {self.backend}, {devices}, {self.name} - {self.reason}"
+
+    def prepare_optimizer(self, optimizer):
+        """The optimizer, with the TF backend's replica-clipping fix (JAX clips the global gradient already)."""
+        if self.tf_strategy is None:
+            return optimizer
+        from training import workarounds
+
+        return workarounds.clip_after_all_reduce(optimizer, self.tf_strategy)
+
+    def prepare_model(self, model):
+        """The compiled model, with the TF backend's multi-worker `fit` fix where it applies."""
+        if self.tf_strategy is not None:
+            from training import workarounds
+
+            if workarounds.needs_local_batch_build(self.tf_strategy):
+                workarounds.use_local_batch_for_symbolic_build(model)
+        return model
+
+    def resolve_jit_compile(self, requested):
+        """(jit_compile for `Model.compile`, why): see `training.strategy.resolve_jit_compile` for TensorFlow.
+
+        On JAX every train step is a jitted XLA program whatever is asked; "auto" and True keep Keras' jit, False
+        runs the step eagerly (slow, for debugging).
+        """
+        if self.tf_strategy is not None:
+            from training.strategy import resolve_jit_compile
+
+            return resolve_jit_compile(requested, self.tf_strategy)
+        if requested is not True and requested is not False and requested != "auto":
+            raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
+        if requested is False:
+            return False, "jit_compile=False: JAX runs the step op by op"
+        return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
+
+    def metrics(self):
+        """What metrics.json records about the placement."""
+        return {"backend": self.backend, "strategy": self.name, "replicas": self.num_replicas,
+                "devices": self.num_replicas, "device_kind": self.device_kind}
+
+
+def backend():
+    name = keras.backend.backend()
+    if name not in BACKENDS:
+        raise StrategyError(
+            f"The trainer runs on the TensorFlow or JAX Keras backend. Received: KERAS_BACKEND={name!r}. Set "
+            f"KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow (the models themselves run on any backend)."
+        )
+    return name
+
+
+def select_placement(name="auto", *, tf_strategy=None):
+    """The `Placement` for `--strategy NAME` on the current Keras backend.
+
+    Args:
+        name: "auto", "tpu", "multi_worker", "mirrored" or "default".
+        tf_strategy: a `tf.distribute.Strategy` to use as it is (TensorFlow backend only).
+
+    Raises:
+        StrategyError: the strategy cannot run here (no TPU, an unsupported backend, ...), with what would work.
+    """
+    if backend() == "tensorflow":
+        return _tensorflow_placement(name, tf_strategy)
+    if tf_strategy is not None:
+        raise StrategyError(
+            f"tf_strategy={type(tf_strategy).__name__} was passed, but the Keras backend is JAX. Pass "
+            f"config.strategy ('auto', 'tpu', 'mirrored', 'default') instead, or set KERAS_BACKEND=tensorflow."
+        )
+    return _jax_placement(name)
+
+
+def _tensorflow_placement(name, tf_strategy):
+    import tensorflow as tf
+
+    from training import strategy as tf_strategies
+
+    if tf_strategy is None:
+        tf_strategy, reason = tf_strategies.select_strategy(name)
+    else:
+        reason = "passed by the caller"
+    try:
+        devices = tf_strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy has no device list: TensorFlow's default device (a GPU first)
+        devices = [d.name for d in (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[:1]]
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in devices}
+    kind = kinds.pop().lower() if len(kinds) == 1 else "mixed"
+    if isinstance(tf_strategy, tf.distribute.TPUStrategy):
+        kind = "tpu"
+    return Placement(backend="tensorflow", name=type(tf_strategy).__name__, reason=reason,
+                     num_replicas=tf_strategy.num_replicas_in_sync, device_kind=kind,
+                     is_chief=tf_strategies.is_chief(tf_strategy), tf_strategy=tf_strategy)
+
+
+def _jax_placement(name):
+    import jax
+
+    if name not in STRATEGIES:
+        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
+    _keep_tensorflow_off_accelerators()
+    if name == "multi_worker":
+        raise StrategyError(
+            "--strategy multi_worker is not supported on the JAX backend yet (multi-host runs need "
+            "jax.distributed, which this trainer does not set up). Use every device of one host with --strategy "
+            "auto, or the TensorFlow backend (KERAS_BACKEND=tensorflow) with TF_CONFIG for a cluster."
+        )
+    accelerator = jax.default_backend()  # "tpu", "gpu" or "cpu": JAX's own choice, accelerators first
+    if name == "tpu" and accelerator != "tpu":
+        raise StrategyError(
+            f"--strategy tpu, but JAX sees no TPU (its devices: {_listing(jax.local_devices())}). Run on a TPU VM "
+            f"or Colab TPU runtime with `pip install jax[tpu]`, or use --strategy auto."
+        )
+    devices = jax.local_devices()
+    kind = devices[0].platform
+    if name == "default":
+        keras.distribution.set_distribution(None)  # an earlier run in this process may have set one
+        return Placement(backend="jax", name="one device", reason=f"default requested ({devices[0]})",
+                         num_replicas=1, device_kind=kind)
+    if name == "auto":
+        reason = (f"auto: {len(devices)} {kind} devices" if accelerator != "cpu" else
+                  f"auto: no accelerator, {len(devices)} host device{'s' if len(devices) != 1 else ''}")
+    else:
+        reason = f"{name} requested ({len(devices)} {kind} device{'s' if len(devices) != 1 else ''})"
+    distribution = keras.distribution.DataParallel(devices=devices)
+    # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
+    keras.distribution.set_distribution(distribution)
+    return Placement(backend="jax", name="DataParallel", reason=reason, num_replicas=len(devices),
+                     device_kind=kind, is_chief=jax.process_index() == 0, distribution=distribution)
+
+
+def _listing(devices):
+    return ", ".join(str(d) for d in devices[:4]) + (f", ... ({len(devices)} in all)" if len(devices) > 4 else "")
+
+
+def _keep_tensorflow_off_accelerators():
+    """Under JAX, TensorFlow only runs the input pipeline: it must not reserve GPU memory that JAX needs."""
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # TensorFlow initialised its devices already (it ran an op earlier in this process)
+        if tf.config.list_logical_devices("GPU"):
+            logger.warning("TensorFlow already holds the GPUs (it ran before the trainer started); JAX may run out "
+                           "of GPU memory. Start training before any TensorFlow op runs in this process.")
+
+
+def set_matmul_precision(precision: str | None):
+    """Sets float32 matmul precision process-wide: None keeps the backend's default.
+
+    "highest" computes float32 matmuls in full float32. JAX's default on GPUs and TPUs rounds float32 inputs
+    (TF32 or one bfloat16 pass), and TensorFlow uses TF32 on Ampere and newer GPUs; "highest" turns both off.
+    "high" and "default" are JAX's names for the faster modes (on TensorFlow both allow TF32). CPUs compute
+    float32 matmuls in float32 under every setting.
+    """
+    if precision is None:
+        return
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"Unknown matmul_precision {precision!r}. Use None or one of: {', '.join(MATMUL_PRECISIONS)}.")
+    if backend() == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", precision)
+    else:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(precision != "highest")
+
