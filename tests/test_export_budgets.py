@@ -101,9 +101,9 @@ def test_argument_ranges(tiny, tmp_path, option, value, message):
 
 def test_argument_ranges_from_the_command_line(tiny, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli([str(tiny / "model.keras"), "--out", str(out), "--latency-runs", "0"]) == 1
+    assert cli([str(tiny / "model.keras"), "--out", str(out), "--latency-runs", "0"]) == 2
     assert "latency_runs (--latency-runs) must be an integer >= 1. Received: 0." in capsys.readouterr().err
-    assert cli([str(tiny / "model.keras"), "--out", str(out), "--num-threads", "-1"]) == 1
+    assert cli([str(tiny / "model.keras"), "--out", str(out), "--num-threads", "-1"]) == 2
     assert "--num-threads" in capsys.readouterr().err
     assert not out.exists()
     image = tmp_path / "x.png"
@@ -111,7 +111,7 @@ def test_argument_ranges_from_the_command_line(tiny, tmp_path, capsys):
 
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
     for flag in ("--top-k", "--num-threads"):
-        assert cli(["predict", str(tiny / "model.keras"), str(image), flag, "0"]) == 1
+        assert cli(["predict", str(tiny / "model.keras"), str(image), flag, "0"]) == 2
         assert f"({flag}) must be an integer >= 1. Received: 0." in capsys.readouterr().err
 
 

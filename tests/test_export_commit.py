@@ -94,7 +94,7 @@ def test_an_output_directory_with_other_files_is_refused(tiny, tmp_path, capsys)
         export.export_path(root / "model.keras", out=out, quantize="float32", latency_runs=1)
     from export.__main__ import main as cli
 
-    assert cli([str(root / "model.keras"), "--out", str(out), "--quantize", "float32"]) == 1
+    assert cli([str(root / "model.keras"), "--out", str(out), "--quantize", "float32"]) == 2
     assert "notes.txt" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
     with pytest.raises(export.ExportError, match="is a file"):
