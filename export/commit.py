@@ -24,6 +24,7 @@ point's name to FILE; the tests use the two to kill an export at every point, de
 import ctypes
 import errno
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -39,18 +40,17 @@ REPORT = "report.json"
 # What an export writes at the top of `out`; anything else there means `out` is not an export directory.
 # (`.staging-*`: what an export killed before this module existed left inside `out`.)
 _OWNED = re.compile(r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$")
-_points = 0
+_points = itertools.count(1)  # fault points reached in this process
 
 
 def fault_point(name):
     """A place where the fault-injection tests may kill the export (see the module docstring)."""
-    global _points
-    _points += 1
+    number = next(_points)
     trace = os.environ.get("KERAS_VIT_EXPORT_TRACE")
     if trace:
         with open(trace, "a", encoding="utf-8") as f:
-            f.write(f"{_points} {name}\n")
-    if os.environ.get("KERAS_VIT_EXPORT_KILL_AT") == str(_points):
+            f.write(f"{number} {name}\n")
+    if os.environ.get("KERAS_VIT_EXPORT_KILL_AT") == str(number):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -30,10 +30,10 @@ def test_float_budget_scales_with_large_logits(tmp_path):
 
 def test_float_budget_is_the_old_absolute_one_for_small_logits():
     reference = np.array([[0.5, -0.25, 0.1]])
-    figures = compare(reference + [[2e-4, 0, 0]], reference)
+    figures = compare(reference + np.array([[2e-4, 0, 0]]), reference)
     assert figures["logit_scale"] == 1.0  # max(1, max |logit|)
     assert check_budget(figures, BUDGETS["float32"]) == ["max rel logit diff = 0.0002 > 0.0001"]
-    assert check_budget(compare(reference + [[5e-5, 0, 0]], reference), BUDGETS["float32"]) == []
+    assert check_budget(compare(reference + np.array([[5e-5, 0, 0]]), reference), BUDGETS["float32"]) == []
 
 
 def test_probability_budget_uses_the_logit_scale():
