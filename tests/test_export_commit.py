@@ -146,6 +146,8 @@ def run_child(out, name, exchange, env):
 @pytest.mark.parametrize("path", ["exchange", "two renames", "url"])
 def test_commit_killed_at_every_point(path, tmp_path):
     exchange = path == "exchange"
+    if exchange and sys.platform != "linux":
+        pytest.skip("renameat2(RENAME_EXCHANGE) is Linux's; elsewhere the export takes the two-rename path")
     base = f"file://{tmp_path}" if path == "url" else str(tmp_path)
     out = files.join(base, "export")
     stage_and_commit(out, "A", exchange)
