@@ -1,5 +1,7 @@
 """Errors raised by the export package."""
 
+import numbers
+
 
 class ExportError(Exception):
     """A request the export package cannot carry out: bad input, unknown option, missing data."""
@@ -18,3 +20,11 @@ def check_choices(values, allowed, what, example):
     if unknown or not values:
         raise ExportError(f"Unknown {what} {unknown or values}. Choose from {', '.join(allowed)} (e.g. {example}).")
     return values
+
+
+def check_count(name, value, minimum, flag=None):
+    """An integer option at least `minimum` (`--latency-runs 0` would give a NaN median); a clear error otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        how = f" ({flag})" if flag else ""
+        raise ExportError(f"{name}{how} must be an integer >= {minimum}. Received: {value!r}.")
+    return int(value)

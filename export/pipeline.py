@@ -1,24 +1,23 @@
 """The export job: convert, load every artifact back, verify it against Keras, then commit and report.
 
 Nothing in the output directory changes until every requested artifact has been built and has passed its
-budget: artifacts are staged in a temporary directory inside `out` and moved into place one by one
-(`os.replace`) at the end, and `report.json` is written last. A URL `out` (`gs://...`) is staged in a local
-temporary directory and gets the files one by one, each in one object write (`export.io.replace_path`).
+budget: the whole directory (artifacts, then `report.json`, which lists every file with its size and sha256)
+is built in a staging directory and then swapped in as a whole (`export.commit`), so after any sequence of
+exports, interrupted or not, `out` holds exactly what its `report.json` lists.
 """
 
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from export import preprocessing, tflite
-from export.errors import ExportError, VerificationError, check_choices
+from export import commit, preprocessing, tflite
+from export.errors import ExportError, VerificationError, check_choices, check_count
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
-from export.io import load_image_set, load_keras_model, read_labels, replace_path
-from export.report import format_table, write_report
+from export.io import load_image_set, load_keras_model, read_labels
+from export.report import format_table
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
 from export.verify import BUDGETS, check_budget, compare
@@ -61,7 +60,8 @@ def export_model(
 
     Args:
         model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits.
-        out: output directory (created; existing artifacts of the same names are replaced only on success).
+        out: output directory or URL, replaced as a whole once every artifact has passed: absent, empty, or
+            an earlier export (anything else is refused). Afterwards it holds exactly what report.json lists.
         labels: class names (default: "0", "1", ...).
         formats: subset of ("saved_model", "tflite").
         quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
@@ -87,7 +87,8 @@ def export_model(
         The report dict (also written to `out/report.json`).
 
     Raises:
-        ExportError: invalid options or inputs, before anything is written.
+        ExportError: invalid options or inputs (including an `out` that holds files an export does not
+            write, or a `num_classes=0` feature model), before anything is written.
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
     import keras
@@ -99,6 +100,14 @@ def export_model(
             f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
         )
     formats = check_formats(formats)
+    for name, value, minimum, flag in (
+        ("num_threads", num_threads, 1, "--num-threads"),
+        ("latency_runs", latency_runs, 1, "--latency-runs"),
+        ("latency_warmup", latency_warmup, 0, None),
+        ("max_verify_images", max_verify_images, 1, None),
+        ("top_k", top_k, 1, "--top-k"),
+    ):
+        check_count(name, value, minimum, flag)
     notes = []
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
@@ -119,11 +128,15 @@ def export_model(
         raise ExportError(f"int8_io must be one of {tflite.INT8_IO_TYPES}. Received: {int8_io!r}")
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
+    _refuse_feature_model(model)
     num_classes = int(model.output_shape[-1])
     labels = list(labels) if labels is not None else [str(i) for i in range(num_classes)]
     if len(labels) != num_classes:
         raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
     image_size = tuple(int(d) for d in model.input_shape[1:3])
+    out = os.fspath(out)
+    commit.recover(out)  # first: a killed export may have left the previous set renamed aside
+    commit.check_target(out)
 
     # The verification set: held-out first, then calibration images, then seeded noise (parity only).
     if heldout is not None:
@@ -153,13 +166,12 @@ def export_model(
         "file_bytes": files.size(source) if source and files.isfile(source) else None,
     }
 
-    out = os.fspath(out)
-    files.makedirs(out)
-    staging = Path(tempfile.mkdtemp(dir=None if files.is_remote(out) else out, prefix=".staging-"))
-    artifacts, staged = [], []
+    staging = commit.staging_dir(out)
+    artifacts = []
     try:
         if "saved_model" in formats:
             path = save_saved_model(model, staging / "saved_model", labels, top_k=top_k)
+            commit.fault_point("saved_model staged")
             runner = SavedModelRunner(path)
             figures = compare(runner.logits(x), reference, truth)
             entry = _entry(
@@ -172,7 +184,6 @@ def export_model(
             entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
             entry["passed"] = not entry["failures"]
             artifacts.append(entry)
-            staged.append((path, files.join(out, "saved_model")))
         for mode in quantize:
             flatbuffer = tflite.convert(
                 model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
@@ -180,9 +191,9 @@ def export_model(
             )  # fmt: skip
             name = f"model_{mode}.tflite"
             path = staging / name
-            path.write_bytes(flatbuffer)
+            commit.write_staged(path, flatbuffer)
             info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io, tflite_output)
-            path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
             runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
             # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's
             # own preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
@@ -206,8 +217,6 @@ def export_model(
                 entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
                 entry["passed"] = False
             artifacts.append(entry)
-            sidecar = path.with_suffix(".json")
-            staged += [(path, files.join(out, name)), (sidecar, files.join(out, sidecar.name))]
 
         report = {
             "source": str(source) if source else type(model).__name__,
@@ -229,16 +238,36 @@ def export_model(
             )
             error.report = report
             raise error
-        for source_path, target in staged:
-            replace_path(source_path, target)
-            for a in artifacts:
-                if a["path"] == str(source_path):
-                    a["path"] = str(target)
-        write_report(report, files.join(out, "report.json"))
-        report["report_path"] = files.join(out, "report.json")
+        for a in artifacts:  # the paths the artifacts will have once committed
+            a["path"] = files.join(out, a["name"])
+        # What the directory holds besides the report, each file with its size and checksum: after the commit
+        # `out` holds exactly these files and report.json.
+        report["files"] = commit.manifest(staging)
+        commit.write_staged(staging / commit.REPORT, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+        commit.commit(staging, out)
+        report["report_path"] = files.join(out, commit.REPORT)
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _refuse_feature_model(model):
+    """A model built with `num_classes=0` outputs pooled features, which the classifier exports would turn into
+    nonsense (a softmax over features, "labels" for feature dimensions); say so and what to do instead."""
+    config = getattr(model, "config", None)
+    headless = getattr(config, "num_classes", None) == 0
+    if not headless:
+        try:
+            model.get_layer("head")
+        except ValueError:
+            headless = config is not None  # a keras_vit model without a head layer
+    if headless:
+        raise ExportError(
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), not class logits; "
+            "the export builds classifiers (softmax, labels, top-1 verification). Build it with "
+            "keras_vit.create_model(..., num_classes=N) and train or load a head, or, for an embedding model, "
+            "convert the features yourself with tf.lite.TFLiteConverter (no labels, no softmax)."
+        )
 
 
 def _entry(name, fmt, mode, path, size, figures, runner, x, runs, warmup):

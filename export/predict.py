@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.errors import ExportError
+from export.errors import ExportError, check_count
 from export.io import read_image, read_labels
 from export.runners import load_runner
 from keras_vit.images import DEFAULT_BACKGROUND
@@ -32,6 +32,8 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DE
     Returns:
         One dict per image: `{"image": name, "top_k": [{"id", "label", "probability"}, ...]}`.
     """
+    check_count("top_k", top_k, 1, "--top-k")
+    check_count("num_threads", num_threads, 1, "--num-threads")
     runner = load_runner(artifact, num_threads=num_threads)
     names, arrays = [], []
     for i, image in enumerate(images):

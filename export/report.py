@@ -52,6 +52,8 @@ def format_table(report):
     ]
     for a in report["artifacts"]:
         budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
+        if any("_rel_" in k for k in a["budget"]):  # what the relative limits are relative to
+            budget += f" (logit scale {a['logit_scale']:.3g})"
         out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
         if "serving_default_max_abs_logit_diff" in a:
             served = a["serving_default_max_abs_logit_diff"]

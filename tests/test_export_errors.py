@@ -161,6 +161,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
         export.export_path(root / "model.keras", **options)
     assert tree_digest(out) == before
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nor beside it, where it is built now
 
 
 def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path):

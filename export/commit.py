@@ -1,0 +1,256 @@
+"""Putting a finished export directory in place so that no reader ever sees two runs mixed.
+
+An export is built complete (artifacts, then `report.json`, which lists every file with its size and sha256)
+in a staging directory, and only then committed:
+
+- Local `out`: the staging directory is a sibling of `out` (same filesystem) and the two are swapped in one
+  atomic `renameat2(RENAME_EXCHANGE)` on Linux; elsewhere, or where the filesystem refuses it, `out` is
+  renamed aside (`.NAME.old-*`) and the staging directory renamed into place, and a crash between the two
+  renames is undone by the next export (`recover`), which puts the old directory back. Either way `out` is at
+  every moment absent, the previous complete set, or the new complete set.
+- URL `out` (`gs://...`): object stores cannot rename a directory, and one object write is the only atomic
+  step. Every old file is deleted first (`report.json` first of all), then the new files are written one by
+  one and `report.json` last. At every moment the directory holds files of one run only; it is complete exactly
+  when `report.json` is there. A crash during those writes leaves an incomplete set without a report (not the
+  previous set); running the export again completes it.
+
+`out` is replaced as a whole, so it must be absent, empty, or hold only what an export writes (`check_target`).
+
+Fault injection: `KERAS_VIT_EXPORT_KILL_AT=N` makes the process SIGKILL itself at the Nth `fault_point` (the
+points are numbered from 1 in the order an export reaches them), and `KERAS_VIT_EXPORT_TRACE=FILE` appends each
+point's name to FILE; the tests use the two to kill an export at every point, deterministically.
+"""
+
+import ctypes
+import errno
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import signal
+import tempfile
+import uuid
+from pathlib import Path
+
+from export.errors import ExportError
+from keras_vit import files
+
+REPORT = "report.json"
+# What an export writes at the top of `out`; anything else there means `out` is not an export directory.
+# (`.staging-*`: what an export killed before this module existed left inside `out`.)
+_OWNED = re.compile(r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$")
+_points = itertools.count(1)  # fault points reached in this process
+
+
+def fault_point(name):
+    """A place where the fault-injection tests may kill the export (see the module docstring)."""
+    number = next(_points)
+    trace = os.environ.get("KERAS_VIT_EXPORT_TRACE")
+    if trace:
+        with open(trace, "a", encoding="utf-8") as f:
+            f.write(f"{number} {name}\n")
+    if os.environ.get("KERAS_VIT_EXPORT_KILL_AT") == str(number):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def check_target(out):
+    """Raises `ExportError` unless `out` is absent, an empty directory, or holds only export artifacts."""
+    out = os.fspath(out)
+    if not files.exists(out):
+        return
+    if not files.isdir(out):
+        raise ExportError(f"The output path {out!r} is a file. Pass a directory (absent, empty, or an earlier export).")
+    foreign = [name for name in files.listdir(out) if not _OWNED.match(name)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ExportError(
+            f"The output directory {out!r} holds files an export does not write ({shown}). An export replaces "
+            "its output directory as a whole (report.json, saved_model/, model_*.tflite/.json), so pass --out "
+            "with a new or empty directory, or one an earlier export wrote."
+        )
+
+
+def _siblings(out, kind):
+    """Leftover `.NAME.staging-PID-*` / `.NAME.old-PID-*` directories beside a local `out`: [(path, pid)]."""
+    parent, name = os.path.dirname(os.path.abspath(out)), os.path.basename(os.path.abspath(out))
+    pattern = re.compile(rf"^\.{re.escape(name)}\.{kind}-(\d+)-[0-9a-z_]+$")
+    if not os.path.isdir(parent):
+        return []
+    found = [(os.path.join(parent, n), int(m.group(1))) for n in os.listdir(parent) if (m := pattern.match(n))]
+    return sorted(found, key=lambda item: _mtime(item[0]))
+
+
+def _mtime(path):
+    try:
+        return os.path.getmtime(path)
+    except OSError:  # removed meanwhile by the export that owned it
+        return 0.0
+
+
+def _alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(out):
+    """Undoes what a killed export left beside a local `out`: puts an old set renamed aside back if `out` is
+    missing, and removes staging and old directories of processes that are no longer running."""
+    out = os.fspath(out)
+    if files.is_remote(out):
+        return
+    old = [(path, pid) for path, pid in _siblings(out, "old") if not _alive(pid)]
+    if old and not os.path.exists(out):
+        # Killed between moving the old set aside and moving the new one in: the newest aside is complete.
+        os.rename(old[-1][0], out)
+        old = old[:-1]
+    for path, _ in old + [(p, pid) for p, pid in _siblings(out, "staging") if not _alive(pid)]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def staging_dir(out):
+    """A new, empty directory to build the export in: beside a local `out`, in the system temp dir for a URL."""
+    out = os.fspath(out)
+    if files.is_remote(out):
+        return Path(tempfile.mkdtemp(prefix=".export-staging-"))
+    parent, name = os.path.split(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{name}.staging-{os.getpid()}-")
+    # It becomes `out`: the mode os.makedirs would give, not mkdtemp's private 0o700.
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(staging, 0o777 & ~mask)
+    return Path(staging)
+
+
+def manifest(directory):
+    """{relative path with "/": {"bytes", "sha256"}} of every file under `directory` (except report.json)."""
+    directory = Path(directory)
+    listed = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        name = path.relative_to(directory).as_posix()
+        if name == REPORT:
+            continue
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        listed[name] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return listed
+
+
+def write_staged(path, data):
+    """Writes bytes to a file in the staging directory, with a fault point in the middle of the write."""
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+        f.flush()
+        fault_point(f"writing {Path(path).name}")
+        f.write(data[len(data) // 2 :])
+
+
+def commit(staging, out):
+    """Replaces `out` with the complete export in `staging` (see the module docstring); `staging` is consumed."""
+    out = os.fspath(out)
+    if files.is_remote(out):
+        _commit_url(Path(staging), out)
+    else:
+        _commit_local(Path(staging), out)
+
+
+def _fsync_tree(directory):
+    # A rename is durable only once the data it points at is: flush every file, then every directory.
+    for root, _, names in os.walk(directory):
+        for name in names:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(root)
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open a directory; there the rename is as durable as it gets
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a, b):
+    """Atomically swaps two paths with Linux's renameat2(RENAME_EXCHANGE); False where that is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):  # kernel or filesystem lacks it
+        return False
+    raise OSError(code, os.strerror(code), a)
+
+
+use_exchange = True  # the tests switch it off to run the two-rename path on Linux too
+
+
+def _commit_local(staging, out):
+    out = os.path.abspath(out)
+    _fsync_tree(staging)
+    fault_point("staged and flushed")
+    parent = os.path.dirname(out)
+    if not os.path.exists(out) or (os.path.isdir(out) and not os.listdir(out)):
+        os.replace(staging, out)  # over nothing, or over an empty directory (POSIX allows that)
+        _fsync_dir(parent)
+        return
+    if use_exchange and _exchange(staging, out):
+        _fsync_dir(parent)
+        fault_point("swapped; old set not yet deleted")
+        shutil.rmtree(staging, ignore_errors=True)  # now the old set
+        return
+    aside = os.path.join(parent, f".{os.path.basename(out)}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.rename(out, aside)
+    fault_point("old set moved aside")
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    _fsync_dir(parent)
+    fault_point("new set in place; old set not yet deleted")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _commit_url(staging, out):
+    try:
+        old = files.walk(out) if files.isdir(out) else []
+        # The report goes first: from then on the directory no longer claims to be a complete set.
+        old.sort(key=lambda path: files.basename(path) != REPORT)
+        for path in old:
+            fault_point(f"deleting {files.relpath(path, out)}")
+            files.remove(path)
+        names = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+        names.sort(key=lambda name: name == REPORT)  # and comes back last, once everything it lists is there
+        for name in names:
+            fault_point(f"uploading {name}")
+            files.copy_file(staging / name, files.join(out, *name.split("/")))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
