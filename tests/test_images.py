@@ -256,7 +256,7 @@ def test_folder_scan_names_bad_files_before_training_or_skips_them(tmp_path):
     assert source.num_train + source.num_heldout == 8
     with pytest.raises(ValueError, match="background must be"):
         TrainConfig(image_background="transparent")
-    with pytest.raises(ValueError, match="skip_unreadable_images must be True or False"):
+    with pytest.raises(ValueError, match="skip_unreadable_images expects true or false"):
         TrainConfig(skip_unreadable_images="yes")
 
 

@@ -82,7 +82,8 @@ def test_init_from_url_npz_and_keras(remote_run):
     npz = f"{remote_run.root}/init/vit.npz"
     files.atomic_write(npz, lambda f: np.savez(f, **arrays))
     for init in (npz, f"{remote_run.workdir}/model.keras"):
-        model = build_model(training.TrainConfig(**TINY, init=init), int(source.output_shape[-1]))
+        # init_head: the head too (fine-tuning would start a fresh one), so every weight must arrive unchanged.
+        model = build_model(training.TrainConfig(**TINY, init=init, init_head=True), int(source.output_shape[-1]))
         for a, b in zip(model.get_weights(), source.get_weights()):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(FileNotFoundError, match="--init checkpoint not found"):

@@ -276,8 +276,9 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     report = json.loads((workdir / "export" / "report.json").read_text())
     assert report["passed"]  # every artifact within its logit budget of the Keras model (TensorFlow backend)
     assert [a["name"] for a in report["artifacts"]] == ["saved_model", "model_float32.tflite"]
-    # Independently of the exporter's own check: the float32 .tflite run by LiteRT here gives the logits that
-    # the JAX backend computes from the same model.keras, and those give the accuracy metrics.json reports.
+    # Independently of the exporter's own check: the float32 .tflite run by LiteRT here gives the probabilities
+    # (the .tflite ends in a softmax) of the logits the JAX backend computes from the same model.keras, and those
+    # give the accuracy metrics.json reports.
     _python("jax", LOGITS, workdir / "model.keras", workdir / "samples" / "heldout.npz", tmp_path / "jax.npy")
     from ai_edge_litert.interpreter import Interpreter
 
@@ -286,14 +287,15 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
     with np.load(workdir / "samples" / "heldout.npz") as held:
         images, labels = (held["images"].astype(np.float32) - 127.5) / 127.5, held["labels"]
-    tflite_logits = []
+    tflite_probabilities = []
     for image in images:
         interpreter.set_tensor(inp["index"], image[None])
         interpreter.invoke()
-        tflite_logits.append(interpreter.get_tensor(out["index"])[0])
+        tflite_probabilities.append(interpreter.get_tensor(out["index"])[0])
     jax_logits = np.load(tmp_path / "jax.npy")
     assert jax_logits.shape == (360, 10)
-    np.testing.assert_allclose(np.stack(tflite_logits), jax_logits, atol=1e-4)
+    shifted = np.exp(jax_logits - jax_logits.max(-1, keepdims=True))  # softmax in numpy
+    np.testing.assert_allclose(np.stack(tflite_probabilities), shifted / shifted.sum(-1, keepdims=True), atol=1e-5)
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert np.mean(jax_logits.argmax(-1) == labels) == pytest.approx(metrics["top1"], abs=1e-6)
 

@@ -23,6 +23,11 @@ def test_mixed_bfloat16_trains_with_float32_variables_and_logits(tmp_path):
 
 @pytest.mark.slow  # XLA compiles the train and eval steps: ~25 s on 2 busy cores
 def test_xla_steps_per_execution_counts_every_step(tmp_path):
+    # As an earlier deterministic run in this process leaves it: TensorFlow's op determinism is process-wide, and
+    # Keras refuses XLA while it is on. The trainer sets it from each run's config, so this run gets XLA.
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
     config = training.TrainConfig(**TINY, jit_compile=True, steps_per_execution=2)
     result = training.train(config, str(tmp_path), verbose=0)
     assert result.model.jit_compile is True and result.metrics["steps"] == 8

@@ -93,8 +93,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     workdir = files.absolute(workdir or default_workdir(name))
     if verbose is None:
         verbose = 1 if sys.stdout.isatty() else 2
-    if config.deterministic:  # the tf.data pipeline runs TensorFlow ops on both backends
-        tf.config.experimental.enable_op_determinism()
+    _set_op_determinism(config.deterministic)
     keras.utils.set_random_seed(config.seed)
     set_matmul_precision(config.matmul_precision)
 
@@ -222,6 +221,18 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if chief and metrics.get("plots"):
         print(f"[training] plots ({', '.join(sorted(metrics['plots']))}) in {files.join(workdir, 'plots')}", flush=True)
     return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
+
+
+def _set_op_determinism(enabled):
+    """TensorFlow's op determinism as the run's config says, either way: it is process-wide, so a deterministic run
+    earlier in the same process (a notebook, a test session) would otherwise leave it on, and Keras then refuses XLA
+    for every later model. The tf.data pipeline runs TensorFlow ops on both Keras backends."""
+    if enabled:
+        tf.config.experimental.enable_op_determinism()
+    else:
+        from tensorflow.python.framework import config as tf_config  # no public switch back off
+
+        tf_config.disable_op_determinism()
 
 
 def _write_outputs(workdir, model, source, config, total_steps, schedule):
