@@ -28,7 +28,8 @@ from export.preprocessing import to_model_space
 from export.report import format_table
 from export.runners import load_runner
 from export.saved_model import write_saved_model
-from export.tflite import QUANTIZATION_MODES, convert as convert_tflite
+from export.tflite import QUANTIZATION_MODES
+from export.tflite import convert as convert_tflite
 
 __all__ = [
     "FORMATS",

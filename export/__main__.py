@@ -18,8 +18,12 @@ def _export_parser():
         "artifact against the Keras model, and write report.json. "
         "(`python -m export predict ARTIFACT IMAGE...` classifies images with any artifact.)",
     )
-    p.add_argument("source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/); paths or gs:// URLs")
-    p.add_argument("--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)")
+    p.add_argument(
+        "source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/); paths or gs:// URLs"
+    )
+    p.add_argument(
+        "--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)"
+    )
     p.add_argument("--formats", default="saved_model,tflite", help="comma-separated: saved_model,tflite")
     p.add_argument(
         "--quantize",
@@ -67,9 +71,13 @@ def _predict_parser():
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--labels", help="class names file (default: the labels shipped with the artifact)")
     p.add_argument("--num-threads", type=int, default=1)
-    p.add_argument("--background", default="white", type=_background,
-                   help="colour transparent pixels are composited onto: white (default), black or R,G,B; use the "
-                        "training run's image_background")
+    p.add_argument(
+        "--background",
+        default="white",
+        type=_background,
+        help="colour transparent pixels are composited onto: white (default), black or R,G,B; use the "
+        "training run's image_background",
+    )
     return p
 
 
@@ -81,8 +89,9 @@ def main(argv=None):
     try:
         if argv[:1] == ["predict"]:
             args = _predict_parser().parse_args(argv[1:])
-            results = export.predict(args.artifact, args.images, args.top_k, args.labels, args.num_threads,
-                                     args.background)
+            results = export.predict(
+                args.artifact, args.images, args.top_k, args.labels, args.num_threads, args.background
+            )
             print(export.format_predictions(results))
             return 0
         args = _export_parser().parse_args(argv)
@@ -103,8 +112,11 @@ def main(argv=None):
             metadata={
                 key: value
                 for key, value in (
-                    ("name", args.model_name), ("description", args.model_description),
-                    ("version", args.model_version), ("license", args.model_license), ("author", args.model_author),
+                    ("name", args.model_name),
+                    ("description", args.model_description),
+                    ("version", args.model_version),
+                    ("license", args.model_license),
+                    ("author", args.model_author),
                 )
                 if value is not None
             },
@@ -132,8 +144,10 @@ def _os_error_line(err):
     from keras_vit.files import describe_os_error
 
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = ("Free some space (or pass --out on another disk) and export again; the previous export in the "
-               "output directory is unchanged.")
+        fix = (
+            "Free some space (or pass --out on another disk) and export again; the previous export in the "
+            "output directory is unchanged."
+        )
     else:
         fix = "Pass a writable --out directory (or make this one writable) and export again."
     return describe_os_error(err, fix)

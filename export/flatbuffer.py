@@ -11,13 +11,86 @@ import collections
 
 # Builtin ops the GPU delegate accepts (gpu_compatibility.cc, TF 2.21), subject to the checks below.
 GPU_SUPPORTED_OPS = frozenset(
-    """ABS ADD ADD_N AVERAGE_POOL_2D BATCH_MATMUL CAST CONCATENATION CONV_2D COS CUMSUM DENSIFY DEPTHWISE_CONV_2D
-    DEPTH_TO_SPACE DEQUANTIZE DIV ELU EQUAL EXP FLOOR FLOOR_DIV FLOOR_MOD FULLY_CONNECTED GATHER GELU GREATER
-    GREATER_EQUAL HARD_SWISH LEAKY_RELU LESS LESS_EQUAL LOG LOGICAL_AND LOGISTIC LSTM MAXIMUM MAX_POOL_2D MEAN
-    MINIMUM MIRROR_PAD MUL NEG NOT_EQUAL ONE_HOT PACK PAD PADV2 POW PRELU QUANTIZE REDUCE_MAX REDUCE_MIN
-    REDUCE_PROD RELU RELU6 RELU_N1_TO_1 RESHAPE RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR RSQRT SELECT SELECT_V2
-    SIGN SIN SLICE SOFTMAX SPACE_TO_DEPTH SPLIT SPLIT_V SQRT SQUARE SQUARED_DIFFERENCE STRIDED_SLICE SUB SUM
-    TANH TILE TRANSPOSE TRANSPOSE_CONV""".split()
+    [
+        "ABS",
+        "ADD",
+        "ADD_N",
+        "AVERAGE_POOL_2D",
+        "BATCH_MATMUL",
+        "CAST",
+        "CONCATENATION",
+        "CONV_2D",
+        "COS",
+        "CUMSUM",
+        "DENSIFY",
+        "DEPTHWISE_CONV_2D",
+        "DEPTH_TO_SPACE",
+        "DEQUANTIZE",
+        "DIV",
+        "ELU",
+        "EQUAL",
+        "EXP",
+        "FLOOR",
+        "FLOOR_DIV",
+        "FLOOR_MOD",
+        "FULLY_CONNECTED",
+        "GATHER",
+        "GELU",
+        "GREATER",
+        "GREATER_EQUAL",
+        "HARD_SWISH",
+        "LEAKY_RELU",
+        "LESS",
+        "LESS_EQUAL",
+        "LOG",
+        "LOGICAL_AND",
+        "LOGISTIC",
+        "LSTM",
+        "MAXIMUM",
+        "MAX_POOL_2D",
+        "MEAN",
+        "MINIMUM",
+        "MIRROR_PAD",
+        "MUL",
+        "NEG",
+        "NOT_EQUAL",
+        "ONE_HOT",
+        "PACK",
+        "PAD",
+        "PADV2",
+        "POW",
+        "PRELU",
+        "QUANTIZE",
+        "REDUCE_MAX",
+        "REDUCE_MIN",
+        "REDUCE_PROD",
+        "RELU",
+        "RELU6",
+        "RELU_N1_TO_1",
+        "RESHAPE",
+        "RESIZE_BILINEAR",
+        "RESIZE_NEAREST_NEIGHBOR",
+        "RSQRT",
+        "SELECT",
+        "SELECT_V2",
+        "SIGN",
+        "SIN",
+        "SLICE",
+        "SOFTMAX",
+        "SPACE_TO_DEPTH",
+        "SPLIT",
+        "SPLIT_V",
+        "SQRT",
+        "SQUARE",
+        "SQUARED_DIFFERENCE",
+        "STRIDED_SLICE",
+        "SUB",
+        "SUM",
+        "TANH",
+        "TILE",
+        "TRANSPOSE",
+        "TRANSPOSE_CONV",
+    ]
 )
 _AXES_MUST_BE_CONST = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"}
 _ONE_RUNTIME_INPUT = {"RESHAPE", "TRANSPOSE", "TILE", "QUANTIZE"}
@@ -73,13 +146,13 @@ def gpu_delegate_issues(flatbuffer):
     for sg in model.subgraphs:
         tensors = sg.tensors
 
-        def is_const(i):
+        def is_const(i, tensors=tensors):  # bound now: called within this iteration only
             buffer = model.buffers[tensors[i].buffer] if tensors[i].buffer < len(model.buffers) else None
             return buffer is not None and (
                 (buffer.data is not None and len(buffer.data) > 0) or bool(getattr(buffer, "size", 0))
             )
 
-        def shape(i):
+        def shape(i, tensors=tensors):
             t = tensors[i]
             sig = t.shapeSignature if t.shapeSignature is not None else t.shape
             return [] if sig is None else [int(d) for d in sig]
@@ -105,9 +178,9 @@ def gpu_delegate_issues(flatbuffer):
                 if len(shape(inputs[0])) not in (3, 4):
                     issues[name].add(f"{len(shape(inputs[0]))}-D input (only 3-D or 4-D inputs are supported)")
                 options = op.builtinOptions
-                if name == "STRIDED_SLICE" and options is not None:
-                    if options.shrinkAxisMask or options.ellipsisMask or options.newAxisMask:
-                        issues[name].add("shrink/ellipsis/new-axis mask (unsupported)")
+                masks = options is not None and (options.shrinkAxisMask or options.ellipsisMask or options.newAxisMask)
+                if name == "STRIDED_SLICE" and masks:
+                    issues[name].add("shrink/ellipsis/new-axis mask (unsupported)")
             if name == "GATHER" and tensors[inputs[0]].type == schema.TensorType.INT32:
                 issues[name].add("int32 data input (unsupported)")
             if name == "FULLY_CONNECTED" and inputs and is_const(inputs[0]):

@@ -196,7 +196,7 @@ def add_metadata(flatbuffer, metadata, associated_files):
     entry = schema.MetadataT()
     entry.name = METADATA_NAME
     entry.buffer = len(model.buffers) - 1
-    model.metadata = entries + [entry]
+    model.metadata = [*entries, entry]
     packed = io.BytesIO()
     packed.write(_finish(model, TFLITE_IDENTIFIER))
     # ZIP_STORED: the readers (MediaPipe, the Task Library) extract associated files without decompressing.

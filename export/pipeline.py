@@ -224,7 +224,7 @@ def export_model(
             "model": {"image_size": list(image_size), "classes": num_classes, "parameters": int(model.count_params())},
             "tflite_output": tflite_output if quantize else None,
             "labels": labels,
-            "verification": {"set": set_name, "images": int(len(x)), "labelled": truth is not None},
+            "verification": {"set": set_name, "images": len(x), "labelled": truth is not None},
             "latency_runs": latency_runs,
             "latency_warmup": latency_warmup,
             "keras": keras_row,
@@ -310,8 +310,9 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
         model_file, workdir, default_out = path, None, files.join(files.dirname(path), stem + "_export")
     model = load_keras_model(model_file)
 
-    labels_file = os.fspath(labels) if isinstance(labels, (str, Path)) else files.join(files.dirname(model_file),
-                                                                                       "labels.txt")
+    labels_file = (
+        os.fspath(labels) if isinstance(labels, (str, Path)) else files.join(files.dirname(model_file), "labels.txt")
+    )
     if isinstance(labels, (list, tuple)):
         label_list = list(labels)
     elif labels is not None or files.isfile(labels_file):

@@ -69,7 +69,8 @@ def format_table(report):
             out.append(
                 "  metadata: none" if not meta else
                 f"  metadata: {meta['name']!r} v{meta['version']}, input normalisation mean {meta['input']['mean']} "
-                f"std {meta['input']['std']}, output {meta['output']['name']}, labels in {meta['output']['labels_file']}"
+                f"std {meta['input']['std']}, output {meta['output']['name']}, "
+                f"labels in {meta['output']['labels_file']}"
             )  # fmt: skip
             ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
             out.append(f"  ops ({sum(a['ops'].values())}): {ops}")

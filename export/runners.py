@@ -113,7 +113,10 @@ class SavedModelRunner:
         return np.concatenate(out)
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        return _median_ms(lambda: self.model_space(images=x1)["logits"].numpy(), runs, warmup)
+        def run():
+            return self.model_space(images=x1)["logits"].numpy()
+
+        return _median_ms(run, runs, warmup)
 
     def serve(self, image):
         """Runs `serving_default` on one raw uint8 image of any size; returns its output dict (numpy)."""
@@ -165,7 +168,9 @@ class TFLiteRunner:
         try:
             self.metadata = tflite_metadata.read_metadata(self.flatbuffer)
         except ExportError as exc:
-            raise ExportError(f"The TFLite model{' ' + repr(str(path)) if path else ''} has unreadable metadata: {exc}") from exc
+            raise ExportError(
+                f"The TFLite model{' ' + repr(str(path)) if path else ''} has unreadable metadata: {exc}"
+            ) from exc
         meta = self.metadata or {"input": {}, "output": {}}
         self.labels = labels if labels is not None else meta.get("labels")
         self.output_kind = output_kind or meta["output"].get("kind") or "logits"
@@ -280,7 +285,11 @@ def load_runner(path, num_threads=1):
     """
     path = os.fspath(path)
     is_dir = files.isdir(path)
-    if is_dir and not files.isfile(files.join(path, "saved_model.pb")) and files.isfile(files.join(path, "model.keras")):
+    if (
+        is_dir
+        and not files.isfile(files.join(path, "saved_model.pb"))
+        and files.isfile(files.join(path, "model.keras"))
+    ):
         path, is_dir = files.join(path, "model.keras"), False  # a training workdir: its Keras model
     if is_dir:
         return SavedModelRunner(path)

@@ -93,8 +93,8 @@ def convert(
             "int8" (full integer: int8 weights and activations, calibrated on `representative_images`; for
             integer-only accelerators), or "int8_matmul" (calibrated int8 matmuls and convolutions, float
             LayerNorm/GELU/softmax/attention products and float I/O: the fast int8 model on CPUs).
-        representative_images: for "int8" and "int8_matmul": raw uint8 images (N, H, W, 3) or a list of them, drawn from the
-            training data; they are resized and scaled exactly like the model's inputs.
+        representative_images: for "int8" and "int8_matmul": raw uint8 images (N, H, W, 3) or a list of them, drawn
+            from the training data; they are resized and scaled exactly like the model's inputs.
         dynamic_batch: leave the batch dimension open (-1) instead of fixing it to 1.
         int8_io: for "int8": "float32" (quantize/dequantize inside the model) or "uint8" (the caller feeds
             and reads quantized tensors, using the scale/zero-point of the input and output details).
@@ -122,7 +122,9 @@ def convert(
         raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
     bad_labels = [label for label in labels if "\n" in label or "\r" in label]
     if bad_labels:
-        raise ExportError(f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}")
+        raise ExportError(
+            f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}"
+        )
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
     representative = None

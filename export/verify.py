@@ -51,7 +51,7 @@ def compare(outputs, reference, labels=None, output="logits"):
     diff = np.abs(outputs - reference)
     top1, ref_top1 = outputs.argmax(-1), reference.argmax(-1)
     result = {
-        "images": int(len(outputs)),
+        "images": len(outputs),
         "output": output,
         "logit_scale": scale,
         f"max_abs_{word}_diff": float(diff.max()),

@@ -66,7 +66,7 @@ def relpath(path, start):
         prefix = start.rstrip("/") + "/"
         if not path.startswith(prefix):
             raise ValueError(f"{path!r} is not inside {start!r}.")
-        return path[len(prefix):]
+        return path[len(prefix) :]
     return os.path.relpath(path, start)
 
 

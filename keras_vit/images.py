@@ -59,8 +59,11 @@ def image_suffixes():
     from PIL import Image
 
     Image.init()  # registers every plugin, not only the five Pillow loads up front
-    return tuple(sorted(ext for ext, fmt in Image.registered_extensions().items()
-                        if fmt in Image.OPEN and fmt not in _NOT_PICTURES))
+    return tuple(
+        sorted(
+            ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN and fmt not in _NOT_PICTURES
+        )
+    )
 
 
 def is_image_path(path, suffixes=None):
@@ -99,8 +102,9 @@ def parse_background(text):
     try:
         return resolve_background(str(text))
     except ValueError:
-        raise ValueError(f"--background must be white, black or R,G,B with integers 0..255 (e.g. 128,128,128). "
-                         f"Received: {text!r}") from None
+        raise ValueError(
+            f"--background must be white, black or R,G,B with integers 0..255 (e.g. 128,128,128). Received: {text!r}"
+        ) from None
 
 
 def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image"):
@@ -134,8 +138,11 @@ def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image
     except ImageReadError:
         raise
     except Image.DecompressionBombError as err:
-        raise ImageReadError(f"Cannot read the image {name!r}: {err} Resize it, or raise PIL.Image.MAX_IMAGE_PIXELS "
-                             f"if the file is trusted.", f"DecompressionBombError: {err}") from err
+        raise ImageReadError(
+            f"Cannot read the image {name!r}: {err} Resize it, or raise PIL.Image.MAX_IMAGE_PIXELS "
+            f"if the file is trusted.",
+            f"DecompressionBombError: {err}",
+        ) from err
     except Exception as err:  # Pillow raises many types for broken or foreign files (OSError, SyntaxError, ...)
         if isinstance(err, UnidentifiedImageError):  # its own message names a BytesIO object, not the file
             reason = f"UnidentifiedImageError: {len(data)} bytes in no format Pillow recognises"
@@ -143,7 +150,8 @@ def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image
             reason = f"{type(err).__name__}: {err}"
         raise ImageReadError(
             f"Cannot read the image {name!r} ({reason}). It is empty, truncated, corrupt or not a picture; replace "
-            f"or remove it (any format Pillow reads works: PNG, JPEG, WebP, TIFF, BMP, GIF, ...).", reason
+            f"or remove it (any format Pillow reads works: PNG, JPEG, WebP, TIFF, BMP, GIF, ...).",
+            reason,
         ) from err
     if channels == 1:
         return np.asarray(Image.fromarray(rgb, "RGB").convert("L"))[..., None]
@@ -220,7 +228,7 @@ def _wide_to_uint8(values, mode, name):
     """16-bit, 32-bit integer or float grey pixels -> uint8, as the module docstring says."""
     if mode == "F":
         low, high = float(values.min(initial=0.0)), float(values.max(initial=0.0))
-        if not (np.isfinite(low) and np.isfinite(high) and 0.0 <= low and high <= 1.0):
+        if not (np.isfinite(low) and np.isfinite(high) and low >= 0.0 and high <= 1.0):
             raise ImageReadError(
                 f"The float image {name!r} has values in [{low:g}, {high:g}]; float pictures are read as 0..1 "
                 f"intensities. Save it as 8- or 16-bit, or scale it to [0, 1]."

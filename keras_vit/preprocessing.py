@@ -13,6 +13,7 @@ def scale_pixels(pixels):
     """Pixel values in 0..255 (uint8 or float, any shape) -> float32 numpy array in [-1, 1]."""
     return (np.asarray(pixels, np.float32) - PIXEL_CENTER) / PIXEL_SCALE
 
+
 # The model's input range, and a margin for float rounding of (x - 127.5) / 127.5 and of resizing.
 MODEL_RANGE = (-1.0, 1.0)
 _RANGE_MARGIN = 1e-3
@@ -32,10 +33,15 @@ def check_model_range(images, where="the model", stacklevel=1):
     low, high = float(np.nanmin(x)), float(np.nanmax(x))
     if low >= MODEL_RANGE[0] - _RANGE_MARGIN and high <= MODEL_RANGE[1] + _RANGE_MARGIN:
         return None
-    hint = (" They look like raw pixels in 0..255: scale them with (x - 127.5) / 127.5 "
-            "(keras_vit.preprocessing.scale_pixels)." if low >= 0 and high > 1.5 else
-            " Scale them to [-1, 1] as in training: (x - 127.5) / 127.5 for 0..255 pixels, x * 2 - 1 for 0..1.")
-    message = (f"{where} expects images in [-1, 1] but received values in [{low:.4g}, {high:.4g}]; its outputs "
-               f"will be meaningless.{hint}")
+    hint = (
+        " They look like raw pixels in 0..255: scale them with (x - 127.5) / 127.5 "
+        "(keras_vit.preprocessing.scale_pixels)."
+        if low >= 0 and high > 1.5
+        else " Scale them to [-1, 1] as in training: (x - 127.5) / 127.5 for 0..255 pixels, x * 2 - 1 for 0..1."
+    )
+    message = (
+        f"{where} expects images in [-1, 1] but received values in [{low:.4g}, {high:.4g}]; its outputs "
+        f"will be meaningless.{hint}"
+    )
     warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
     return message

@@ -201,11 +201,14 @@ def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
     if "cls" in params and "cls" not in table:
         problems.append("the checkpoint has a class token but the model was built with class_token=False")
     if "cls" in table and "cls" not in params:
-        problems.append("the model has a class token but the checkpoint has none: build it with class_token=False, "
-                        "pooling='gap'")
+        problems.append(
+            "the model has a class token but the checkpoint has none: build it with class_token=False, pooling='gap'"
+        )
 
-    depth = {name: len({k.split("/")[1] for k in keys if k.startswith("Transformer/encoderblock_")})
-             for name, keys in (("checkpoint", params), ("model", table))}
+    depth = {
+        name: len({k.split("/")[1] for k in keys if k.startswith("Transformer/encoderblock_")})
+        for name, keys in (("checkpoint", params), ("model", table))
+    }
     if depth["checkpoint"] != depth["model"]:
         problems.append(f"the checkpoint has {depth['checkpoint']} encoder blocks, the model {depth['model']}")
 
@@ -263,6 +266,8 @@ def _mismatch_message(path, model, missing, unexpected, mismatched, problems):
     lines += listing("missing from the checkpoint", missing)
     lines += listing("unexpected in the checkpoint", unexpected)
     lines += listing("shape mismatches", mismatched)
-    lines.append("  Is it a checkpoint of another variant? Build the model with the checkpoint's variant "
-                 "(e.g. create_model('B/16') for ViT-B_16.npz).")
+    lines.append(
+        "  Is it a checkpoint of another variant? Build the model with the checkpoint's variant "
+        "(e.g. create_model('B/16') for ViT-B_16.npz)."
+    )
     return "\n".join(lines)

@@ -3,8 +3,9 @@
 import numpy as np
 
 
-def vit_checkpoint(rng, *, hidden, layers, heads, mlp, patch, grid, classes, channels=3, cls=True,
-                   pre_logits=None, embed_in=None):
+def vit_checkpoint(
+    rng, *, hidden, layers, heads, mlp, patch, grid, classes, channels=3, cls=True, pre_logits=None, embed_in=None
+):
     """A dict of float32 arrays with every key of an original ViT `.npz`; values are non-trivial random numbers."""
     d, dh = hidden, hidden // heads
 

@@ -55,7 +55,9 @@ def encoder(tokens, params, num_layers, eps=1e-6, approximate_gelu=True):
         y = layer_norm(z, params[f"{p}/LayerNorm_0/scale"], params[f"{p}/LayerNorm_0/bias"], eps)
         z = z + attention(y, params, f"{p}/MultiHeadDotProductAttention_1")
         y = layer_norm(z, params[f"{p}/LayerNorm_2/scale"], params[f"{p}/LayerNorm_2/bias"], eps)
-        y = gelu(y @ params[f"{p}/MlpBlock_3/Dense_0/kernel"] + params[f"{p}/MlpBlock_3/Dense_0/bias"], approximate_gelu)
+        y = gelu(
+            y @ params[f"{p}/MlpBlock_3/Dense_0/kernel"] + params[f"{p}/MlpBlock_3/Dense_0/bias"], approximate_gelu
+        )
         z = z + y @ params[f"{p}/MlpBlock_3/Dense_1/kernel"] + params[f"{p}/MlpBlock_3/Dense_1/bias"]
     return layer_norm(z, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], eps)
 
@@ -83,7 +85,7 @@ def vit_forward(images, params, num_layers, pooling="token", approximate_gelu=Tr
 
 def conv2d_same(x, kernel, stride):
     """TF/Flax 'SAME' convolution, NHWC x HWIO, by explicit padding and a sum over kernel taps."""
-    b, h, w, c = x.shape
+    b, h, w, _ = x.shape
     kh, kw, _, o = kernel.shape
     out_h, out_w = -(-h // stride), -(-w // stride)
     pad_h = max((out_h - 1) * stride + kh - h, 0)
@@ -115,8 +117,9 @@ def max_pool_same(x, size=3, stride=2):
     out_h, out_w = -(-h // stride), -(-w // stride)
     pad_h = max((out_h - 1) * stride + size - h, 0)
     pad_w = max((out_w - 1) * stride + size - w, 0)
-    x = np.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)),
-               constant_values=-np.inf)
+    x = np.pad(
+        x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)), constant_values=-np.inf
+    )
     out = np.full((b, out_h, out_w, c), -np.inf)
     for i in range(size):
         for j in range(size):
@@ -129,7 +132,9 @@ def residual_unit(x, params, prefix, stride):
     relu = lambda v: np.maximum(v, 0)  # noqa: E731
     residual = x
     if f"{prefix}/conv_proj/kernel" in params:
-        residual = group_norm(conv2d_same(x, standardize(g("conv_proj/kernel")), stride), g("gn_proj/scale"), g("gn_proj/bias"))
+        residual = group_norm(
+            conv2d_same(x, standardize(g("conv_proj/kernel")), stride), g("gn_proj/scale"), g("gn_proj/bias")
+        )
     y = relu(group_norm(conv2d_same(x, standardize(g("conv1/kernel")), 1), g("gn1/scale"), g("gn1/bias")))
     y = relu(group_norm(conv2d_same(y, standardize(g("conv2/kernel")), stride), g("gn2/scale"), g("gn2/bias")))
     y = group_norm(conv2d_same(y, standardize(g("conv3/kernel")), 1), g("gn3/scale"), g("gn3/bias"))

@@ -11,8 +11,9 @@ from tests.checkpoints import vit_checkpoint
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "testing.npz"
-    ckpt = vit_checkpoint(np.random.default_rng(0), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4),
-                          classes=10)
+    ckpt = vit_checkpoint(
+        np.random.default_rng(0), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10
+    )
     np.savez(path, **ckpt)
     return path
 
@@ -117,7 +118,9 @@ def test_checkpoint_of_another_variant(tiny_checkpoint):
 
 def test_checkpoint_with_fewer_layers(tiny_checkpoint):
     model = keras_vit.create_model("testing", num_layers=3)
-    with pytest.raises(CheckpointError, match=r"(?s)checkpoint has 2 encoder blocks, the model 3.*missing from the checkpoint \(16\)"):
+    with pytest.raises(
+        CheckpointError, match=r"(?s)checkpoint has 2 encoder blocks, the model 3.*missing from the checkpoint \(16\)"
+    ):
         keras_vit.load_npz(model, tiny_checkpoint)
 
 
@@ -140,8 +143,9 @@ def test_head_of_another_class_count_is_skipped_with_a_warning(tiny_checkpoint):
 
 
 def test_pre_logits_dropped_when_fine_tuning(tmp_path):
-    ckpt = vit_checkpoint(np.random.default_rng(1), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4),
-                          classes=10, pre_logits=16)
+    ckpt = vit_checkpoint(
+        np.random.default_rng(1), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10, pre_logits=16
+    )
     np.savez(tmp_path / "pre.npz", **ckpt)
     model = keras_vit.create_model("testing", num_classes=5)
     with pytest.warns(UserWarning) as caught:

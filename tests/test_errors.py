@@ -28,9 +28,30 @@ from training.config import (
     parse_typed,
 )
 
-TINY = ["--dataset", "synthetic", "--epochs", "2", "--batch-size", "16", "--strategy", "default",
-        "--set", "steps_per_epoch=4", "--set", "image_size=16", "--set", "eval_every=0", "--set", "num_samples=8",
-        "--set", "num_calibration=8", "--set", "jit_compile=false", "--set", "warmup_steps=0"]
+TINY = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "16",
+    "--strategy",
+    "default",
+    "--set",
+    "steps_per_epoch=4",
+    "--set",
+    "image_size=16",
+    "--set",
+    "eval_every=0",
+    "--set",
+    "num_samples=8",
+    "--set",
+    "num_calibration=8",
+    "--set",
+    "jit_compile=false",
+    "--set",
+    "warmup_steps=0",
+]
 
 
 def _training_cli(argv, capsys):
@@ -49,8 +70,18 @@ def _one_error_line(err):
 # ---- --set values are typed by their field -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [("false", False), ("FALSE", False), ("False", False), ("true", True),
-                                            ("True", True), ("auto", "auto"), ("'auto'", "auto")])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("false", False),
+        ("FALSE", False),
+        ("False", False),
+        ("true", True),
+        ("True", True),
+        ("auto", "auto"),
+        ("'auto'", "auto"),
+    ],
+)
 def test_jit_compile_false_is_false_not_the_truthy_string(text, expected):
     config = get_config("digits").replace(**parse_overrides([f"jit_compile={text}"]))
     assert config.jit_compile is expected if isinstance(expected, bool) else config.jit_compile == expected
@@ -66,27 +97,52 @@ def test_booleans_take_true_false_in_any_case_and_nothing_else():
 
 
 def test_numbers_none_tuples_and_strings():
-    parsed = parse_overrides(["epochs=7", "learning_rate=1", "weight_decay=1e-4", "global_clipnorm=None",
-                              "shuffle_buffer=none", "randaugment=(2, 15)", "crop_area=0.08,1", "init=None",
-                              "dataset=folder:/data/my images", "data_dir='123'", "head_bias_init=-6.9"])
-    assert parsed == {"epochs": 7, "learning_rate": 1.0, "weight_decay": 1e-4, "global_clipnorm": None,
-                      "shuffle_buffer": None, "randaugment": (2, 15), "crop_area": (0.08, 1), "init": None,
-                      "dataset": "folder:/data/my images", "data_dir": "123", "head_bias_init": -6.9}
+    parsed = parse_overrides(
+        [
+            "epochs=7",
+            "learning_rate=1",
+            "weight_decay=1e-4",
+            "global_clipnorm=None",
+            "shuffle_buffer=none",
+            "randaugment=(2, 15)",
+            "crop_area=0.08,1",
+            "init=None",
+            "dataset=folder:/data/my images",
+            "data_dir='123'",
+            "head_bias_init=-6.9",
+        ]
+    )
+    assert parsed == {
+        "epochs": 7,
+        "learning_rate": 1.0,
+        "weight_decay": 1e-4,
+        "global_clipnorm": None,
+        "shuffle_buffer": None,
+        "randaugment": (2, 15),
+        "crop_area": (0.08, 1),
+        "init": None,
+        "dataset": "folder:/data/my images",
+        "data_dir": "123",
+        "head_bias_init": -6.9,
+    }
     assert type(parsed["learning_rate"]) is float and type(parsed["epochs"]) is int
     get_config("digits").replace(**parsed)  # all of them a valid config
 
 
-@pytest.mark.parametrize("item, message", [
-    ("epochs=ten", "epochs expects an integer. Received: epochs='ten'"),
-    ("epochs=1.5", "epochs expects an integer. Received: epochs='1.5'"),
-    ("epochs=True", "epochs expects an integer"),
-    ("learning_rate=fast", "learning_rate expects a number"),
-    ("steps_per_epoch=many", "steps_per_epoch expects an integer or None"),
-    ("randaugment=2", "randaugment expects a tuple such as (2, 10) or None"),
-    ("jit_compile=xla", "jit_compile expects true or false or 'auto'"),
-    ("model.hidden_size=wide", "model.hidden_size expects an integer"),
-    ("model.class_token=no", "model.class_token expects true or false"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("epochs=ten", "epochs expects an integer. Received: epochs='ten'"),
+        ("epochs=1.5", "epochs expects an integer. Received: epochs='1.5'"),
+        ("epochs=True", "epochs expects an integer"),
+        ("learning_rate=fast", "learning_rate expects a number"),
+        ("steps_per_epoch=many", "steps_per_epoch expects an integer or None"),
+        ("randaugment=2", "randaugment expects a tuple such as (2, 10) or None"),
+        ("jit_compile=xla", "jit_compile expects true or false or 'auto'"),
+        ("model.hidden_size=wide", "model.hidden_size expects an integer"),
+        ("model.class_token=no", "model.class_token expects true or false"),
+    ],
+)
 def test_a_wrong_type_names_the_field_and_the_type(item, message):
     with pytest.raises(ValueError) as info:
         parse_overrides([item])
@@ -94,9 +150,9 @@ def test_a_wrong_type_names_the_field_and_the_type(item, message):
 
 
 def test_model_overrides_are_checked_against_create_model():
-    assert parse_overrides(["model.dropout_rate=0.1", "model.class_token=false", "model.resnet_layers=(3, 4, 9)",
-                            "model.dtype=None"]) == {
-        "model.dropout_rate": 0.1, "model.class_token": False, "model.resnet_layers": (3, 4, 9), "model.dtype": None}
+    assert parse_overrides(
+        ["model.dropout_rate=0.1", "model.class_token=false", "model.resnet_layers=(3, 4, 9)", "model.dtype=None"]
+    ) == {"model.dropout_rate": 0.1, "model.class_token": False, "model.resnet_layers": (3, 4, 9), "model.dtype": None}
     with pytest.raises(ValueError, match=r"Unknown model option 'model.hidden_dim'.*hidden_size"):
         parse_overrides(["model.hidden_dim=64"])
     with pytest.raises(ValueError, match=r"model.image_size.*--set image_size="):
@@ -135,7 +191,8 @@ def test_the_parser_follows_any_annotation():
 def test_training_cli_bad_set_is_one_line_and_exit_2(capsys, tmp_path):
     code, err = _training_cli(["--workdir", str(tmp_path / "run"), "--set", "jit_compile=maybe"], capsys)
     assert code == 2 and _one_error_line(err) == (
-        "[training] error: jit_compile expects true or false or 'auto'. Received: jit_compile='maybe'")
+        "[training] error: jit_compile expects true or false or 'auto'. Received: jit_compile='maybe'"
+    )
     code, err = _training_cli(["--workdir", str(tmp_path / "run"), "--set", "lr=1e-3"], capsys)
     assert code == 2 and _one_error_line(err).startswith("[training] error: Unknown training option 'lr'")
     assert not (tmp_path / "run").exists()
@@ -149,8 +206,9 @@ def tiny_npz(tmp_path_factory):
     from tests.checkpoints import vit_checkpoint
 
     path = tmp_path_factory.mktemp("ckpt") / "testing.npz"
-    ckpt = vit_checkpoint(np.random.default_rng(0), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4),
-                          classes=10)
+    ckpt = vit_checkpoint(
+        np.random.default_rng(0), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10
+    )
     np.savez_compressed(path, **ckpt)
     return path
 
@@ -175,8 +233,11 @@ def test_an_npy_given_as_a_checkpoint(tmp_path, name):
     with open(tmp_path / name, "wb") as f:  # np.save would append .npy to the .npz name
         np.save(f, np.zeros((3, 4), np.float32))
     model = keras_vit.create_model("testing")
-    with pytest.raises(CheckpointError, match=r"\.npy file holding one array \(3, 4\), not an \.npz checkpoint.*"
-                                              r"Pass the \.npz checkpoint"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"\.npy file holding one array \(3, 4\), not an \.npz checkpoint.*"
+        r"Pass the \.npz checkpoint",
+    ):
         keras_vit.load_npz(model, tmp_path / name)
 
 
@@ -198,8 +259,11 @@ def test_training_cli_init_that_is_not_a_checkpoint(tmp_path, tiny_npz, capsys):
     with open(tmp_path / "init.npz", "wb") as f:
         np.save(f, np.zeros(3, np.float32))
     broken = _corrupt_compressed(tiny_npz, tmp_path / "broken.npz")
-    for init, expected in ((tmp_path / "init.npz", ".npy file holding one array"), (broken, "zlib.error"),
-                           (tmp_path / "x.npy", "not found")):
+    for init, expected in (
+        (tmp_path / "init.npz", ".npy file holding one array"),
+        (broken, "zlib.error"),
+        (tmp_path / "x.npy", "not found"),
+    ):
         code, err = _training_cli(["--workdir", str(tmp_path / "run"), *TINY, "--init", str(init)], capsys)
         line = _one_error_line(err)
         assert code == 2 and expected in line and str(init) in line, err
@@ -266,8 +330,11 @@ def failing_disk(monkeypatch):
 
 
 def _tree(folder):
-    return {os.path.relpath(os.path.join(d, n), folder): open(os.path.join(d, n), "rb").read()
-            for d, _, names in os.walk(folder) for n in names}
+    return {
+        os.path.relpath(os.path.join(d, n), folder): open(os.path.join(d, n), "rb").read()
+        for d, _, names in os.walk(folder)
+        for n in names
+    }
 
 
 def test_read_only_workdir_fails_before_training(tmp_path, failing_disk, capsys):
@@ -329,15 +396,32 @@ def exported(tmp_path_factory):
     fx.random_classifier("testing", head_scale=4.0).save(root / "model.keras")
     (root / "labels.txt").write_text("".join(f"class_{i}\n" for i in range(10)))
     out = root / "out"
-    assert main([str(root / "model.keras"), "--out", str(out), "--formats", "tflite", "--quantize", "float32",
-                 "--latency-runs", "1"]) == 0
+    assert (
+        main(
+            [
+                str(root / "model.keras"),
+                "--out",
+                str(out),
+                "--formats",
+                "tflite",
+                "--quantize",
+                "float32",
+                "--latency-runs",
+                "1",
+            ]
+        )
+        == 0
+    )
     return root, out
 
 
-@pytest.mark.parametrize("code, problem, fix", [
-    (errno.EROFS, "the file system is read-only", "Pass a writable --out directory"),
-    (errno.ENOSPC, "no space left on the device", "Free some space (or pass --out on another disk)"),
-])
+@pytest.mark.parametrize(
+    "code, problem, fix",
+    [
+        (errno.EROFS, "the file system is read-only", "Pass a writable --out directory"),
+        (errno.ENOSPC, "no space left on the device", "Free some space (or pass --out on another disk)"),
+    ],
+)
 def test_export_onto_a_read_only_or_full_disk(exported, failing_disk, capsys, monkeypatch, code, problem, fix):
     from export.__main__ import main
 
@@ -345,14 +429,29 @@ def test_export_onto_a_read_only_or_full_disk(exported, failing_disk, capsys, mo
     before = _tree(out)
     assert "report.json" in before and "model_float32.tflite" in before
     capsys.readouterr()
-    failing_disk(out, code)
-    status = main([str(root / "model.keras"), "--out", str(out), "--formats", "saved_model,tflite",
-                   "--quantize", "float32", "--latency-runs", "1"])
+    # The whole file system: an export is staged beside --out and swapped in, so the folder holding it counts too.
+    failing_disk(out.parent, code)
+    siblings = sorted(p.name for p in out.parent.iterdir())
+    status = main(
+        [
+            str(root / "model.keras"),
+            "--out",
+            str(out),
+            "--formats",
+            "saved_model,tflite",
+            "--quantize",
+            "float32",
+            "--latency-runs",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     monkeypatch.undo()
     line = _one_error_line(err)
-    assert status == 2 and line.startswith(f"error: {problem}: {out}") and fix in line, err
+    # It names the path that failed: --out or the staging folder beside it (".out.staging-...").
+    assert status == 2 and line.startswith(f"error: {problem}: {out.parent}{os.sep}") and fix in line, err
     assert _tree(out) == before  # the previous export, byte for byte, and nothing beside it
+    assert sorted(p.name for p in out.parent.iterdir()) == siblings
 
 
 # ---- images in the wrong value range -------------------------------------------------------------------------
@@ -368,8 +467,11 @@ def test_runners_warn_on_images_outside_the_model_range():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runner.logits(scale_pixels(pixels))  # the contract: no warning
-    with pytest.warns(UserWarning, match=r"expects images in \[-1, 1\] but received values in \[0, 255\].*raw "
-                                         r"pixels in 0\.\.255.*\(x - 127\.5\) / 127\.5"):
+    with pytest.warns(
+        UserWarning,
+        match=r"expects images in \[-1, 1\] but received values in \[0, 255\].*raw "
+        r"pixels in 0\.\.255.*\(x - 127\.5\) / 127\.5",
+    ):
         runner.logits(pixels)
     with pytest.warns(UserWarning, match=r"x \* 2 - 1 for 0\.\.1"):
         runner.logits(pixels / 127.5 - 1.5)  # not 0..255, still out of range

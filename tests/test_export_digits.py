@@ -276,6 +276,7 @@ def test_float_models_pass_the_gpu_delegate_check(digits):
         entry = next(a for a in digits.report["artifacts"] if a["name"] == name)
         assert entry["gpu_delegate_rejects"] == {}, (name, entry["gpu_delegate_rejects"])
         model = schema.ModelT.InitFromPackedBuf(bytearray((digits.out / name).read_bytes()), 0)
-        slices = [op for op in model.subgraphs[0].operators
-                  if model.operatorCodes[op.opcodeIndex].builtinCode == schema.BuiltinOperator.STRIDED_SLICE]  # fmt: skip
+        strided_slice = schema.BuiltinOperator.STRIDED_SLICE
+        codes = model.operatorCodes
+        slices = [op for op in model.subgraphs[0].operators if codes[op.opcodeIndex].builtinCode == strided_slice]
         assert slices and all(op.builtinOptions.shrinkAxisMask == 0 for op in slices)

@@ -140,7 +140,8 @@ def test_the_path_layer_needs_tensorflow_only_for_urls(tmp_path):
         "print('tensorflow' in sys.modules)\n"
     )
     env = {**os.environ, "KERAS_BACKEND": "jax"}
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
-                            timeout=120, cwd=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120, cwd=str(ROOT)
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False"

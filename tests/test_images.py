@@ -31,7 +31,7 @@ def _halves(width=32, height=16):
     """Left half red, right half blue: where the red ends up shows how the picture was turned."""
     pixels = np.zeros((height, width, 3), np.uint8)
     pixels[:, : width // 2, 0] = 255
-    pixels[:, width // 2:, 2] = 255
+    pixels[:, width // 2 :, 2] = 255
     return Image.fromarray(pixels)
 
 
@@ -86,8 +86,9 @@ def test_transparency_is_composited_on_the_stated_background():
 def test_palette_grey_and_bilevel_images_become_rgb():
     gif = _palette_gif()
     np.testing.assert_array_equal(images.decode_image(gif)[0], [(255, 0, 0), (255, 255, 255), (0, 255, 0)])
-    np.testing.assert_array_equal(images.decode_image(gif, background="black")[0], [(255, 0, 0), (0, 0, 0),
-                                                                                    (0, 255, 0)])
+    np.testing.assert_array_equal(
+        images.decode_image(gif, background="black")[0], [(255, 0, 0), (0, 0, 0), (0, 255, 0)]
+    )
     grey = _encode(Image.fromarray(np.array([[0, 77, 255]], np.uint8), "L"), "PNG")
     np.testing.assert_array_equal(images.decode_image(grey)[0], [(0, 0, 0), (77, 77, 77), (255, 255, 255)])
     np.testing.assert_array_equal(images.decode_image(grey, channels=1)[0, :, 0], [0, 77, 255])  # unchanged
@@ -116,14 +117,18 @@ def test_exif_orientation_is_applied():
 def test_webp_tiff_and_cmyk_jpeg():
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    for fmt, kwargs in (("WEBP", {"lossless": True}), ("TIFF", {}), ("TIFF", {"compression": "tiff_lzw"}),
-                        ("BMP", {}), ("PPM", {})):
+    for fmt, kwargs in (
+        ("WEBP", {"lossless": True}),
+        ("TIFF", {}),
+        ("TIFF", {"compression": "tiff_lzw"}),
+        ("BMP", {}),
+        ("PPM", {}),
+    ):
         np.testing.assert_array_equal(images.decode_image(_encode(Image.fromarray(pixels), fmt, **kwargs)), pixels)
     # CMYK (0, 255, 255, 0) is pure red; JPEG is lossy, hence the tolerance.
     cmyk = np.zeros((16, 16, 4), np.uint8)
     cmyk[..., 1:3] = 255
-    _assert_near(images.decode_image(_encode(Image.fromarray(cmyk, "CMYK"), "JPEG", quality=95))[8, 8],
-                 (255, 0, 0), 3)
+    _assert_near(images.decode_image(_encode(Image.fromarray(cmyk, "CMYK"), "JPEG", quality=95))[8, 8], (255, 0, 0), 3)
     assert {".webp", ".tif", ".tiff", ".ppm", ".jpg", ".png", ".gif", ".bmp"} <= set(images.image_suffixes())
     assert not {".h5", ".mpg", ".ps"} & set(images.image_suffixes())  # Pillow identifies these but cannot decode
 
@@ -134,8 +139,10 @@ def test_truncated_corrupt_and_unconvertible_files_are_named(tmp_path):
     with pytest.raises(images.ImageReadError, match=r"Cannot read the image '.*cut\.png' \(OSError: .*truncated"):
         images.read_image(tmp_path / "cut.png")
     (tmp_path / "text.jpg").write_bytes(b"not an image at all")
-    with pytest.raises(images.ImageReadError,
-                       match=r"text\.jpg.*UnidentifiedImageError: 19 bytes in no format Pillow.*replace or remove it"):
+    with pytest.raises(
+        images.ImageReadError,
+        match=r"text\.jpg.*UnidentifiedImageError: 19 bytes in no format Pillow.*replace or remove it",
+    ):
         images.read_image(tmp_path / "text.jpg")
     with pytest.raises(FileNotFoundError, match="No image file at .*absent.png"):
         images.read_image(tmp_path / "absent.png")
@@ -147,7 +154,10 @@ def test_truncated_corrupt_and_unconvertible_files_are_named(tmp_path):
     np.testing.assert_array_equal(images.read_image(tmp_path / "unit.tiff")[0, :, 0], [0, 255])
     bad = images.find_unreadable([tmp_path / n for n in ("cut.png", "unit.tiff", "text.jpg", "absent.png")])
     assert [(str(p.name), reason.split(":")[0]) for p, reason in bad] == [
-        ("cut.png", "OSError"), ("text.jpg", "UnidentifiedImageError"), ("absent.png", "FileNotFoundError")]
+        ("cut.png", "OSError"),
+        ("text.jpg", "UnidentifiedImageError"),
+        ("absent.png", "FileNotFoundError"),
+    ]
 
 
 def test_a_file_tensorflow_cannot_decode_is_read(tmp_path):
@@ -185,14 +195,24 @@ def _zoo(root):
         expected[name] = pixels
 
     wide = np.array([WIDE] * 2, np.uint16)
-    put("a/wide.png", _encode(Image.fromarray(wide), "PNG"),
-        np.repeat(np.array([WIDE_8BIT] * 2, np.uint8)[..., None], 3, axis=-1))
-    put("a/alpha.png", _encode(Image.fromarray(np.array([RGBA], np.uint8), "RGBA"), "PNG"),
-        np.array([ON_WHITE], np.uint8))
+    put(
+        "a/wide.png",
+        _encode(Image.fromarray(wide), "PNG"),
+        np.repeat(np.array([WIDE_8BIT] * 2, np.uint8)[..., None], 3, axis=-1),
+    )
+    put(
+        "a/alpha.png",
+        _encode(Image.fromarray(np.array([RGBA], np.uint8), "RGBA"), "PNG"),
+        np.array([ON_WHITE], np.uint8),
+    )
     put("a/palette.gif", _palette_gif(), np.array([[(255, 0, 0), (255, 255, 255), (0, 255, 0)]], np.uint8))
     put("a/turned.jpg", _exif_jpeg(6), None)  # lossy: checked by shape below
-    for name, fmt, kwargs in (("b/lossless.webp", "WEBP", {"lossless": True}), ("b/scan.tiff", "TIFF", {}),
-                              ("b/really_a_tiff.jpg", "TIFF", {}), ("b/grey.png", "PNG", {})):
+    for name, fmt, kwargs in (
+        ("b/lossless.webp", "WEBP", {"lossless": True}),
+        ("b/scan.tiff", "TIFF", {}),
+        ("b/really_a_tiff.jpg", "TIFF", {}),
+        ("b/grey.png", "PNG", {}),
+    ):
         pixels = rng.integers(0, 256, (3, 5, 3), dtype=np.uint8)
         if fmt == "PNG":
             pixels = np.repeat(pixels[..., :1], 3, axis=-1)
@@ -212,7 +232,7 @@ def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
     assert source.num_train + source.num_heldout == 8  # .webp and .tiff are listed; notes.txt is not
     paths = [str(p) for p in source.train_arrays[0]] + [p.decode() for p, _ in source.heldout.as_numpy_iterator()]
     for path in paths:
-        name = path[len(str(tmp_path / "zoo")) + 1:]
+        name = path[len(str(tmp_path / "zoo")) + 1 :]
         decoded = source.decode(path).numpy()  # what the pipeline decodes: the numpy_function of the reader
         np.testing.assert_array_equal(decoded, images.read_image(path))
         if expected[name] is not None:
@@ -229,8 +249,9 @@ def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
     np.testing.assert_array_equal(resumed[0], first[2])
     # The background option reaches the folder pipeline.
     black = data.load_source(f"folder:{tmp_path / 'zoo'}", holdout_fraction=0.5, image_background="black")
-    np.testing.assert_array_equal(black.decode(str(tmp_path / "zoo" / "a" / "alpha.png")).numpy(),
-                                  np.array([ON_BLACK], np.uint8))
+    np.testing.assert_array_equal(
+        black.decode(str(tmp_path / "zoo" / "a" / "alpha.png")).numpy(), np.array([ON_BLACK], np.uint8)
+    )
 
 
 def test_folder_scan_names_bad_files_before_training_or_skips_them(tmp_path):
@@ -242,10 +263,19 @@ def test_folder_scan_names_bad_files_before_training_or_skips_them(tmp_path):
     png = _encode(Image.fromarray(np.zeros((64, 64, 3), np.uint8)), "PNG", compress_level=0)
     (tmp_path / "zoo" / "b" / "cut.png").write_bytes(png[: len(png) // 2])
     (tmp_path / "zoo" / "a" / "empty.tif").write_bytes(b"")
-    config = TrainConfig(dataset=f"folder:{tmp_path / 'zoo'}", image_size=16, batch_size=2, epochs=1,
-                         holdout_fraction=0.5, strategy="default")
-    with pytest.raises(ValueError, match=r"(?s)2 unreadable image\(s\).*skip_unreadable_images=True.*"
-                                         r"a/empty\.tif: UnidentifiedImageError.*b/cut\.png: OSError"):
+    config = TrainConfig(
+        dataset=f"folder:{tmp_path / 'zoo'}",
+        image_size=16,
+        batch_size=2,
+        epochs=1,
+        holdout_fraction=0.5,
+        strategy="default",
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)2 unreadable image\(s\).*skip_unreadable_images=True.*"
+        r"a/empty\.tif: UnidentifiedImageError.*b/cut\.png: OSError",
+    ):
         training.train(config, str(tmp_path / "run"), verbose=0)
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before any step
     with warnings.catch_warnings(record=True) as caught:
@@ -268,8 +298,9 @@ def test_export_reads_images_through_the_reader(tmp_path):
     for name, pixels in expected.items():
         if pixels is not None:
             np.testing.assert_array_equal(export.io.read_image(tmp_path / "zoo" / name), pixels)
-    np.testing.assert_array_equal(export.io.read_image(tmp_path / "zoo" / "a" / "alpha.png", "black"),
-                                  np.array([ON_BLACK], np.uint8))
+    np.testing.assert_array_equal(
+        export.io.read_image(tmp_path / "zoo" / "a" / "alpha.png", "black"), np.array([ON_BLACK], np.uint8)
+    )
     # A folder of verification/calibration images lists every Pillow format, in name order.
     arrays, labels = export.io.load_image_set(tmp_path / "zoo" / "b")
     assert labels is None and len(arrays) == 4
@@ -290,8 +321,9 @@ def test_inspect_reads_images_through_the_reader(tmp_path):
 
     _zoo(tmp_path / "zoo")
     # load_images reads the layout's channels and input size only.
-    alpha = load_images([tmp_path / "zoo" / "a" / "alpha.png"], SimpleNamespace(channels=3, image_size=(1, 3)),
-                        background="black")
+    alpha = load_images(
+        [tmp_path / "zoo" / "a" / "alpha.png"], SimpleNamespace(channels=3, image_size=(1, 3)), background="black"
+    )
     np.testing.assert_allclose(alpha[0], (np.array([ON_BLACK]) - 127.5) / 127.5, atol=1e-6)
     wide = load_images([tmp_path / "zoo" / "a" / "wide.png"], SimpleNamespace(channels=1, image_size=(2, 6)))
     np.testing.assert_allclose(wide[0, ..., 0], (np.array([WIDE_8BIT] * 2) - 127.5) / 127.5, atol=1e-6)

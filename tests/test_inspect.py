@@ -121,7 +121,8 @@ def test_attention_weights_reject_bad_input():
         vit_inspect.attention_weights(keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten()]), _images(1))
     uint8 = np.full((1, 32, 32, 3), 255, np.uint8)  # uint8 is scaled by the project's preprocessing
     np.testing.assert_allclose(
-        vit_inspect.attention_weights(model, uint8), vit_inspect.attention_weights(model, np.ones((1, 32, 32, 3))),
+        vit_inspect.attention_weights(model, uint8),
+        vit_inspect.attention_weights(model, np.ones((1, 32, 32, 3))),
         atol=1e-6,
     )
 
@@ -171,7 +172,7 @@ def _bilinear_matrix(n_in, n_out):
     m = np.zeros((n_out, n_in))
     for i in range(n_out):
         src = min(max((i + 0.5) * n_in / n_out - 0.5, 0.0), n_in - 1)
-        lo = int(math.floor(src))
+        lo = math.floor(src)
         hi = min(lo + 1, n_in - 1)
         m[i, lo] += 1 - (src - lo)
         m[i, hi] += src - lo
@@ -223,8 +224,16 @@ def test_uniform_attention_distance_is_the_mean_grid_distance(overrides, grid, p
 
 def test_hybrid_distance_counts_resnet_stride_pixels():
     # R50+B/16 shape with a 1-unit-per-stage stem and a 2-layer, 32-wide transformer: patch 1 on a stride-16 map.
-    model = keras_vit.create_model("R50+B/16", image_size=(32, 48), hidden_size=32, num_layers=2, num_heads=2,
-                                   mlp_dim=64, resnet_layers=(1, 1, 1), num_classes=0)
+    model = keras_vit.create_model(
+        "R50+B/16",
+        image_size=(32, 48),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=64,
+        resnet_layers=(1, 1, 1),
+        num_classes=0,
+    )
     _set_query_key(model, 0.0)
     layout = vit_inspect.token_layout(model)
     assert layout.grid_size == (2, 3) and layout.pixels_per_token == (16, 16)
@@ -335,8 +344,14 @@ def test_inspect_works_without_matplotlib(tmp_path):
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     command = [sys.executable, "-c", code, str(tmp_path / "plots")]
-    done = subprocess.run(command, capture_output=True, text=True, env=env,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=120)
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "IMPORT-ERROR" in done.stdout and "pip install matplotlib" in done.stdout
     assert not (tmp_path / "plots").exists()

@@ -15,6 +15,7 @@ from keras_vit.inspect.__main__ import main
 from keras_vit.inspect.inputs import load_images
 from keras_vit.inspect.layout import token_layout
 
+
 def _assert_four_pngs(directory):
     names = sorted(os.listdir(directory))
     assert names == sorted(f"{name}.png" for name in FIGURES)

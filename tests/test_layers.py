@@ -41,8 +41,9 @@ def test_num_classes_zero_returns_pooled_features(representation_size, width):
 
 
 def test_intermediates_by_layer_name(tmp_path):
-    ckpt = vit_checkpoint(np.random.default_rng(2), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4),
-                          classes=10)
+    ckpt = vit_checkpoint(
+        np.random.default_rng(2), hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10
+    )
     np.savez(tmp_path / "c.npz", **ckpt)
     model = keras_vit.create_model("testing")
     keras_vit.load_npz(model, tmp_path / "c.npz")

@@ -28,14 +28,25 @@ def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
     assert metrics["top1"] >= 0.98
     printed = digits_main_job.export.result.stdout
     assert "status: PASSED" in printed
-    for artifact in ("saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
-                     "model_int8.tflite", "model_int8_matmul.tflite"):
+    for artifact in (
+        "saved_model",
+        "model_float32.tflite",
+        "model_float16.tflite",
+        "model_dynamic_int8.tflite",
+        "model_int8.tflite",
+        "model_int8_matmul.tflite",
+    ):
         assert artifact in printed and (workdir / "export" / artifact).exists()
     report = json.loads((workdir / "export" / "report.json").read_text())
     assert report["passed"] and len(report["artifacts"]) == 6
     plots = sorted(p.name for p in (workdir / "plots").glob("*.png"))
-    assert {"training_curves.png", "attention_rollout.png", "position_embedding_similarity.png",
-            "attention_distance.png", "embedding_filters.png"} <= set(plots)
+    assert {
+        "training_curves.png",
+        "attention_rollout.png",
+        "position_embedding_similarity.png",
+        "attention_distance.png",
+        "embedding_filters.png",
+    } <= set(plots)
     assert all((workdir / "plots" / name).stat().st_size > 1000 for name in plots)
 
 

@@ -26,8 +26,9 @@ def _assert_close(actual, expected, rtol=1e-5):
 @pytest.mark.parametrize("pre_logits", [None, 24])
 def test_testing_variant_matches_numpy(tmp_path, pooling, pre_logits):
     rng = np.random.default_rng(1)
-    ckpt = vit_checkpoint(rng, hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10,
-                          pre_logits=pre_logits)
+    ckpt = vit_checkpoint(
+        rng, hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=10, pre_logits=pre_logits
+    )
     model = keras_vit.create_model("testing", pooling=pooling, representation_size=pre_logits)
     report = keras_vit.load_npz(model, _save(tmp_path, ckpt))
     assert sorted(report.loaded) == sorted(ckpt)  # every tensor used
@@ -78,10 +79,19 @@ def test_small_hybrid_matches_numpy(tmp_path):
     rng = np.random.default_rng(5)
     stages = (1, 1, 1)
     ckpt = resnet_checkpoint(rng, stages)
-    ckpt.update(vit_checkpoint(rng, hidden=32, layers=1, heads=2, mlp=64, patch=1, grid=(4, 4), classes=5,
-                               embed_in=1024))
-    model = keras_vit.create_model("R50+B/16", image_size=64, resnet_layers=stages, hidden_size=32, num_layers=1,
-                                   num_heads=2, mlp_dim=64, num_classes=5)
+    ckpt.update(
+        vit_checkpoint(rng, hidden=32, layers=1, heads=2, mlp=64, patch=1, grid=(4, 4), classes=5, embed_in=1024)
+    )
+    model = keras_vit.create_model(
+        "R50+B/16",
+        image_size=64,
+        resnet_layers=stages,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        num_classes=5,
+    )
     report = keras_vit.load_npz(model, _save(tmp_path, ckpt))
     assert sorted(report.loaded) == sorted(ckpt)
     images = rng.uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
@@ -99,8 +109,11 @@ def test_r50_b16_checkpoint_keys_map_one_to_one(tmp_path):
     table = checkpoint_variables(model)
     rng = np.random.default_rng(0)
     expected = resnet_checkpoint(rng, (3, 4, 9))
-    expected.update(vit_checkpoint(rng, hidden=768, layers=12, heads=12, mlp=3072, patch=1, grid=(14, 14),
-                                   classes=1000, embed_in=1024))
+    expected.update(
+        vit_checkpoint(
+            rng, hidden=768, layers=12, heads=12, mlp=3072, patch=1, grid=(14, 14), classes=1000, embed_in=1024
+        )
+    )
     assert sorted(table) == sorted(expected)
     for key, value in expected.items():
         assert tuple(table[key].shape) == value.shape, key

@@ -67,9 +67,7 @@ def test_every_listed_variant_is_known_and_counted():
         assert expected_count(name) > 0
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in LISTED]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in LISTED])
 def test_parameter_count(name):
     model = keras_vit.create_model(name) if name == "testing" else keras_vit.create_model(name, image_size=224)
     assert model.count_params() == expected_count(name)

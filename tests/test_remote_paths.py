@@ -17,9 +17,19 @@ import pytest
 import training
 from keras_vit import files
 
-TINY = {"dataset": "synthetic", "image_size": 16, "batch_size": 16, "steps_per_epoch": 4, "eval_every": 1,
-        "strategy": "default", "num_samples": 8, "num_calibration": 8, "checkpoint_every": 2, "jit_compile": False,
-        "deterministic": True}
+TINY = {
+    "dataset": "synthetic",
+    "image_size": 16,
+    "batch_size": 16,
+    "steps_per_epoch": 4,
+    "eval_every": 1,
+    "strategy": "default",
+    "num_samples": 8,
+    "num_calibration": 8,
+    "checkpoint_every": 2,
+    "jit_compile": False,
+    "deterministic": True,
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +58,18 @@ def test_train_and_resume_on_a_url_equal_the_same_on_a_local_disk(remote_run, tm
     assert remote_run.first.workdir == workdir and remote_run.first.metrics["steps"] == 4
     metrics = remote_run.resumed.metrics
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 8
-    expected = ["config.json", "labels.txt", "log.csv", "metrics.json", "model.keras", "samples/calibration.npz",
-                "samples/heldout.npz", "checkpoints/ckpt-00000006.npz", "checkpoints/ckpt-00000008.npz",
-                *(f"plots/{name}.png" for name in metrics["plots"])]
+    expected = [
+        "config.json",
+        "labels.txt",
+        "log.csv",
+        "metrics.json",
+        "model.keras",
+        "samples/calibration.npz",
+        "samples/heldout.npz",
+        "checkpoints/ckpt-00000006.npz",
+        "checkpoints/ckpt-00000008.npz",
+        *(f"plots/{name}.png" for name in metrics["plots"]),
+    ]
     written = {files.relpath(path, workdir) for path in files.walk(workdir)}
     assert set(expected) <= written, sorted(set(expected) - written)
     assert any(name.startswith("logs/train/events.out.tfevents") for name in written)
@@ -126,10 +145,13 @@ def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
         files.copy_file(path, files.join(url, os.path.relpath(path, local)))
     config = training.TrainConfig(image_size=16, batch_size=4, holdout_fraction=0.5)
     a, b = (data.load_source(f"folder:{root}", holdout_fraction=0.5) for root in (str(local), url))
-    assert (b.class_names, b.num_train, b.num_heldout) == (a.class_names, a.num_train, a.num_heldout) == (
-        ["cat", "dog"], 4, 5)
+    assert (
+        (b.class_names, b.num_train, b.num_heldout)
+        == (a.class_names, a.num_train, a.num_heldout)
+        == (["cat", "dog"], 4, 5)
+    )
     # The same files in the same order (os.walk's order), decoded to the same pixels.
-    assert [os.path.relpath(p, local) for p in a.train_arrays[0]] == [p[len(url) + 1:] for p in b.train_arrays[0]]
+    assert [os.path.relpath(p, local) for p in a.train_arrays[0]] == [p[len(url) + 1 :] for p in b.train_arrays[0]]
     for batch_a, batch_b in zip(data.eval_dataset(a, config), data.eval_dataset(b, config)):
         for tensor_a, tensor_b in zip(batch_a, batch_b):  # images, labels (and weights)
             np.testing.assert_array_equal(tensor_a.numpy(), tensor_b.numpy())
@@ -184,10 +206,25 @@ def test_export_predict_and_inspect_with_urls(remote_run, capsys):
     report = json.loads(files.read_text(f"{out}/report.json"))
     assert report["passed"] and report["out"] == out
     assert {"saved_model.pb", "model_float32.tflite", "model_float32.json"} <= {
-        files.basename(p) for p in files.walk(out)}
+        files.basename(p) for p in files.walk(out)
+    }
     # A .keras URL to another --out URL.
-    assert export_main([f"{workdir}/model.keras", "--out", f"{root}/exported", "--formats", "tflite",
-                        "--quantize", "float32", "--latency-runs", "2"]) == 0
+    assert (
+        export_main(
+            [
+                f"{workdir}/model.keras",
+                "--out",
+                f"{root}/exported",
+                "--formats",
+                "tflite",
+                "--quantize",
+                "float32",
+                "--latency-runs",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert files.isfile(f"{root}/exported/model_float32.tflite")
 
     # predict: every artifact kind from a URL, on an image from a URL, agrees with the Keras model in memory.
@@ -198,8 +235,13 @@ def test_export_predict_and_inspect_with_urls(remote_run, capsys):
     image_url = files.atomic_write_bytes(f"{root}/images/0.png", png.getvalue())
     model = remote_run.resumed.model
     expected = int(np.argmax(model.predict(to_model_space([image], model.input_shape[1:3]), verbose=0)[0]))
-    for artifact in (f"{out}/model_float32.tflite", f"{out}/saved_model", f"{workdir}/model.keras", workdir,
-                     f"{root}/exported/model_float32.tflite"):
+    for artifact in (
+        f"{out}/model_float32.tflite",
+        f"{out}/saved_model",
+        f"{workdir}/model.keras",
+        workdir,
+        f"{root}/exported/model_float32.tflite",
+    ):
         (result,) = export.predict(artifact, [image_url], top_k=1)
         assert result["top_k"][0]["id"] == expected, artifact
     capsys.readouterr()
@@ -208,6 +250,10 @@ def test_export_predict_and_inspect_with_urls(remote_run, capsys):
 
     # keras_vit.inspect: a workdir URL (its model and held-out samples) into an --out URL.
     assert inspect_main([workdir, "--out", f"{root}/inspect"]) == 0
-    assert files.listdir(f"{root}/inspect") == ["attention_distance.png", "attention_rollout.png",
-                                                "embedding_filters.png", "position_embedding_similarity.png"]
+    assert files.listdir(f"{root}/inspect") == [
+        "attention_distance.png",
+        "attention_rollout.png",
+        "embedding_filters.png",
+        "position_embedding_similarity.png",
+    ]
     _nothing_local(remote_run.cwd)

@@ -103,8 +103,9 @@ def test_fit_one_step_with_regularisation():
     model = keras_vit.create_model("testing", dropout_rate=0.1, attention_dropout_rate=0.1, stochastic_depth_rate=0.2)
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(3)
-    history = model.fit(rng.uniform(-1, 1, (8, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 8), epochs=2,
-                        verbose=0)
+    history = model.fit(
+        rng.uniform(-1, 1, (8, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 8), epochs=2, verbose=0
+    )
     assert np.isfinite(history.history["loss"]).all()
     assert np.abs(model.get_layer("head").kernel.numpy()).max() > 0  # the zero-initialised head learns
 

@@ -11,8 +11,15 @@ from training import augment, data
 from training.config import TrainConfig
 
 # big_vision/pp/autoaugment.py at level 10 (its _MAX_LEVEL): the strengths the recipes' randaug(2, 10) means.
-REFERENCE_AT_10 = {"Rotate": 30.0, "Shear": 0.3, "Translate": 100.0, "Enhance": 1.9, "Posterize": 4,
-                   "SolarizeAdd": 110, "CutoutSide": 80}
+REFERENCE_AT_10 = {
+    "Rotate": 30.0,
+    "Shear": 0.3,
+    "Translate": 100.0,
+    "Enhance": 1.9,
+    "Posterize": 4,
+    "SolarizeAdd": 110,
+    "CutoutSide": 80,
+}
 
 
 def _run(image, name, level, sign=1.0, seed=(0, 0)):
@@ -73,12 +80,15 @@ def _photo(seed=0, size=40):
     return np.asarray(Image.fromarray(small).resize((size, size), Image.BILINEAR)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name,pil", [
-    ("Brightness", lambda im, f: ImageEnhance.Brightness(im).enhance(f)),
-    ("Color", lambda im, f: ImageEnhance.Color(im).enhance(f)),
-    ("Contrast", lambda im, f: ImageEnhance.Contrast(im).enhance(f)),
-    ("Sharpness", lambda im, f: ImageEnhance.Sharpness(im).enhance(f)),
-])
+@pytest.mark.parametrize(
+    "name,pil",
+    [
+        ("Brightness", lambda im, f: ImageEnhance.Brightness(im).enhance(f)),
+        ("Color", lambda im, f: ImageEnhance.Color(im).enhance(f)),
+        ("Contrast", lambda im, f: ImageEnhance.Contrast(im).enhance(f)),
+        ("Sharpness", lambda im, f: ImageEnhance.Sharpness(im).enhance(f)),
+    ],
+)
 @pytest.mark.parametrize("level", [10, 3])
 def test_enhance_ops_equal_pil_at_factor_1_8_level_over_10_plus_0_1(name, pil, level):
     image = _photo(level)
@@ -99,8 +109,9 @@ def test_histogram_and_level_ops_equal_pil():
     image = _photo(7)
     pil = Image.fromarray(image.astype(np.uint8))
     np.testing.assert_array_equal(_run(image, "Invert", 10), np.asarray(ImageOps.invert(pil)))
-    np.testing.assert_array_equal(_run(image, "Posterize", 10),
-                                  np.asarray(ImageOps.posterize(pil, REFERENCE_AT_10["Posterize"])))
+    np.testing.assert_array_equal(
+        _run(image, "Posterize", 10), np.asarray(ImageOps.posterize(pil, REFERENCE_AT_10["Posterize"]))
+    )
     np.testing.assert_array_equal(_run(image, "Solarize", 5), np.asarray(ImageOps.solarize(pil, 128)))
     np.testing.assert_array_equal(_run(image, "Solarize", 10), image)  # threshold 256: no pixel changes
     assert np.abs(_run(image, "Equalize", 10) - np.asarray(ImageOps.equalize(pil))).max() <= 1
@@ -118,7 +129,7 @@ def test_cutout_is_an_80_pixel_grey_square_at_level_10():
     for i in range(12):
         out = _run(image, "Cutout", 10, seed=(3, i))
         y, x = np.nonzero(out[..., 0] == 128)
-        assert (out[y.min():y.max() + 1, x.min():x.max() + 1] == 128).all()  # one solid rectangle
+        assert (out[y.min() : y.max() + 1, x.min() : x.max() + 1] == 128).all()  # one solid rectangle
         sides.append((y.max() - y.min() + 1, x.max() - x.min() + 1))
     assert max(max(s) for s in sides) == REFERENCE_AT_10["CutoutSide"]
     assert len(set(sides)) > 1 or sides[0] == (80, 80)  # clipped at the borders sometimes
@@ -130,8 +141,9 @@ def test_ops_are_chosen_per_image_in_a_batch():
     images = np.full((64, 24, 24, 3), 100, np.uint8)
     labels = np.zeros(64, np.int64)
     source = data._in_memory(images, labels, np.arange(48), np.arange(48, 64), ["a", "b"], original_size=24)
-    config = TrainConfig(dataset="synthetic", image_size=24, batch_size=16, augment="resize", flip=False,
-                         randaugment=(1, 10), seed=1)
+    config = TrainConfig(
+        dataset="synthetic", image_size=24, batch_size=16, augment="resize", flip=False, randaugment=(1, 10), seed=1
+    )
     x, _ = next(iter(data.train_dataset(source, config, num_steps=1)))
     centres = {round(float(v) * 127.5 + 127.5) for v in x.numpy()[:, 12, 12, 0]}
     assert len(centres) >= 4, centres
@@ -154,7 +166,8 @@ def test_randaugment_is_a_function_of_its_seed():
 
 def _weights(alpha, num_images, count, seed=0):
     ds = tf.data.Dataset.range(count).map(
-        lambda i: data.mixup_weights(alpha, num_images, tf.stack([tf.constant(seed, tf.int64), i])))
+        lambda i: data.mixup_weights(alpha, num_images, tf.stack([tf.constant(seed, tf.int64), i]))
+    )
     return np.concatenate([b.numpy() for b in ds.batch(1000)])
 
 
@@ -187,8 +200,9 @@ def test_mixup_with_three_images_is_a_sorted_dirichlet():
 
 
 def test_mixup_in_the_stream_mixes_every_batch():
-    config = TrainConfig(dataset="synthetic", image_size=16, batch_size=8, seed=3, augment="resize", flip=False,
-                         mixup_alpha=0.2)
+    config = TrainConfig(
+        dataset="synthetic", image_size=16, batch_size=8, seed=3, augment="resize", flip=False, mixup_alpha=0.2
+    )
     source = data.load_source("synthetic", seed=3)
     for _, y in data.train_dataset(source, config, num_steps=20):
         y = y.numpy()
@@ -201,10 +215,10 @@ def test_mixup_in_the_stream_mixes_every_batch():
 def test_pixel_scale_shrinks_translation_and_cutout_for_small_images():
     image = np.zeros((64, 64, 3), np.float32)
     image[31:34, 31:34] = 255
-    out = augment.apply_op(tf.constant(image), "TranslateX", 10, 1.0, tf.constant([0, 0]),
-                           pixel_scale=32 / 224).numpy()
+    out = augment.apply_op(tf.constant(image), "TranslateX", 10, 1.0, tf.constant([0, 0]), pixel_scale=32 / 224).numpy()
     _, x = np.nonzero(out[..., 0] > 200)
     assert 32 - x.mean() == pytest.approx(100 * 32 / 224, abs=0.5)
-    cut = augment.apply_op(tf.constant(np.zeros((64, 64, 3), np.float32)), "Cutout", 10, 1.0, tf.constant([1, 1]),
-                           pixel_scale=32 / 224).numpy()
+    cut = augment.apply_op(
+        tf.constant(np.zeros((64, 64, 3), np.float32)), "Cutout", 10, 1.0, tf.constant([1, 1]), pixel_scale=32 / 224
+    ).numpy()
     assert (cut[..., 0] == 128).sum() <= (2 * int(40 * 32 / 224)) ** 2

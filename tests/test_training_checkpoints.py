@@ -137,9 +137,21 @@ def test_the_schedule_extension_is_continuous_and_matches_the_formula():
     assert WarmupDecay(**old.extend(5, 250).get_config()).get_config() == WarmupDecay(peak, 250, warmup).get_config()
 
 
-CONFIG = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=2, steps_per_epoch=2,
-                              warmup_steps=1, learning_rate=3e-3, eval_every=0, checkpoint_every=1,
-                              jit_compile=False, strategy="default", num_samples=4, num_calibration=4)
+CONFIG = training.TrainConfig(
+    dataset="synthetic",
+    image_size=16,
+    batch_size=16,
+    epochs=2,
+    steps_per_epoch=2,
+    warmup_steps=1,
+    learning_rate=3e-3,
+    eval_every=0,
+    checkpoint_every=1,
+    jit_compile=False,
+    strategy="default",
+    num_samples=4,
+    num_calibration=4,
+)
 
 
 @pytest.mark.slow  # five tiny trainings: ~25 s on 2 busy cores
@@ -161,11 +173,15 @@ def test_resume_names_the_file_restored_and_refuses_a_changed_schedule_unless_ex
     os.remove(tmp_path / "fresh" / "checkpoints" / "ckpt-00000004.npz")  # as if killed after step 3
     tmp_path = tmp_path / "fresh"
     checkpoints = tmp_path / "checkpoints"
-    for change, pattern in (({"epochs": 4}, r"different epochs \(epochs: 2 -> 4\).*new --workdir.*extend_epochs"),
-                            ({"learning_rate": 1e-3, "warmup_steps": 2},
-                             r"different learning_rate, warmup_steps "
-                             r"\(learning_rate: 0.003 -> 0.001, warmup_steps: 1 -> 2\)"),
-                            ({"optimizer": "sgd", "weight_decay": 0.0}, r"different optimizer")):
+    for change, pattern in (
+        ({"epochs": 4}, r"different epochs \(epochs: 2 -> 4\).*new --workdir.*extend_epochs"),
+        (
+            {"learning_rate": 1e-3, "warmup_steps": 2},
+            r"different learning_rate, warmup_steps "
+            r"\(learning_rate: 0.003 -> 0.001, warmup_steps: 1 -> 2\)",
+        ),
+        ({"optimizer": "sgd", "weight_decay": 0.0}, r"different optimizer"),
+    ):
         with pytest.raises(ValueError, match=pattern):
             training.train(CONFIG.replace(**change), str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="extend_epochs"):  # another key changes too: extending is not enough

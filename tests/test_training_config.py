@@ -9,8 +9,7 @@ import pytest
 from training import optim
 from training.config import TrainConfig, available_configs, get_config, parse_overrides, steps_per_execution_for
 
-RECIPES = ["cifar10_finetune", "digits", "digits_augreg", "imagenet1k_s16", "imagenet21k_b16",
-           "imagenet_finetune_384"]
+RECIPES = ["cifar10_finetune", "digits", "digits_augreg", "imagenet1k_s16", "imagenet21k_b16", "imagenet_finetune_384"]
 
 
 def test_every_recipe_loads_and_states_its_command_line():
@@ -29,18 +28,28 @@ def test_paper_recipes_have_the_published_hyperparameters():
     assert cifar.image_size == 384 and cifar.global_clipnorm == 1.0
     s16 = get_config("imagenet1k_s16")
     assert s16.weight_decay == pytest.approx(0.1)  # big_vision wd 1e-4 at lr 1e-3
-    assert s16.model == {"pooling": "gap", "class_token": False, "position_embedding": "sincos2d",
-                         "representation_size": 384}
+    assert s16.model == {
+        "pooling": "gap",
+        "class_token": False,
+        "position_embedding": "sincos2d",
+        "representation_size": 384,
+    }
     assert (s16.randaugment, s16.mixup_alpha, s16.batch_size) == ((2, 10), 0.2, 1024)
     b16 = get_config("imagenet21k_b16")
     assert (b16.learning_rate, b16.weight_decay, b16.schedule, b16.batch_size) == (1e-3, 0.03, "linear", 4096)
 
 
 def test_overrides_parse_literals_and_model_keys():
-    overrides = parse_overrides(["learning_rate=3e-3", "model.dropout_rate=0.1", "randaugment=(2, 15)",
-                                 "dataset=folder:/data/x", "init=None"])
-    assert overrides == {"learning_rate": 3e-3, "model.dropout_rate": 0.1, "randaugment": (2, 15),
-                         "dataset": "folder:/data/x", "init": None}
+    overrides = parse_overrides(
+        ["learning_rate=3e-3", "model.dropout_rate=0.1", "randaugment=(2, 15)", "dataset=folder:/data/x", "init=None"]
+    )
+    assert overrides == {
+        "learning_rate": 3e-3,
+        "model.dropout_rate": 0.1,
+        "randaugment": (2, 15),
+        "dataset": "folder:/data/x",
+        "init": None,
+    }
     config = get_config("digits").replace(**overrides)
     assert config.learning_rate == 3e-3 and config.model["dropout_rate"] == 0.1
     assert config.model["hidden_size"] == 192  # the recipe's other model overrides kept
@@ -83,8 +92,11 @@ def test_warmup_decay_schedule_against_numpy(decay):
             expected = peak * (step + 1) / warmup
         else:
             progress = min((step - warmup) / (total - warmup), 1.0)
-            expected = {"cosine": peak * 0.5 * (1 + math.cos(math.pi * progress)),
-                        "linear": peak * (1 - progress), "constant": peak}[decay]
+            expected = {
+                "cosine": peak * 0.5 * (1 + math.cos(math.pi * progress)),
+                "linear": peak * (1 - progress),
+                "constant": peak,
+            }[decay]
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-9), step
     assert optim.WarmupDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
 
@@ -120,13 +132,13 @@ def test_losses_against_numpy():
     assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
 
 
-
 def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-@pytest.mark.parametrize("requested, steps, expected", [(100, 1238, 2), (50, 500, 50), (7, 22, 2), (1, 13, 1),
-                                                         (30, 12, 12), (5, 7, 1)])
+@pytest.mark.parametrize(
+    "requested, steps, expected", [(100, 1238, 2), (50, 500, 50), (7, 22, 2), (1, 13, 1), (30, 12, 12), (5, 7, 1)]
+)
 def test_steps_per_execution_is_the_largest_divisor_of_the_epoch(requested, steps, expected):
     value, note = steps_per_execution_for(requested, steps)
     assert value == expected and steps % value == 0

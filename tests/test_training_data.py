@@ -19,7 +19,7 @@ def _batches(ds, n):
 def test_digits_source_is_the_contract_conversion_with_a_stratified_split():
     from sklearn.datasets import load_digits
 
-    images, labels = data.digits_uint8()
+    images, _ = data.digits_uint8()
     raw = load_digits()
     assert images.shape == (1797, 8, 8, 3) and images.dtype == np.uint8
     np.testing.assert_array_equal(images[..., 0], np.round(raw.images * 255 / 16).astype(np.uint8))
@@ -36,10 +36,12 @@ def test_digits_source_is_the_contract_conversion_with_a_stratified_split():
 def test_stream_resumed_at_a_step_equals_the_uninterrupted_stream():
     config = TrainConfig(**SMALL, augment="inception", mixup_alpha=0.2, randaugment=(2, 10))
     source = data.load_source("synthetic", seed=3)
-    full = _batches(data.train_dataset(source, config), 40)  # 40 steps = 10 passes over 256 images / 8 ... crosses passes
+    full = _batches(
+        data.train_dataset(source, config), 40
+    )  # 40 steps = 10 passes over 256 images / 8 ... crosses passes
     for start in (0, 7, 31, 32, 33):
         resumed = _batches(data.train_dataset(source, config, start_step=start), 3)
-        for (x1, y1), (x2, y2) in zip(full[start:start + 3], resumed):
+        for (x1, y1), (x2, y2) in zip(full[start : start + 3], resumed):
             np.testing.assert_array_equal(x1, x2)
             np.testing.assert_array_equal(y1, y2)
     # Different passes are shuffled differently, and a different seed gives a different stream.
@@ -59,20 +61,35 @@ def _counting_source(count):
         with tf.control_dependencies([reads.assign_add(1)]):
             return tf.gather(images, index), tf.gather(labels, index)
 
-    source = data.Source(train=tf.data.Dataset.range(count).map(element),
-                         heldout=tf.data.Dataset.from_tensor_slices((images[:8], labels[:8])), num_train=count,
-                         num_heldout=8, class_names=[str(i) for i in range(10)], decode=tf.identity,
-                         original_size=4)
+    source = data.Source(
+        train=tf.data.Dataset.range(count).map(element),
+        heldout=tf.data.Dataset.from_tensor_slices((images[:8], labels[:8])),
+        num_train=count,
+        num_heldout=8,
+        class_names=[str(i) for i in range(10)],
+        decode=tf.identity,
+        original_size=4,
+    )
     return source, reads
 
 
 def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_stream():
     count, batch, buffer, step, steps = 60, 8, 16, 301, 12  # step 301 = element 2408: pass 40, 8 elements in
     source, reads = _counting_source(count)
-    configs = [TrainConfig(dataset="synthetic", image_size=4, batch_size=batch, seed=3, shuffle_buffer=buffer,
-                           augment="resize"),
-               TrainConfig(dataset="synthetic", image_size=8, batch_size=batch, seed=3, shuffle_buffer=buffer,
-                           augment="inception", mixup_alpha=0.2)]
+    configs = [
+        TrainConfig(
+            dataset="synthetic", image_size=4, batch_size=batch, seed=3, shuffle_buffer=buffer, augment="resize"
+        ),
+        TrainConfig(
+            dataset="synthetic",
+            image_size=8,
+            batch_size=batch,
+            seed=3,
+            shuffle_buffer=buffer,
+            augment="inception",
+            mixup_alpha=0.2,
+        ),
+    ]
     for config in configs:
         full = _batches(data.train_dataset(source, config, num_steps=step + steps), step + steps)
         reads.assign(0)
@@ -87,7 +104,7 @@ def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_str
     # passes are shuffled differently.
     full = _batches(data.train_dataset(source, configs[0], num_steps=step + steps), step + steps)
     order = np.concatenate([np.rint(x[:, 0, 0, 0] * 127.5 + 127.5) for x, _ in full]).astype(int)
-    passes = order[:len(order) // count * count].reshape(-1, count)
+    passes = order[: len(order) // count * count].reshape(-1, count)
     for p in passes:
         np.testing.assert_array_equal(np.sort(p), np.arange(count))
     assert len({tuple(p) for p in passes}) == len(passes)
@@ -126,8 +143,11 @@ def test_eval_resize_small_then_central_crop_equals_pil_box_resize_and_crop():
     out = data.eval_preprocess(tf.constant(photo), 224, resize_small=256).numpy() * 127.5 + 127.5
     resized = np.asarray(Image.fromarray(photo).resize((341, 256), Image.BOX), np.float32)
     assert out.shape == (224, 224, 3)
-    errors = {(dy, dx): np.abs(out - resized[dy:dy + 224, dx:dx + 224]).mean()
-              for dy in (15, 16, 17) for dx in (57, 58, 59)}
+    errors = {
+        (dy, dx): np.abs(out - resized[dy : dy + 224, dx : dx + 224]).mean()
+        for dy in (15, 16, 17)
+        for dx in (57, 58, 59)
+    }
     # Stored as uint8 (truncated) after the resize, as the reference; PIL rounds: about half a level apart.
     assert errors[16, 58] < 1.0 and min(errors, key=errors.get) == (16, 58)
     assert np.abs(out - resized[16:240, 58:282]).max() <= 4.0
@@ -171,8 +191,12 @@ def test_translate_shifts_digits_without_flipping():
     shifts = set()
     for out in outputs:
         assert out.shape == (16, 16, 3)
-        found = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
-                 if np.allclose(np.roll(np.pad(base, ((2, 2), (2, 2), (0, 0))), (-dy, -dx), (0, 1))[2:18, 2:18], out)]
+        found = [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if np.allclose(np.roll(np.pad(base, ((2, 2), (2, 2), (0, 0))), (-dy, -dx), (0, 1))[2:18, 2:18], out)
+        ]
         assert found, "output is not a shifted copy of the input"
         shifts.add(found[0])
     assert len(shifts) > 3  # several different shifts, at most 2 px (one original pixel) in each direction
@@ -214,10 +238,16 @@ def _tiny_tfds(data_dir):
             __module__ = "tiny_shapes"
 
             def _info(self):
-                return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-                    "image": tfds.features.Image(shape=(12, 12, 3)),
-                    "label": tfds.features.ClassLabel(names=["red", "green", "blue"]),
-                }), supervised_keys=("image", "label"))
+                return tfds.core.DatasetInfo(
+                    builder=self,
+                    features=tfds.features.FeaturesDict(
+                        {
+                            "image": tfds.features.Image(shape=(12, 12, 3)),
+                            "label": tfds.features.ClassLabel(names=["red", "green", "blue"]),
+                        }
+                    ),
+                    supervised_keys=("image", "label"),
+                )
 
             def _split_generators(self, dl_manager):
                 return {"train": self._generate_examples(30, 0), "test": self._generate_examples(9, 1)}
@@ -238,8 +268,7 @@ def _tiny_tfds(data_dir):
 
 def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
     name = _tiny_tfds(tmp_path)
-    source = data.load_source(f"tfds:{name}", data_dir=str(tmp_path), train_split="train[:20]",
-                              eval_split="test")
+    source = data.load_source(f"tfds:{name}", data_dir=str(tmp_path), train_split="train[:20]", eval_split="test")
     assert (source.num_train, source.num_heldout, source.class_names) == (20, 9, ["red", "green", "blue"])
     config = TrainConfig(dataset=f"tfds:{name}", image_size=16, batch_size=4)
     x, y = _batches(data.train_dataset(source, config), 1)[0]
@@ -266,7 +295,7 @@ def _image_folder(root, classes=("cat", "dog"), per_class=4, size=10):
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    for c, name in enumerate(classes):
+    for name in classes:
         os.makedirs(root / name, exist_ok=True)
         for i in range(per_class):
             pixels = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
@@ -278,7 +307,7 @@ def test_folder_source_lists_classes_and_decodes(tmp_path):
     root = _image_folder(tmp_path / "pets")
     source = data.load_source(f"folder:{root}", holdout_fraction=0.5)
     assert source.class_names == ["cat", "dog"] and (source.num_train, source.num_heldout) == (4, 4)
-    x, y = _batches(data.train_dataset(source, TrainConfig(image_size=16, batch_size=2)), 1)[0]
+    x, _ = _batches(data.train_dataset(source, TrainConfig(image_size=16, batch_size=2)), 1)[0]
     assert x.shape == (2, 16, 16, 3)
 
 

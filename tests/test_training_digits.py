@@ -66,8 +66,14 @@ def test_digits_workdir_follows_the_contract(digits_run):
 def test_evaluate_command_reproduces_the_metrics(digits_run):
     workdir, _, _ = digits_run
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
-    result = subprocess.run([sys.executable, "-m", "training", "evaluate", "--workdir", str(workdir)], cwd=ROOT,
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "training", "evaluate", "--workdir", str(workdir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads(re.search(r"\{.*\}", result.stdout, re.S).group(0))
     metrics = json.loads((workdir / "metrics.json").read_text())

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = ("training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
-          "eval_every=0, checkpoint_every=0, learning_rate=3e-3, jit_compile=False, num_samples=4, "
-          "num_calibration=4, seed=1)")
+CONFIG = (
+    "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
+    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, jit_compile=False, num_samples=4, "
+    "num_calibration=4, seed=1)"
+)
 
 MIRRORED = textwrap.dedent(f"""
     import json, sys
@@ -101,9 +103,16 @@ def _two_workers(tmp_path, mode):
     processes = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        processes.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tmp_path / "run"), str(tmp_path / f"w{index}.npz"), mode],
-            cwd=ROOT, env=_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, str(tmp_path / "run"), str(tmp_path / f"w{index}.npz"), mode],
+                cwd=ROOT,
+                env=_env(TF_CONFIG=tf_config),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = []
     for process in processes:
         try:
@@ -117,8 +126,14 @@ def _two_workers(tmp_path, mode):
 
 @pytest.mark.slow
 def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(tmp_path):
-    result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path)], cwd=ROOT, env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED, str(tmp_path)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["default"]["replicas"] == 1 and out["mirrored"]["replicas"] == 2
@@ -157,8 +172,14 @@ def test_multi_worker_workaround_is_still_needed(tmp_path):
 
 @pytest.mark.slow
 def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
-    result = subprocess.run([sys.executable, "-c", PADDED_EVAL, str(tmp_path / "run")], cwd=ROOT, env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", PADDED_EVAL, str(tmp_path / "run")],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["replicas"] == 2
@@ -180,19 +201,50 @@ def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
             np.testing.assert_allclose(out[name][key], value, rtol=1e-5, err_msg=f"{name} {key}")
 
 
-CLI = ["--dataset", "synthetic", "--batch-size", "16", "--strategy", "multi_worker", "--set", "steps_per_epoch=2",
-       "--set", "image_size=16", "--set", "eval_every=0", "--set", "checkpoint_every=0", "--set", "num_samples=4",
-       "--set", "num_calibration=4", "--set", "jit_compile=False", "--set", "learning_rate=3e-3", "--set", "seed=1",
-       "--set", "warmup_steps=1"]
+CLI = [
+    "--dataset",
+    "synthetic",
+    "--batch-size",
+    "16",
+    "--strategy",
+    "multi_worker",
+    "--set",
+    "steps_per_epoch=2",
+    "--set",
+    "image_size=16",
+    "--set",
+    "eval_every=0",
+    "--set",
+    "checkpoint_every=0",
+    "--set",
+    "num_samples=4",
+    "--set",
+    "num_calibration=4",
+    "--set",
+    "jit_compile=False",
+    "--set",
+    "learning_rate=3e-3",
+    "--set",
+    "seed=1",
+    "--set",
+    "warmup_steps=1",
+]
 
 
 def _start_workers(workdir, *extra):
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    return [subprocess.Popen(
-        [sys.executable, "-m", "training", "--workdir", str(workdir), *CLI, *extra], cwd=ROOT,
-        env=_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for index in range(2)]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "training", "--workdir", str(workdir), *CLI, *extra],
+            cwd=ROOT,
+            env=_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for index in range(2)
+    ]
 
 
 def _wait_all(processes, timeout):
@@ -226,8 +278,9 @@ def test_sigterm_to_one_worker_stops_both_after_saving_and_the_rerun_resumes(tmp
     processes[1].send_signal(signal.SIGTERM)  # the non-chief worker: without agreement the chief would hang
     codes, outputs = _wait_all(processes, timeout=120)
     assert codes == [143, 143], "\n\n".join(o[-2000:] for o in outputs)
-    steps = sorted(int(re.search(r"ckpt-(\d+)", p).group(1))
-                   for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz")))
+    steps = sorted(
+        int(re.search(r"ckpt-(\d+)", p).group(1)) for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz"))
+    )
     saved = steps[-1]
     assert saved > 2 and all(f"saved the checkpoint of step {saved}" in o for o in outputs)  # the same step
     assert not (workdir / "model.keras").exists()

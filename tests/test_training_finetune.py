@@ -24,9 +24,22 @@ def pretrained(tmp_path_factory):
 
 
 def _finetune_config(init, **overrides):
-    defaults = dict(dataset="synthetic", variant="testing", image_size=48, init=str(init), batch_size=16, epochs=1,
-                    steps_per_epoch=3, optimizer="sgd", learning_rate=0.01, eval_every=0, jit_compile=False,
-                    strategy="default", num_samples=8, num_calibration=8)
+    defaults = dict(
+        dataset="synthetic",
+        variant="testing",
+        image_size=48,
+        init=str(init),
+        batch_size=16,
+        epochs=1,
+        steps_per_epoch=3,
+        optimizer="sgd",
+        learning_rate=0.01,
+        eval_every=0,
+        jit_compile=False,
+        strategy="default",
+        num_samples=8,
+        num_calibration=8,
+    )
     return TrainConfig(**{**defaults, **overrides})
 
 
@@ -38,13 +51,20 @@ def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix):
     assert model.config.image_size == (48, 48) and model.output_shape == (None, 3)
     # The 4x4 grid of position embeddings was interpolated to 6x6 (class row kept), everything else copied.
     expected = keras_vit.layers.resize_position_embedding(
-        source.get_layer("posembed_input").pos_embedding.numpy(), (6, 6), old_grid=(4, 4), num_prefix_tokens=1,
-        method="zoom")
+        source.get_layer("posembed_input").pos_embedding.numpy(),
+        (6, 6),
+        old_grid=(4, 4),
+        num_prefix_tokens=1,
+        method="zoom",
+    )
     np.testing.assert_allclose(model.get_layer("posembed_input").pos_embedding.numpy(), expected, atol=1e-6)
-    np.testing.assert_array_equal(model.get_layer("embedding").kernel.numpy(),
-                                  source.get_layer("embedding").kernel.numpy())
-    np.testing.assert_array_equal(model.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy(),
-                                  source.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy())
+    np.testing.assert_array_equal(
+        model.get_layer("embedding").kernel.numpy(), source.get_layer("embedding").kernel.numpy()
+    )
+    np.testing.assert_array_equal(
+        model.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy(),
+        source.get_layer("encoderblock_1").mlp.dense_1.kernel.numpy(),
+    )
     assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
 
 
@@ -59,8 +79,9 @@ def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path):
             pixels = rng.integers(0, 80, (20, 20, 3), dtype=np.uint8)
             pixels[..., c] += 150
             Image.fromarray(pixels).save(tmp_path / "data" / name / f"{i}.png")
-    config = _finetune_config(directory / "vit.npz").replace(dataset=f"folder:{tmp_path / 'data'}",
-                                                             holdout_fraction=0.25, batch_size=8, epochs=3)
+    config = _finetune_config(directory / "vit.npz").replace(
+        dataset=f"folder:{tmp_path / 'data'}", holdout_fraction=0.25, batch_size=8, epochs=3
+    )
     with pytest.warns(UserWarning, match="skipped head"):
         result = training.train(config, str(tmp_path / "run"), verbose=0)
     assert result.model.output_shape == (None, 3) and result.model.input_shape == (None, 48, 48, 3)
@@ -88,8 +109,9 @@ def test_fine_tuning_starts_a_fresh_head_even_when_the_class_count_fits(pretrain
     source, directory = pretrained
     model = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32), num_classes=10)
     assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
-    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(),
-                                  source.get_layer("encoder_norm").gamma.numpy())
+    np.testing.assert_array_equal(
+        model.get_layer("encoder_norm").gamma.numpy(), source.get_layer("encoder_norm").gamma.numpy()
+    )
     biased = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32, head_bias_init=-10.0), 10)
     np.testing.assert_array_equal(biased.get_layer("head").bias.numpy(), np.full(10, -10.0, np.float32))
     kept = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32, init_head=True), num_classes=10)

@@ -21,20 +21,32 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tiny and dropout-free; 2 steps per epoch. Losses of two placements then agree to float rounding.
-CONFIG = ("training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
-          "eval_every=0, checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, seed=1)")
+CONFIG = (
+    "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
+    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, seed=1)"
+)
 
 
 def _env(backend, devices=2):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "XLA_FLAGS")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, KERAS_BACKEND=backend,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT,
+        KERAS_BACKEND=backend,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    )
     return env
 
 
 def _python(backend, code, *args, timeout=300):
-    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, env=_env(backend),
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=ROOT,
+        env=_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
 
@@ -79,17 +91,42 @@ def test_two_host_devices_match_one_device(tmp_path):
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 # 8 steps per epoch, 4 epochs, 2 host devices; no dropout.
-RUN = ["--dataset", "synthetic", "--epochs", "4", "--batch-size", "16", "--strategy", "auto",
-       "--set", "steps_per_epoch=8", "--set", "image_size=16", "--set", "warmup_steps=4", "--set", "deterministic=True",
-       "--set", "eval_every=0", "--set", "num_samples=8", "--set", "num_calibration=8", "--set", "learning_rate=3e-3",
-       "--set", "checkpoint_every=3"]
+RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "4",
+    "--batch-size",
+    "16",
+    "--strategy",
+    "auto",
+    "--set",
+    "steps_per_epoch=8",
+    "--set",
+    "image_size=16",
+    "--set",
+    "warmup_steps=4",
+    "--set",
+    "deterministic=True",
+    "--set",
+    "eval_every=0",
+    "--set",
+    "num_samples=8",
+    "--set",
+    "num_calibration=8",
+    "--set",
+    "learning_rate=3e-3",
+    "--set",
+    "checkpoint_every=3",
+]
 
 
 def _cli(workdir, *, wait=True):
     command = [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN]
     if not wait:
-        return subprocess.Popen(command, cwd=ROOT, env=_env("jax"), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            command, cwd=ROOT, env=_env("jax"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     result = subprocess.run(command, cwd=ROOT, env=_env("jax"), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
@@ -242,13 +279,20 @@ def test_rng_state_variables_cross_backends_both_ways(tmp_path):
 
 # ------------------------------------------------------------------------ digits under JAX, then export it
 
+
 @pytest.fixture(scope="module")
 def jax_digits(tmp_path_factory):
     """`python -m training` (the digits recipe, unchanged) under JAX on 2 host devices: workdir, output, seconds."""
     workdir = tmp_path_factory.mktemp("jax_digits") / "digits"
     started = time.time()
-    result = subprocess.run([sys.executable, "-m", "training", "--workdir", str(workdir)], cwd=ROOT, env=_env("jax"),
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "training", "--workdir", str(workdir)],
+        cwd=ROOT,
+        env=_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return workdir, result, time.time() - started
 
@@ -268,9 +312,14 @@ def test_digits_reaches_the_98_percent_floor_under_jax(jax_digits):
 def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     workdir = jax_digits[0]
     # The shell that trained (KERAS_BACKEND=jax still set): the export CLI switches to TensorFlow, as it must.
-    exported = subprocess.run([sys.executable, "-m", "export", str(workdir), "--quantize", "float32",
-                               "--latency-runs", "2"], cwd=ROOT, env=_env("jax"), capture_output=True, text=True,
-                              timeout=600)
+    exported = subprocess.run(
+        [sys.executable, "-m", "export", str(workdir), "--quantize", "float32", "--latency-runs", "2"],
+        cwd=ROOT,
+        env=_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert exported.returncode == 0, exported.stdout[-2000:] + exported.stderr[-3000:]
     assert "KERAS_BACKEND=jax -> tensorflow" in exported.stderr
     report = json.loads((workdir / "export" / "report.json").read_text())
@@ -353,9 +402,15 @@ def test_tensorflow_placement_and_bad_matmul_precision():
     from training.distribution import select_placement
 
     placement = select_placement("default")
-    assert placement.describe() == ("backend tensorflow, 1 cpu device, _DefaultDistributionStrategy - default "
-                                    "strategy requested (one device)")
-    assert placement.metrics() == {"backend": "tensorflow", "strategy": "_DefaultDistributionStrategy",
-                                   "replicas": 1, "devices": 1, "device_kind": "cpu"}
+    assert placement.describe() == (
+        "backend tensorflow, 1 cpu device, _DefaultDistributionStrategy - default strategy requested (one device)"
+    )
+    assert placement.metrics() == {
+        "backend": "tensorflow",
+        "strategy": "_DefaultDistributionStrategy",
+        "replicas": 1,
+        "devices": 1,
+        "device_kind": "cpu",
+    }
     with pytest.raises(ValueError, match="Unknown matmul_precision 'fp32'. Use one of: None, default, high"):
         training.TrainConfig(matmul_precision="fp32")

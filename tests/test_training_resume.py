@@ -19,9 +19,32 @@ from training.checkpointing import CheckpointManager, atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal.
-RUN = ["--dataset", "synthetic", "--epochs", "4", "--batch-size", "16", "--strategy", "default",
-       "--set", "steps_per_epoch=8", "--set", "image_size=16", "--set", "warmup_steps=4", "--set", "deterministic=True",
-       "--set", "eval_every=0", "--set", "num_samples=8", "--set", "num_calibration=8", "--set", "learning_rate=3e-3"]
+RUN = [
+    "--dataset",
+    "synthetic",
+    "--epochs",
+    "4",
+    "--batch-size",
+    "16",
+    "--strategy",
+    "default",
+    "--set",
+    "steps_per_epoch=8",
+    "--set",
+    "image_size=16",
+    "--set",
+    "warmup_steps=4",
+    "--set",
+    "deterministic=True",
+    "--set",
+    "eval_every=0",
+    "--set",
+    "num_samples=8",
+    "--set",
+    "num_calibration=8",
+    "--set",
+    "learning_rate=3e-3",
+]
 
 
 def _env():
@@ -29,15 +52,27 @@ def _env():
 
 
 def _run(workdir, *extra):
-    result = subprocess.run([sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra], cwd=ROOT,
-                            env=_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
 
 
 def _start(workdir, *extra):
-    return subprocess.Popen([sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra], cwd=ROOT,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _steps_saved(workdir):
@@ -130,9 +165,21 @@ def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path):
 
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
     # Warm-up from a tiny to an absurd learning rate: the first steps are fine, then the weights blow up.
-    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=8,
-                                  optimizer="sgd", learning_rate=1e30, warmup_steps=7, global_clipnorm=None,
-                                  checkpoint_every=1, eval_every=0, jit_compile=False, strategy="default")
+    config = training.TrainConfig(
+        dataset="synthetic",
+        image_size=16,
+        batch_size=16,
+        epochs=1,
+        steps_per_epoch=8,
+        optimizer="sgd",
+        learning_rate=1e30,
+        warmup_steps=7,
+        global_clipnorm=None,
+        checkpoint_every=1,
+        eval_every=0,
+        jit_compile=False,
+        strategy="default",
+    )
     with pytest.raises(training.NonFiniteLossError, match=r"loss became (nan|inf).*last good checkpoint \(step \d+\)"):
         training.train(config, str(tmp_path), verbose=0)
     steps = sorted(_steps_saved(tmp_path))
@@ -176,9 +223,18 @@ def test_restore_skips_an_unreadable_newest_checkpoint(tmp_path):
 
 
 def test_resuming_with_a_different_batch_size_is_refused(tmp_path):
-    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=2,
-                                  eval_every=0, jit_compile=False, strategy="default", num_samples=4,
-                                  num_calibration=4)
+    config = training.TrainConfig(
+        dataset="synthetic",
+        image_size=16,
+        batch_size=16,
+        epochs=1,
+        steps_per_epoch=2,
+        eval_every=0,
+        jit_compile=False,
+        strategy="default",
+        num_samples=4,
+        num_calibration=4,
+    )
     training.train(config, str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="different batch_size.*16 -> 32.*new --workdir"):
         training.train(config.replace(batch_size=32), str(tmp_path), verbose=0)
@@ -222,13 +278,20 @@ def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_p
     # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at the first atomic write of the file it
     # names. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and the
     # epoch's checkpoint, ckpt-12 and so on, then labels.txt, samples/, plots/, metrics.json.
-    kills = [("ckpt-00000008.npz", "ckpt-00000008.npz"),  # 1. during a checkpoint write: resumes from step 4
-             ("log.csv:after", "log.csv"),  # 2. from 4: between epoch 0's log row and its checkpoint
-             ("heldout.npz", "heldout.npz")]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
+    kills = [
+        ("ckpt-00000008.npz", "ckpt-00000008.npz"),  # 1. during a checkpoint write: resumes from step 4
+        ("log.csv:after", "log.csv"),  # 2. from 4: between epoch 0's log row and its checkpoint
+        ("heldout.npz", "heldout.npz"),
+    ]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
     for point, target in kills:
-        process = subprocess.run([sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, "--set",
-                                  "checkpoint_every=4"], cwd=ROOT, env={**_env(), "KERAS_VIT_KILL_AT_WRITE": point},
-                                 capture_output=True, text=True, timeout=300)
+        process = subprocess.run(
+            [sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, "--set", "checkpoint_every=4"],
+            cwd=ROOT,
+            env={**_env(), "KERAS_VIT_KILL_AT_WRITE": point},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert process.returncode == -signal.SIGKILL, process.stdout[-2000:] + process.stderr[-3000:]
         assert re.search(rf"SIGKILL (during|after) atomic write #\d+ \(.*{re.escape(target)}\)", process.stderr)
         _assert_all_complete(tmp_path)
@@ -238,12 +301,14 @@ def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_p
     _assert_same_run(tmp_path, reference)
     _assert_all_complete(tmp_path)
     expected = [n for n in _visible_files(reference) if not n.startswith("checkpoints")]
-    assert _visible_files(tmp_path) == sorted([*expected, "checkpoints/ckpt-00000028.npz",
-                                               "checkpoints/ckpt-00000032.npz"])
+    assert _visible_files(tmp_path) == sorted(
+        [*expected, "checkpoints/ckpt-00000028.npz", "checkpoints/ckpt-00000032.npz"]
+    )
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".")]  # killed writes' temp files
     ours, theirs = (json.loads((w / "metrics.json").read_text()) for w in (tmp_path, reference))
-    assert {k: ours[k] for k in ("top1", "top5", "loss", "steps")} == {k: theirs[k] for k in ("top1", "top5", "loss",
-                                                                                               "steps")}
+    assert {k: ours[k] for k in ("top1", "top5", "loss", "steps")} == {
+        k: theirs[k] for k in ("top1", "top5", "loss", "steps")
+    }
     assert (tmp_path / "labels.txt").read_bytes() == (reference / "labels.txt").read_bytes()
     for name in ("heldout.npz", "calibration.npz"):
         with np.load(tmp_path / "samples" / name) as a, np.load(reference / "samples" / name) as b:

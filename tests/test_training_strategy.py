@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from keras_vit import _tpu_runtime
 from training import strategy as strategy_module
-from training.config import steps_per_execution_for
 from training.strategy import StrategyError, resolve_jit_compile, select_strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,18 +131,26 @@ except ImportError:
 def test_tpu_load_library_is_set_before_anything_imports_tensorflow(module):
     env = {k: v for k, v in os.environ.items() if k not in ("TPU_LOAD_LIBRARY", "TPU_NAME", "COLAB_TPU_ADDR")}
     env["PYTHONPATH"] = ROOT
-    result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE.format(module=module)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE.format(module=module)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     expected = "0" if _tpu_runtime.tpu_evidence(env, "/dev", "/sys") is None else "None"  # this machine's truth
     assert result.stdout.strip() == f"TPU_LOAD_LIBRARY at tensorflow import: {expected}", result.stdout
 
 
 def test_tpu_runtime_module_imports_no_tensorflow():
-    code = ("import importlib.util, sys;"
-            " spec = importlib.util.spec_from_file_location('m', 'keras_vit/_tpu_runtime.py');"
-            " m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
-            " print(sorted(k for k in ('tensorflow', 'keras', 'numpy') if k in sys.modules))")
+    code = (
+        "import importlib.util, sys;"
+        " spec = importlib.util.spec_from_file_location('m', 'keras_vit/_tpu_runtime.py');"
+        " m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
+        " print(sorted(k for k in ('tensorflow', 'keras', 'numpy') if k in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr[-2000:]
 
@@ -168,8 +175,12 @@ def test_tpu_evidence_but_no_tpu_fails_loudly(monkeypatch):
 def test_tpu_vm_with_plain_tensorflow_names_the_install_line(monkeypatch, tmp_path):
     _char_device(tmp_path / "dev" / "accel0")
     # What plain `tensorflow` says on a TPU VM (tensorflow/tensorflow#96203).
-    error = tf.errors.NotFoundError(None, None, "No OpKernel was registered to support Op 'ConfigureDistributedTPU' "
-                                                "used by {{node ConfigureDistributedTPU}}. Registered devices: [CPU]")
+    error = tf.errors.NotFoundError(
+        None,
+        None,
+        "No OpKernel was registered to support Op 'ConfigureDistributedTPU' "
+        "used by {{node ConfigureDistributedTPU}}. Registered devices: [CPU]",
+    )
     _fake_tpu(monkeypatch, init_error=error)
     with pytest.raises(StrategyError) as raised:
         select_strategy("tpu")
@@ -229,7 +240,7 @@ def test_auto_picks_mirrored_with_two_gpus(monkeypatch):
     monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: gpus if kind == "GPU" else real(kind))
     made = {}
     monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda devices: made.setdefault("devices", devices))
-    strategy, reason = select_strategy("auto")
+    _, reason = select_strategy("auto")
     assert made["devices"] == ["/device:GPU:0", "/device:GPU:1"] and "2 GPUs" in reason
 
 
@@ -244,7 +255,7 @@ def test_auto_with_one_gpu_or_cpu_is_default(monkeypatch):
 
 
 def test_explicit_mirrored_and_default_on_cpu():
-    strategy, reason = select_strategy("mirrored")
+    strategy, _ = select_strategy("mirrored")
     assert isinstance(strategy, tf.distribute.MirroredStrategy) and strategy.num_replicas_in_sync >= 1
     assert select_strategy("default")[0] is tf.distribute.get_strategy()
     with pytest.raises(StrategyError, match="Unknown strategy 'gpu'"):
@@ -255,8 +266,14 @@ def test_cli_strategy_tpu_without_tpu_fails_fast_with_a_clear_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     started = time.time()
-    result = subprocess.run([sys.executable, "-m", "training", "--strategy", "tpu", "--workdir", str(tmp_path)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "training", "--strategy", "tpu", "--workdir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.time() - started
     assert result.returncode == 2, result.stderr[-2000:]
     assert "shows no TPU" in result.stderr and "Epoch" not in result.stdout

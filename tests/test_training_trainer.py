@@ -8,8 +8,18 @@ import pytest
 
 import training
 
-TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=2, steps_per_epoch=4, eval_every=1,
-            strategy="default", num_samples=8, num_calibration=8, checkpoint_every=0)
+TINY = dict(
+    dataset="synthetic",
+    image_size=16,
+    batch_size=16,
+    epochs=2,
+    steps_per_epoch=4,
+    eval_every=1,
+    strategy="default",
+    num_samples=8,
+    num_calibration=8,
+    checkpoint_every=0,
+)
 
 
 def test_mixed_bfloat16_trains_with_float32_variables_and_logits(tmp_path):
@@ -54,14 +64,17 @@ def test_steps_per_execution_adjusted_to_the_epoch_then_evaluate_under_a_strateg
     assert "steps_per_execution=4 does not divide the 6 steps per epoch; using 3" in out
     assert "jit_compile=False as configured" in out
     assert result.metrics["steps"] == 12 and result.model.steps_per_execution == 3
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*.npz")) == ["ckpt-00000006.npz",
-                                                                                    "ckpt-00000012.npz"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*.npz")) == [
+        "ckpt-00000006.npz",
+        "ckpt-00000012.npz",
+    ]
     # evaluate builds and runs the model inside the selected strategy (here Mirrored over the CPU) and gets the
     # metrics that train reported for the same model and data.
     metrics = training.evaluate(str(tmp_path), strategy="mirrored")
     assert metrics["strategy"] == "MirroredStrategy"
     assert metrics["top1"] == pytest.approx(result.metrics["top1"]) and metrics["loss"] == pytest.approx(
-        result.metrics["loss"], rel=1e-5)
+        result.metrics["loss"], rel=1e-5
+    )
     from training.__main__ import main
 
     assert main(["evaluate", "--workdir", str(tmp_path), "--strategy", "default"]) == 0

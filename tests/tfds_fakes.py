@@ -24,7 +24,10 @@ def prepare_fake_cifar10(data_dir, num_train=64, num_test=24, seed=0):
             return tfds.core.DatasetInfo(builder=self, features=real.info.features, supervised_keys=("image", "label"))
 
         def _split_generators(self, dl_manager):
-            return {"train": self._generate_examples(num_train, seed), "test": self._generate_examples(num_test, seed + 1)}
+            return {
+                "train": self._generate_examples(num_train, seed),
+                "test": self._generate_examples(num_test, seed + 1),
+            }
 
         def _generate_examples(self, count, split_seed):
             rng = np.random.default_rng(split_seed)
@@ -33,5 +36,6 @@ def prepare_fake_cifar10(data_dir, num_train=64, num_test=24, seed=0):
                 yield i, {"id": f"fake_{split_seed}_{i}", "image": image, "label": i % 10}
 
     FakeCifar10(data_dir=str(data_dir)).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
     return data_dir

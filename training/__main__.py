@@ -1,9 +1,9 @@
 """Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`.
 
-    python -m training                                   # digits, into runs/digits (re-run to resume)
-    python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
-    python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
-    python -m training evaluate --workdir runs/digits
+python -m training                                   # digits, into runs/digits (re-run to resume)
+python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
+python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
+python -m training evaluate --workdir runs/digits
 """
 
 import argparse
@@ -14,15 +14,22 @@ import sys
 def _train_parser():
     parser = argparse.ArgumentParser(prog="python -m training", description="Train or fine-tune a ViT.")
     parser.add_argument("--config", default="digits", help="recipe in training/configs/ (default: digits)")
-    parser.add_argument("--workdir", help="output directory or URL (gs://BUCKET/run); re-running with it resumes (default: runs/CONFIG)")
+    parser.add_argument(
+        "--workdir", help="output directory or URL (gs://BUCKET/run); re-running with it resumes (default: runs/CONFIG)"
+    )
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, help="global batch size")
     parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"))
     parser.add_argument("--init", help=".npz or .keras checkpoint to fine-tune from (a path or a gs:// URL)")
     parser.add_argument("--data-dir", help="TFDS data directory (a path or a gs:// URL)")
     parser.add_argument("--dataset", help="digits, synthetic, tfds:NAME or folder:PATH")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any TrainConfig field, e.g. learning_rate=1e-3 or model.dropout_rate=0.1")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any TrainConfig field, e.g. learning_rate=1e-3 or model.dropout_rate=0.1",
+    )
     return parser
 
 
@@ -33,8 +40,11 @@ def _evaluate_parser():
     parser.add_argument("--data-dir")
     parser.add_argument("--split", help="TFDS split to evaluate on")
     parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"),
-                        help="as for training (default: the run's strategy setting)")
+    parser.add_argument(
+        "--strategy",
+        choices=("auto", "tpu", "multi_worker", "mirrored", "default"),
+        help="as for training (default: the run's strategy setting)",
+    )
     return parser
 
 
@@ -50,14 +60,26 @@ def main(argv=None):
             args = _evaluate_parser().parse_args(argv[1:])
             from training.trainer import evaluate
 
-            metrics = evaluate(args.workdir, dataset=args.dataset, data_dir=args.data_dir, eval_split=args.split,
-                               batch_size=args.batch_size, strategy=args.strategy)
+            metrics = evaluate(
+                args.workdir,
+                dataset=args.dataset,
+                data_dir=args.data_dir,
+                eval_split=args.split,
+                batch_size=args.batch_size,
+                strategy=args.strategy,
+            )
             print(json.dumps(metrics, indent=2))
             return 0
         args = _train_parser().parse_args(argv)
         overrides = config_module.parse_overrides(args.set)
-        for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("strategy", "strategy"),
-                          ("init", "init"), ("data_dir", "data_dir"), ("dataset", "dataset")):
+        for flag, key in (
+            ("epochs", "epochs"),
+            ("batch_size", "batch_size"),
+            ("strategy", "strategy"),
+            ("init", "init"),
+            ("data_dir", "data_dir"),
+            ("dataset", "dataset"),
+        ):
             if getattr(args, flag) is not None:
                 overrides[key] = getattr(args, flag)
         from training.trainer import train
@@ -82,8 +104,10 @@ def _os_error_line(err):
     from keras_vit.files import describe_os_error
 
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = ("Free some space (or use a --workdir on another disk) and run the same command again: the "
-               "checkpoints already written are intact and it resumes from the newest.")
+        fix = (
+            "Free some space (or use a --workdir on another disk) and run the same command again: the "
+            "checkpoints already written are intact and it resumes from the newest."
+        )
     else:
         fix = "Use a writable --workdir (or make this one writable) and run the same command again."
     return describe_os_error(err, fix)

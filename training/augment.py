@@ -38,8 +38,24 @@ MAX_LEVEL = 10.0
 FILL_VALUE = 128.0
 TRANSLATE_PIXELS = 100.0  # at MAX_LEVEL, big_vision's translate_const for RandAugment
 CUTOUT_HALF_SIZE = 40.0  # at MAX_LEVEL, big_vision's cutout_const for RandAugment
-OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color", "Contrast", "Brightness",
-       "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY", "Cutout", "SolarizeAdd")
+OPS = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "Posterize",
+    "Solarize",
+    "Color",
+    "Contrast",
+    "Brightness",
+    "Sharpness",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Cutout",
+    "SolarizeAdd",
+)
 
 
 def quantize(image):
@@ -55,10 +71,18 @@ def op_argument(name, level, pixel_scale=1.0):
     """
     f = float(level) / MAX_LEVEL
     arguments = {
-        "Rotate": 30.0 * f, "ShearX": 0.3 * f, "ShearY": 0.3 * f,
-        "TranslateX": TRANSLATE_PIXELS * pixel_scale * f, "TranslateY": TRANSLATE_PIXELS * pixel_scale * f,
-        "Color": 1.8 * f + 0.1, "Contrast": 1.8 * f + 0.1, "Brightness": 1.8 * f + 0.1, "Sharpness": 1.8 * f + 0.1,
-        "Posterize": int(4 * f), "Solarize": int(256 * f), "SolarizeAdd": int(110 * f),
+        "Rotate": 30.0 * f,
+        "ShearX": 0.3 * f,
+        "ShearY": 0.3 * f,
+        "TranslateX": TRANSLATE_PIXELS * pixel_scale * f,
+        "TranslateY": TRANSLATE_PIXELS * pixel_scale * f,
+        "Color": 1.8 * f + 0.1,
+        "Contrast": 1.8 * f + 0.1,
+        "Brightness": 1.8 * f + 0.1,
+        "Sharpness": 1.8 * f + 0.1,
+        "Posterize": int(4 * f),
+        "Solarize": int(256 * f),
+        "SolarizeAdd": int(110 * f),
         "Cutout": int(CUTOUT_HALF_SIZE * pixel_scale * f),
     }
     if name not in OPS:
@@ -79,8 +103,13 @@ def _transform(image, matrix):
     """Projective transform: output pixel (x, y) reads the input at (a0 x + a1 y + a2, b0 x + b1 y + b2)."""
     shape = tf.shape(image)
     out = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=tf.reshape(tf.cast(tf.stack(matrix), tf.float32), [1, 8]),
-        output_shape=shape[:2], fill_value=FILL_VALUE, interpolation="NEAREST", fill_mode="CONSTANT")
+        images=image[None],
+        transforms=tf.reshape(tf.cast(tf.stack(matrix), tf.float32), [1, 8]),
+        output_shape=shape[:2],
+        fill_value=FILL_VALUE,
+        interpolation="NEAREST",
+        fill_mode="CONSTANT",
+    )
     return out[0]
 
 
@@ -180,8 +209,12 @@ def cutout(image, half_size, seed):
     centre = tf.random.stateless_uniform([2], seed, minval=0, maxval=tf.int32.max, dtype=tf.int32) % shape[:2]
     rows = tf.range(shape[0])[:, None]
     cols = tf.range(shape[1])[None, :]
-    inside = ((rows >= centre[0] - half_size) & (rows < centre[0] + half_size)
-              & (cols >= centre[1] - half_size) & (cols < centre[1] + half_size))
+    inside = (
+        (rows >= centre[0] - half_size)
+        & (rows < centre[0] + half_size)
+        & (cols >= centre[1] - half_size)
+        & (cols < centre[1] + half_size)
+    )
     return tf.where(inside[..., None], FILL_VALUE, image)
 
 
@@ -192,14 +225,22 @@ def apply_op(image, name, level, sign=1.0, seed=(0, 0), pixel_scale=1.0):
     argument = op_argument(name, level, pixel_scale)
     signed = sign * argument if argument is not None else None
     functions = {
-        "AutoContrast": lambda: autocontrast(image), "Equalize": lambda: equalize(image),
-        "Invert": lambda: invert(image), "Rotate": lambda: rotate(image, signed),
-        "Posterize": lambda: posterize(image, argument), "Solarize": lambda: solarize(image, argument),
-        "Color": lambda: color(image, argument), "Contrast": lambda: contrast(image, argument),
-        "Brightness": lambda: brightness(image, argument), "Sharpness": lambda: sharpness(image, argument),
-        "ShearX": lambda: shear_x(image, signed), "ShearY": lambda: shear_y(image, signed),
-        "TranslateX": lambda: translate_x(image, signed), "TranslateY": lambda: translate_y(image, signed),
-        "Cutout": lambda: cutout(image, argument, seed), "SolarizeAdd": lambda: solarize_add(image, argument),
+        "AutoContrast": lambda: autocontrast(image),
+        "Equalize": lambda: equalize(image),
+        "Invert": lambda: invert(image),
+        "Rotate": lambda: rotate(image, signed),
+        "Posterize": lambda: posterize(image, argument),
+        "Solarize": lambda: solarize(image, argument),
+        "Color": lambda: color(image, argument),
+        "Contrast": lambda: contrast(image, argument),
+        "Brightness": lambda: brightness(image, argument),
+        "Sharpness": lambda: sharpness(image, argument),
+        "ShearX": lambda: shear_x(image, signed),
+        "ShearY": lambda: shear_y(image, signed),
+        "TranslateX": lambda: translate_x(image, signed),
+        "TranslateY": lambda: translate_y(image, signed),
+        "Cutout": lambda: cutout(image, argument, seed),
+        "SolarizeAdd": lambda: solarize_add(image, argument),
     }
     return functions[name]()
 
@@ -233,8 +274,11 @@ def randaugment(image, num_layers, magnitude, seed, pixel_scale=1.0):
     ops, signs, layer_seeds = choose_ops(int(num_layers), seed)
     for i in range(int(num_layers)):
         branches = [
-            (lambda name=name, i=i, image=image: tf.ensure_shape(
-                apply_op(image, name, magnitude, signs[i], layer_seeds[i], pixel_scale), static_shape))
+            (
+                lambda name=name, i=i, image=image: tf.ensure_shape(
+                    apply_op(image, name, magnitude, signs[i], layer_seeds[i], pixel_scale), static_shape
+                )
+            )
             for name in OPS
         ]
         image = tf.switch_case(ops[i], branches)

@@ -3,9 +3,10 @@
 A checkpoint is one `.npz` file, `checkpoints/ckpt-<step>.npz`, holding every model variable (weights and the
 dropout RNG states), every optimizer variable (its step counter, moments) and a small JSON header. It is written
 to a temporary file in the same directory and renamed over the final name (`os.replace`), or to a URL
-(`gs://...`) in one object write, so a SIGKILL at any moment leaves the previous checkpoints intact. The step counter is the whole data position, because the input
-pipeline (`training.data.train_dataset`) is a pure function of the step. `keras.callbacks.BackupAndRestore` is
-not used: it restores epochs but not batches, writes in place, and does not handle SIGTERM.
+(`gs://...`) in one object write, so a SIGKILL at any moment leaves the previous checkpoints intact. The step
+counter is the whole data position, because the input pipeline (`training.data.train_dataset`) is a pure function
+of the step. `keras.callbacks.BackupAndRestore` is not used: it restores epochs but not batches, writes in place,
+and does not handle SIGTERM.
 """
 
 import hashlib
@@ -179,8 +180,9 @@ class CheckpointManager:
             raise ValueError("the arrays do not match the checksum in its header (a damaged file)")
         for group in ("model", "optimizer"):
             if len(header["paths"][group]) != sum(k.startswith(group + "/") for k in arrays):
-                raise ValueError(f"its header lists {len(header['paths'][group])} {group} paths for a different "
-                                 f"number of arrays")
+                raise ValueError(
+                    f"its header lists {len(header['paths'][group])} {group} paths for a different number of arrays"
+                )
         return header, arrays
 
     def load_latest(self):
@@ -197,7 +199,7 @@ class CheckpointManager:
         for path in reversed(paths):
             try:
                 header, arrays = self.read(path)
-            except Exception as err:  # a truncated file, a full disk, a file from elsewhere: try an older one
+            except Exception as err:  # noqa: BLE001  (a truncated file, a full disk, a file from elsewhere: try an older one)
                 logger.warning("Skipping unreadable checkpoint %s (%s: %s)", path, type(err).__name__, err)
                 self.skipped.append(path)
                 continue

@@ -1,6 +1,7 @@
 """The training configuration: one frozen dataclass, recipes in `training/configs/`, `key=value` overrides."""
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -10,7 +11,7 @@ import os
 import pkgutil
 import types
 import typing
-from typing import Literal, Optional, Union
+from typing import Literal, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,22 +93,22 @@ class TrainConfig:
     """
 
     dataset: str = "digits"
-    data_dir: Optional[str] = None
+    data_dir: str | None = None
     train_split: str = "train"
-    eval_split: Optional[str] = "test"
+    eval_split: str | None = "test"
     extra_evals: dict = dataclasses.field(default_factory=dict)
     holdout_fraction: float = 0.2
-    shuffle_buffer: Optional[int] = None
+    shuffle_buffer: int | None = None
     image_background: object = "white"  # "white", "black" or (R, G, B)
     skip_unreadable_images: bool = False
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
-    init: Optional[str] = None
+    init: str | None = None
     init_head: bool = False
     batch_size: int = 64
     epochs: int = 10
-    steps_per_epoch: Optional[int] = None
+    steps_per_epoch: int | None = None
     optimizer: str = "adamw"
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
@@ -116,19 +117,19 @@ class TrainConfig:
     momentum: float = 0.9
     schedule: str = "cosine"
     warmup_steps: int = 0
-    global_clipnorm: Optional[float] = 1.0
+    global_clipnorm: float | None = 1.0
     loss: str = "softmax"
     label_smoothing: float = 0.0
-    head_bias_init: Optional[float] = None
+    head_bias_init: float | None = None
     augment: str = "inception"
     flip: bool = True
     translate: float = 0.0
     crop_area: tuple = (0.05, 1.0)
-    randaugment: Optional[tuple] = None
+    randaugment: tuple | None = None
     randaugment_scale_pixels: bool = False
     mixup_alpha: float = 0.0
     mixup_images: int = 2
-    eval_resize_small: Optional[int] = None
+    eval_resize_small: int | None = None
     jit_compile: bool | Literal["auto"] = "auto"
     steps_per_execution: int = 1
     precision: str = "float32"
@@ -140,7 +141,7 @@ class TrainConfig:
     num_samples: int = 64
     num_calibration: int = 256
     strategy: str = "auto"
-    matmul_precision: Optional[str] = None
+    matmul_precision: str | None = None
 
     def __post_init__(self):
         _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
@@ -167,23 +168,37 @@ class TrainConfig:
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
         if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
-            raise ValueError(f"mixup_alpha is a Dirichlet concentration >= 0 (0.2 in big_vision's ImageNet "
-                             f"recipes, 0 for no Mixup). Received: mixup_alpha={self.mixup_alpha!r}")
+            raise ValueError(
+                f"mixup_alpha is a Dirichlet concentration >= 0 (0.2 in big_vision's ImageNet "
+                f"recipes, 0 for no Mixup). Received: mixup_alpha={self.mixup_alpha!r}"
+            )
         if not isinstance(self.mixup_images, int) or self.mixup_images < 2:
-            raise ValueError(f"mixup_images must be an integer >= 2 (2 for standard Mixup). "
-                             f"Received: mixup_images={self.mixup_images!r}")
+            raise ValueError(
+                f"mixup_images must be an integer >= 2 (2 for standard Mixup). "
+                f"Received: mixup_images={self.mixup_images!r}"
+            )
         if self.eval_resize_small is not None and (
-                not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size):
-            raise ValueError(f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
-                             f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}")
+            not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size
+        ):
+            raise ValueError(
+                f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
+                f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}"
+            )
         if self.randaugment is not None and (
-                len(tuple(self.randaugment)) != 2 or not isinstance(self.randaugment[0], int)
-                or self.randaugment[0] < 1 or self.randaugment[1] < 0):
-            raise ValueError(f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
-                             f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}")
+            len(tuple(self.randaugment)) != 2
+            or not isinstance(self.randaugment[0], int)
+            or self.randaugment[0] < 1
+            or self.randaugment[1] < 0
+        ):
+            raise ValueError(
+                f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
+                f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}"
+            )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
-            raise ValueError(f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
-                             f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}.")
+            raise ValueError(
+                f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
+                f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}."
+            )
         if self.num_calibration > 512:
             raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))
@@ -199,7 +214,7 @@ class TrainConfig:
         plain = {}
         for key, value in overrides.items():
             if key.startswith("model."):
-                model[key[len("model."):]] = value
+                model[key[len("model.") :]] = value
             elif key in fields:
                 plain[key] = value
             else:
@@ -233,8 +248,10 @@ def steps_per_execution_for(requested, steps_per_epoch, resume_steps=()):
         why += f" and the mid-epoch checkpoint steps {sorted(resume_steps)}"
     above = [d for d in range(requested + 1, period + 1) if period % d == 0]
     nxt = f"the next divisor is {above[0]}; " if above else ""
-    return value, (f"steps_per_execution={requested} does not divide {why}; using {value}, the largest divisor "
-                   f"not above it ({nxt}set steps_per_execution or steps_per_epoch to choose another)")
+    return value, (
+        f"steps_per_execution={requested} does not divide {why}; using {value}, the largest divisor "
+        f"not above it ({nxt}set steps_per_execution or steps_per_epoch to choose another)"
+    )
 
 
 def _check_choice(name, value, choices):
@@ -298,7 +315,8 @@ def describe_type(annotation):
     if origin is dict or annotation is dict:
         return "a dict such as {'dropout_rate': 0.1}"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation)))
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
 
 
 def _matches(value, annotation):
@@ -340,8 +358,10 @@ def _numpy_bool():
 
 
 def _type_error(name, annotation, received):
-    return ValueError(f"{name} expects {describe_type(annotation)}. Received: {name}={received!r}"
-                      + (f" ({type(received).__name__})" if not isinstance(received, str) else ""))
+    return ValueError(
+        f"{name} expects {describe_type(annotation)}. Received: {name}={received!r}"
+        + (f" ({type(received).__name__})" if not isinstance(received, str) else "")
+    )
 
 
 def _check_field_types(config):
@@ -358,8 +378,10 @@ def _check_field_types(config):
         if key in _MODEL_KEYS_SET_ELSEWHERE:
             raise ValueError(f"model.{key} cannot be overridden: {_MODEL_KEYS_SET_ELSEWHERE[key]}.")
         if key not in model_hints:
-            raise ValueError(f"Unknown model option model.{key}. Known model options: {', '.join(sorted(model_hints))} "
-                             f"(keras_vit.create_model's overrides).")
+            raise ValueError(
+                f"Unknown model option model.{key}. Known model options: {', '.join(sorted(model_hints))} "
+                f"(keras_vit.create_model's overrides)."
+            )
         if not _matches(value, model_hints[key]):
             raise _type_error(f"model.{key}", model_hints[key], value)
 
@@ -406,10 +428,8 @@ def parse_typed(text, annotation, name="value"):
         return value if isinstance(value, str) else stripped  # "'x'" -> x; 123 -> "123", a name like any other
     value = _literal(stripped)
     if annotation is float and isinstance(value, str):
-        try:  # float() also reads inf and nan, which literal_eval does not
+        with contextlib.suppress(ValueError):  # float() also reads inf and nan, which literal_eval does not
             value = float(stripped)
-        except ValueError:
-            pass
     if not _matches(value, annotation):
         raise _type_error(name, annotation, stripped)
     if annotation is float:
@@ -437,17 +457,21 @@ def parse_overrides(items):
             raise ValueError(f"--set expects key=value. Received: {item!r} (e.g. --set learning_rate=3e-3)")
         key, value = (part.strip() for part in item.split("=", 1))
         if key.startswith("model."):
-            option = key[len("model."):]
+            option = key[len("model.") :]
             if option in _MODEL_KEYS_SET_ELSEWHERE:
                 raise ValueError(f"--set {key}: {_MODEL_KEYS_SET_ELSEWHERE[option]}.")
             model_hints = model_option_types()
             if option not in model_hints:
-                raise ValueError(f"Unknown model option {key!r} in --set {item}. Known model options: "
-                                 f"{', '.join(sorted(model_hints))}.")
+                raise ValueError(
+                    f"Unknown model option {key!r} in --set {item}. Known model options: "
+                    f"{', '.join(sorted(model_hints))}."
+                )
             overrides[key] = parse_typed(value, model_hints[option], key)
         elif key in hints:
             overrides[key] = parse_typed(value, hints[key], key)
         else:
-            raise ValueError(f"Unknown training option {key!r} in --set {item}. Known options: "
-                             f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override.")
+            raise ValueError(
+                f"Unknown training option {key!r} in --set {item}. Known options: "
+                f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override."
+            )
     return overrides

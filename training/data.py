@@ -13,7 +13,7 @@ Augmentation lives here, never in the model (TPU-friendly).
 
 import dataclasses
 import warnings
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -47,16 +47,25 @@ class Source:
     num_heldout: int
     class_names: list
     decode: Callable
-    original_size: Optional[int] = None
-    train_arrays: Optional[tuple] = None
+    original_size: int | None = None
+    train_arrays: tuple | None = None
 
     @property
     def num_classes(self):
         return len(self.class_names)
 
 
-def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test", holdout_fraction=0.2, seed=0,
-                image_background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable_images=False):
+def load_source(
+    dataset,
+    *,
+    data_dir=None,
+    train_split="train",
+    eval_split="test",
+    holdout_fraction=0.2,
+    seed=0,
+    image_background=keras_vit.images.DEFAULT_BACKGROUND,
+    skip_unreadable_images=False,
+):
     """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input.
 
     `image_background` and `skip_unreadable_images` apply to `folder:` datasets (see `TrainConfig`).
@@ -66,9 +75,9 @@ def load_source(dataset, *, data_dir=None, train_split="train", eval_split="test
     if dataset == "synthetic":
         return _synthetic(seed)
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
-        return _tfds(dataset[len("tfds:"):], data_dir, train_split, eval_split)
+        return _tfds(dataset[len("tfds:") :], data_dir, train_split, eval_split)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
-        return _folder(dataset[len("folder:"):], holdout_fraction, image_background, skip_unreadable_images)
+        return _folder(dataset[len("folder:") :], holdout_fraction, image_background, skip_unreadable_images)
     raise ValueError(f"Unknown dataset {dataset!r}. Use {_DATASET_FORMS}.")
 
 
@@ -117,8 +126,14 @@ def _synthetic(seed, num_train=256, num_heldout=64, num_classes=10, size=32):
     noise = rng.normal(0, 40, (len(labels), size, size, 3))
     images = np.clip(palette[labels] + noise, 0, 255).astype(np.uint8)
     index = np.arange(len(labels))
-    return _in_memory(images, labels, index[:num_train], index[num_train:],
-                      [f"class_{i}" for i in range(num_classes)], original_size=size)
+    return _in_memory(
+        images,
+        labels,
+        index[:num_train],
+        index[num_train:],
+        [f"class_{i}" for i in range(num_classes)],
+        original_size=size,
+    )
 
 
 def _decode_encoded(raw):
@@ -244,8 +259,11 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
                 f"{len(bad)} unreadable image(s) in {path!r}; remove or replace them and run again, or skip them "
                 f"with --set skip_unreadable_images=True:\n{listing}{more}"
             )
-        warnings.warn(f"Skipping {len(bad)} unreadable image(s) of {len(paths)} in {path!r} "
-                      f"(skip_unreadable_images=True):\n{listing}{more}", stacklevel=2)
+        warnings.warn(
+            f"Skipping {len(bad)} unreadable image(s) of {len(paths)} in {path!r} "
+            f"(skip_unreadable_images=True):\n{listing}{more}",
+            stacklevel=2,
+        )
         unreadable = {p for p, _ in bad}
         keep = np.asarray([p not in unreadable for p in paths])
         paths, labels = [p for p, k in zip(paths, keep) if k], labels[keep]
@@ -254,8 +272,9 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
     counts = np.bincount(labels, minlength=len(class_names))
     if counts.min() < 2:
         few = [class_names[i] for i in np.flatnonzero(counts < 2)]
-        raise ValueError(f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs "
-                         f"at least 2.")
+        raise ValueError(
+            f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs at least 2."
+        )
     train, heldout = _stratified_split(labels, fraction)
     paths = np.asarray(paths)
     source = Source(
@@ -287,8 +306,9 @@ def resize_small_central_crop(image, small, size):
     interpolation, aspect ratio kept, stored as uint8 again), then the central `size` x `size` crop."""
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
     new_shape = tf.cast(tf.round(shape * (float(small) / tf.reduce_min(shape))), tf.int32)
-    image = tf.floor(tf.clip_by_value(tf.image.resize(tf.cast(image, tf.float32), new_shape, method="area"),
-                                      0.0, 255.0))
+    image = tf.floor(
+        tf.clip_by_value(tf.image.resize(tf.cast(image, tf.float32), new_shape, method="area"), 0.0, 255.0)
+    )
     top, left = (new_shape[0] - size) // 2, (new_shape[1] - size) // 2
     return tf.slice(image, [top, left, 0], [size, size, 3])
 
@@ -296,10 +316,7 @@ def resize_small_central_crop(image, small, size):
 def eval_preprocess(image, size, resize_small=None):
     """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
     shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
-    if resize_small:
-        image = resize_small_central_crop(image, resize_small, size)
-    else:
-        image = resize(image, size)
+    image = resize_small_central_crop(image, resize_small, size) if resize_small else resize(image, size)
     return tf.ensure_shape(scale(image), [size, size, 3])
 
 
@@ -402,8 +419,9 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         if config.randaugment:
             # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
             num_layers, magnitude = config.randaugment
-            image = randaugment(quantize(image), num_layers, magnitude,
-                                tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale)
+            image = randaugment(
+                quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
+            )
         return image, tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
@@ -417,8 +435,13 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
         # big_vision's global mixing coefficient (fold_in=None).
         ds = ds.enumerate(start_step).map(
-            lambda step, b: _mixup(b[0], b[1], float(config.mixup_alpha),
-                                   tf.stack([tf.cast(config.seed, tf.int64), step]), config.mixup_images),
+            lambda step, b: _mixup(
+                b[0],
+                b[1],
+                float(config.mixup_alpha),
+                tf.stack([tf.cast(config.seed, tf.int64), step]),
+                config.mixup_images,
+            ),
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
@@ -454,8 +477,9 @@ def _shuffled_stream(train, count, buffer, seed, start):
         # order then depends on (seed, p) and not on the global TF seed (which TF would also compare with the
         # tensor seed as a Python bool when it is 0, an error).
         tf.compat.v1.get_default_graph().seed = None
-        pass_seed = tf.random.stateless_uniform([], tf.stack([tf.cast(seed, tf.int64), p]), minval=None,
-                                                maxval=None, dtype=tf.int64)
+        pass_seed = tf.random.stateless_uniform(
+            [], tf.stack([tf.cast(seed, tf.int64), p]), minval=None, maxval=None, dtype=tf.int64
+        )
         return train.shuffle(buffer, seed=pass_seed, reshuffle_each_iteration=False)
 
     passes = tf.data.Dataset.range(first_pass, np.iinfo(np.int64).max).flat_map(one_pass)
@@ -486,17 +510,21 @@ def eval_dataset(source, config, batch_size=None):
     batch = int(batch_size or config.batch_size)
     count = source.num_heldout
     if batch < 1 or count < 1:
-        raise ValueError(f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
-                         f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
-                         f"eval_split.")
+        raise ValueError(
+            f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
+            f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
+            f"eval_split."
+        )
     padded = -(-count // batch) * batch
     weight = padded / count
     num_classes = source.num_classes
     size = config.image_size
     ds = source.heldout.map(
-        lambda raw, label: (eval_preprocess(source.decode(raw), size, config.eval_resize_small),
-                            tf.one_hot(label, num_classes),
-                            tf.constant(weight, tf.float32)),
+        lambda raw, label: (
+            eval_preprocess(source.decode(raw), size, config.eval_resize_small),
+            tf.one_hot(label, num_classes),
+            tf.constant(weight, tf.float32),
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     padding = tf.data.Dataset.from_tensors(

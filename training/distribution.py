@@ -124,16 +124,25 @@ class Placement:
             flags = tf.constant(local_flags, tf.int32)
             # One value per local replica; only the first of this worker's replicas carries its flags.
             values = strategy.experimental_distribute_values_from_function(
-                lambda context: flags if context.replica_id_in_sync_group % strategy.extended._num_devices_per_worker
-                == 0 else tf.zeros_like(flags))
+                lambda context: (
+                    flags
+                    if context.replica_id_in_sync_group % strategy.extended._num_devices_per_worker == 0
+                    else tf.zeros_like(flags)
+                )
+            )
             return [int(v) for v in strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()]
 
         return agree
 
     def metrics(self):
         """What metrics.json records about the placement."""
-        return {"backend": self.backend, "strategy": self.name, "replicas": self.num_replicas,
-                "devices": self.num_replicas, "device_kind": self.device_kind}
+        return {
+            "backend": self.backend,
+            "strategy": self.name,
+            "replicas": self.num_replicas,
+            "devices": self.num_replicas,
+            "device_kind": self.device_kind,
+        }
 
 
 def backend():
@@ -183,9 +192,15 @@ def _tensorflow_placement(name, tf_strategy):
     kind = kinds.pop().lower() if len(kinds) == 1 else "mixed"
     if isinstance(tf_strategy, tf.distribute.TPUStrategy):
         kind = "tpu"
-    return Placement(backend="tensorflow", name=type(tf_strategy).__name__, reason=reason,
-                     num_replicas=tf_strategy.num_replicas_in_sync, device_kind=kind,
-                     is_chief=tf_strategies.is_chief(tf_strategy), tf_strategy=tf_strategy)
+    return Placement(
+        backend="tensorflow",
+        name=type(tf_strategy).__name__,
+        reason=reason,
+        num_replicas=tf_strategy.num_replicas_in_sync,
+        device_kind=kind,
+        is_chief=tf_strategies.is_chief(tf_strategy),
+        tf_strategy=tf_strategy,
+    )
 
 
 def _jax_placement(name):
@@ -210,18 +225,33 @@ def _jax_placement(name):
     kind = devices[0].platform
     if name == "default":
         keras.distribution.set_distribution(None)  # an earlier run in this process may have set one
-        return Placement(backend="jax", name="one device", reason=f"default requested ({devices[0]})",
-                         num_replicas=1, device_kind=kind)
+        return Placement(
+            backend="jax",
+            name="one device",
+            reason=f"default requested ({devices[0]})",
+            num_replicas=1,
+            device_kind=kind,
+        )
     if name == "auto":
-        reason = (f"auto: {len(devices)} {kind} devices" if accelerator != "cpu" else
-                  f"auto: no accelerator, {len(devices)} host device{'s' if len(devices) != 1 else ''}")
+        reason = (
+            f"auto: {len(devices)} {kind} devices"
+            if accelerator != "cpu"
+            else f"auto: no accelerator, {len(devices)} host device{'s' if len(devices) != 1 else ''}"
+        )
     else:
         reason = f"{name} requested ({len(devices)} {kind} device{'s' if len(devices) != 1 else ''})"
     distribution = keras.distribution.DataParallel(devices=devices)
     # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
     keras.distribution.set_distribution(distribution)
-    return Placement(backend="jax", name="DataParallel", reason=reason, num_replicas=len(devices),
-                     device_kind=kind, is_chief=jax.process_index() == 0, distribution=distribution)
+    return Placement(
+        backend="jax",
+        name="DataParallel",
+        reason=reason,
+        num_replicas=len(devices),
+        device_kind=kind,
+        is_chief=jax.process_index() == 0,
+        distribution=distribution,
+    )
 
 
 def _listing(devices):
@@ -236,8 +266,10 @@ def _keep_tensorflow_off_accelerators():
         tf.config.set_visible_devices([], "GPU")
     except RuntimeError:  # TensorFlow initialised its devices already (it ran an op earlier in this process)
         if tf.config.list_logical_devices("GPU"):
-            logger.warning("TensorFlow already holds the GPUs (it ran before the trainer started); JAX may run out "
-                           "of GPU memory. Start training before any TensorFlow op runs in this process.")
+            logger.warning(
+                "TensorFlow already holds the GPUs (it ran before the trainer started); JAX may run out "
+                "of GPU memory. Start training before any TensorFlow op runs in this process."
+            )
 
 
 def set_matmul_precision(precision: str | None):
@@ -260,4 +292,3 @@ def set_matmul_precision(precision: str | None):
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(precision != "highest")
-

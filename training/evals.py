@@ -8,10 +8,12 @@ def parse_eval_split(dataset, value):
     """(dataset, split) of an `extra_evals` value: "SPLIT" of the run's dataset or "tfds:NAME:SPLIT"."""
     value = str(value)
     if value.startswith("tfds:"):
-        name, sep, split = value[len("tfds:"):].rpartition(":")
+        name, sep, split = value[len("tfds:") :].rpartition(":")
         if not sep or not name or not split:
-            raise ValueError(f"An extra_evals value names a split of the run's dataset ('train[99%:]') or of another "
-                             f"TFDS dataset ('tfds:imagenet_v2:test'). Received: {value!r}")
+            raise ValueError(
+                f"An extra_evals value names a split of the run's dataset ('train[99%:]') or of another "
+                f"TFDS dataset ('tfds:imagenet_v2:test'). Received: {value!r}"
+            )
         return f"tfds:{name}", split
     return dataset, value
 
@@ -27,10 +29,17 @@ def evaluate_extra(model, config, *, verbose=0):
         dataset, split = parse_eval_split(config.dataset, value)
         source = load_source(dataset, data_dir=config.data_dir, train_split=split, eval_split=split, seed=config.seed)
         if source.num_classes != model.output_shape[-1]:
-            raise ValueError(f"extra_evals[{name!r}] ({dataset} {split}) has {source.num_classes} classes, the model "
-                             f"predicts {model.output_shape[-1]}; evaluate splits with the run's label set.")
+            raise ValueError(
+                f"extra_evals[{name!r}] ({dataset} {split}) has {source.num_classes} classes, the model "
+                f"predicts {model.output_shape[-1]}; evaluate splits with the run's label set."
+            )
         metrics = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
-        results[name] = {"top1": float(metrics["top1"]), "top5": float(metrics["top5"]),
-                         "loss": float(metrics["loss"]), "num_heldout": source.num_heldout, "dataset": dataset,
-                         "split": split}
+        results[name] = {
+            "top1": float(metrics["top1"]),
+            "top5": float(metrics["top5"]),
+            "loss": float(metrics["loss"]),
+            "num_heldout": source.num_heldout,
+            "dataset": dataset,
+            "split": split,
+        }
     return results

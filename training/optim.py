@@ -68,20 +68,23 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         what a resumed run needs when its length changes on purpose. During the warm-up only the length changes.
         """
         if total_steps <= step:
-            raise ValueError(f"The new schedule must end after the restored step {step}. Received: total_steps="
-                             f"{total_steps}; train more epochs.")
+            raise ValueError(
+                f"The new schedule must end after the restored step {step}. Received: total_steps="
+                f"{total_steps}; train more epochs."
+            )
         if step <= self.warmup_steps:
             if total_steps <= self.warmup_steps:
-                raise ValueError(f"The new schedule ({total_steps} steps) would end within the warm-up of "
-                                 f"{self.warmup_steps} steps the run was started with; train more epochs.")
+                raise ValueError(
+                    f"The new schedule ({total_steps} steps) would end within the warm-up of "
+                    f"{self.warmup_steps} steps the run was started with; train more epochs."
+                )
             return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, self.knots)
         knots = [(s, p) for s, p in self.knots if s < step] + [(step, self.progress_at(step))]
         return WarmupDecay(self.peak, total_steps, self.warmup_steps, self.decay, knots)
 
     def _progress(self, step):
         if not self.knots:
-            return keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0,
-                                  1.0)
+            return keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
         points = [(self.warmup_steps, 0.0), *self.knots, (self.total_steps, 1.0)]
         progress = keras.ops.zeros_like(step)
         for (s0, p0), (s1, p1) in itertools.pairwise(points):
@@ -106,8 +109,12 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return keras.ops.where(step < self.warmup_steps, warm, decayed)
 
     def get_config(self):
-        config = {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
-                  "decay": self.decay}
+        config = {
+            "peak": self.peak,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+        }
         if self.knots:  # absent for an unchanged run, so its saved config is what it always was
             config["knots"] = [list(knot) for knot in self.knots]
         return config
@@ -119,8 +126,9 @@ def make_schedule(config, total_steps):
     if warmup >= total_steps:
         # A shortened run (--epochs 1) keeps a proportionate warm-up rather than failing.
         warmup = total_steps // 10
-        warnings.warn(f"warmup_steps={config.warmup_steps} >= the run's {total_steps} steps; using {warmup}.",
-                      stacklevel=2)
+        warnings.warn(
+            f"warmup_steps={config.warmup_steps} >= the run's {total_steps} steps; using {warmup}.", stacklevel=2
+        )
     return WarmupDecay(config.learning_rate, total_steps, warmup, config.schedule)
 
 

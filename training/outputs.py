@@ -141,9 +141,10 @@ def inspection_figures(model, images_uint8, plots_dir, count=4):
     images = scale_pixels(images_uint8[:count])
     try:
         return dict(save_figures(model, images, plots_dir))
-    except Exception as err:  # figures are a bonus: never lose a finished training run to a plotting problem
-        logger.warning("keras_vit.inspect.save_figures failed (%s: %s); skipped the inspection figures.",
-                       type(err).__name__, err)
+    except Exception as err:  # noqa: BLE001  (figures are a bonus: never lose a finished run to a plotting problem)
+        logger.warning(
+            "keras_vit.inspect.save_figures failed (%s: %s); skipped the inspection figures.", type(err).__name__, err
+        )
         return {}
 
 
@@ -203,8 +204,12 @@ class EventLogger(keras.callbacks.Callback):
         return self._writers[name]
 
     def _scalar(self, writer, tag, value, step):
-        tf.raw_ops.WriteScalarSummary(writer=writer._resource, step=tf.constant(step, tf.int64), tag=tag,
-                                      value=tf.constant(float(value), tf.float32))
+        tf.raw_ops.WriteScalarSummary(
+            writer=writer._resource,
+            step=tf.constant(step, tf.int64),
+            tag=tag,
+            value=tf.constant(float(value), tf.float32),
+        )
 
     def on_epoch_end(self, epoch, logs=None):
         for key, value in (logs or {}).items():

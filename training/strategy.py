@@ -50,16 +50,22 @@ def _tpu_failure(address, err):
     installed = _tpu_runtime.installed_tensorflow() or "no TensorFlow distribution found"
     if "ConfigureDistributedTPU" in str(err) or (address == "local" and not installed.startswith("tensorflow-tpu")):
         # Plain `tensorflow` has no TPU kernels (tensorflow/tensorflow#96203) and does not load libtpu.
-        return (f"This TensorFlow ({installed}) cannot drive a TPU: it has no TPU kernels ({text}). Install the TPU "
-                f"build: {_tpu_runtime.TPU_INSTALL_HINT}, then restart Python; or use KERAS_BACKEND=jax, or "
-                f"--strategy default for the CPU.")
+        return (
+            f"This TensorFlow ({installed}) cannot drive a TPU: it has no TPU kernels ({text}). Install the TPU "
+            f"build: {_tpu_runtime.TPU_INSTALL_HINT}, then restart Python; or use KERAS_BACKEND=jax, or "
+            f"--strategy default for the CPU."
+        )
     if installed.startswith("tensorflow-tpu") and os.environ.get("TPU_LOAD_LIBRARY") == "0":
-        return (f"TPU_LOAD_LIBRARY=0 is set, so TensorFlow did not load libtpu ({text}). Unset it on a TPU machine "
-                f"(keras_vit sets it only when it sees no TPU evidence), or use --strategy default.")
-    return (f"No usable TPU (tried TPUClusterResolver(tpu={address!r})): {text}. On a Cloud TPU VM the local TPU "
-            f"needs {_tpu_runtime.TPU_INSTALL_HINT} and no other process holding the chips; a TPU Node needs "
-            f"TPU_NAME. Colab TPU runtimes have no TensorFlow preinstalled: install as above, or use "
-            f"KERAS_BACKEND=jax. Elsewhere use --strategy auto/default.")
+        return (
+            f"TPU_LOAD_LIBRARY=0 is set, so TensorFlow did not load libtpu ({text}). Unset it on a TPU machine "
+            f"(keras_vit sets it only when it sees no TPU evidence), or use --strategy default."
+        )
+    return (
+        f"No usable TPU (tried TPUClusterResolver(tpu={address!r})): {text}. On a Cloud TPU VM the local TPU "
+        f"needs {_tpu_runtime.TPU_INSTALL_HINT} and no other process holding the chips; a TPU Node needs "
+        f"TPU_NAME. Colab TPU runtimes have no TensorFlow preinstalled: install as above, or use "
+        f"KERAS_BACKEND=jax. Elsewhere use --strategy auto/default."
+    )
 
 
 def tf_config_workers():

@@ -43,10 +43,30 @@ logger = logging.getLogger("training")
 # it indexes, the model, or the learning rate and optimizer update at that step. `epochs` may change with
 # `extend_epochs=True` (the schedule is then stretched continuously); the others need a new workdir.
 _RESUME_KEYS = (
-    "dataset", "train_split", "batch_size", "seed", "variant", "image_size", "model", "holdout_fraction",
-    "epochs", "steps_per_epoch", "optimizer", "learning_rate", "weight_decay", "beta_1", "beta_2", "momentum",
-    "schedule", "warmup_steps", "global_clipnorm", "loss", "label_smoothing", "precision",
-    "image_background", "skip_unreadable_images",  # which images a folder data set holds, and their pixels
+    "dataset",
+    "train_split",
+    "batch_size",
+    "seed",
+    "variant",
+    "image_size",
+    "model",
+    "holdout_fraction",
+    "epochs",
+    "steps_per_epoch",
+    "optimizer",
+    "learning_rate",
+    "weight_decay",
+    "beta_1",
+    "beta_2",
+    "momentum",
+    "schedule",
+    "warmup_steps",
+    "global_clipnorm",
+    "loss",
+    "label_smoothing",
+    "precision",
+    "image_background",
+    "skip_unreadable_images",  # which images a folder data set holds, and their pixels
 )
 
 
@@ -102,10 +122,16 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     print(f"[training] {strategy.describe()}; {jit_reason}", flush=True)
     chief = strategy.is_chief
 
-    source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
-                         image_background=config.image_background,
-                         skip_unreadable_images=config.skip_unreadable_images)
+    source = load_source(
+        config.dataset,
+        data_dir=config.data_dir,
+        train_split=config.train_split,
+        eval_split=config.eval_split,
+        holdout_fraction=config.holdout_fraction,
+        seed=config.seed,
+        image_background=config.image_background,
+        skip_unreadable_images=config.skip_unreadable_images,
+    )
     if config.batch_size > source.num_train:
         raise ValueError(
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
@@ -119,7 +145,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     total_steps = steps_per_epoch * config.epochs
     steps_per_execution, note = steps_per_execution_for(
-        config.steps_per_execution, steps_per_epoch, checkpoint_steps(files.join(workdir, "checkpoints")))
+        config.steps_per_execution, steps_per_epoch, checkpoint_steps(files.join(workdir, "checkpoints"))
+    )
     if note:
         print(f"[training] note: {note}", flush=True)
 
@@ -136,8 +163,10 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
             optimizer=optimizer,
             loss=make_loss(config),
             # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
-            weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
-                              keras.metrics.TopKCategoricalAccuracy(k=k, name="top5")],
+            weighted_metrics=[
+                keras.metrics.CategoricalAccuracy(name="top1"),
+                keras.metrics.TopKCategoricalAccuracy(k=k, name="top5"),
+            ],
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
         )
@@ -151,8 +180,12 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
-    fault_tolerance = FaultTolerance(manager, every=config.checkpoint_every,
-                                     header={"schedule": schedule.get_config()}, agree=strategy.stop_agreement())
+    fault_tolerance = FaultTolerance(
+        manager,
+        every=config.checkpoint_every,
+        header={"schedule": schedule.get_config()},
+        agree=strategy.stop_agreement(),
+    )
     # The loggers first: an epoch's row is written before its checkpoint (see FaultTolerance.on_train_batch_end).
     loggers = [CsvLogger(files.join(workdir, "log.csv")), EventLogger(files.join(workdir, "logs"))] if chief else []
     all_callbacks = [*loggers, fault_tolerance, *callbacks]
@@ -216,8 +249,11 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps, schedule)
         metrics["wall_seconds"] = time.time() - started
         write_json(files.join(workdir, "metrics.json"), metrics)
-    print(f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
-          f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}", flush=True)
+    print(
+        f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
+        f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}",
+        flush=True,
+    )
     if chief and metrics.get("plots"):
         print(f"[training] plots ({', '.join(sorted(metrics['plots']))}) in {files.join(workdir, 'plots')}", flush=True)
     return TrainResult(model=model, metrics=metrics, workdir=workdir, histories=histories)
@@ -256,13 +292,18 @@ def _check_resume_config(workdir, config):
     # Keys the earlier run's config.json lacks (written before the field existed) had their default: not compared.
     changed = [k for k in _RESUME_KEYS if k in previous and previous[k] != current.get(k)]
     if config.extend_epochs and changed == ["epochs"]:
-        print(f"[training] extend_epochs: epochs {previous['epochs']} -> {current['epochs']}; the rest of the "
-              f"learning-rate decay is stretched to the new end", flush=True)
+        print(
+            f"[training] extend_epochs: epochs {previous['epochs']} -> {current['epochs']}; the rest of the "
+            f"learning-rate decay is stretched to the new end",
+            flush=True,
+        )
         return
     if changed:
         details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
-        extend = ("; or, to change only the length on purpose, add --set extend_epochs=True (the rest of the "
-                  "learning-rate decay is stretched from the restored step, continuously)")
+        extend = (
+            "; or, to change only the length on purpose, add --set extend_epochs=True (the rest of the "
+            "learning-rate decay is stretched from the restored step, continuously)"
+        )
         raise ValueError(
             f"{workdir} holds a run with a different {', '.join(changed)} ({details}); resuming it would not "
             f"continue the same run. Use a new --workdir, or the original settings"
@@ -299,8 +340,7 @@ def build_model(config, num_classes):
         overrides["head_bias_init"] = config.head_bias_init
     if config.precision != "float32":
         overrides["dtype"] = config.precision
-    model = keras_vit.create_model(config.variant, image_size=config.image_size, num_classes=num_classes,
-                                   **overrides)
+    model = keras_vit.create_model(config.variant, image_size=config.image_size, num_classes=num_classes, **overrides)
     if config.init:
         initialise_from(model, config.init)
         if not config.init_head and "head" in {layer.name for layer in model.layers}:
@@ -333,8 +373,17 @@ def initialise_from(model, path):
     raise ValueError(f"--init expects a .npz or .keras file. Received: {path!r}")
 
 
-def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_size=None, strategy=None,
-             tf_strategy=None, verbose=0):
+def evaluate(
+    workdir,
+    *,
+    dataset=None,
+    data_dir=None,
+    eval_split=None,
+    batch_size=None,
+    strategy=None,
+    tf_strategy=None,
+    verbose=0,
+):
     """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics.
 
     The model is loaded and evaluated inside the strategy `train` would select (`strategy`, default: the run's
@@ -348,8 +397,17 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     config = TrainConfig()
     if files.exists(config_path):
         config = TrainConfig(**json.loads(files.read_text(config_path)))
-    overrides = {k: v for k, v in (("dataset", dataset), ("data_dir", data_dir), ("eval_split", eval_split),
-                                   ("batch_size", batch_size), ("strategy", strategy)) if v is not None}
+    overrides = {
+        k: v
+        for k, v in (
+            ("dataset", dataset),
+            ("data_dir", data_dir),
+            ("eval_split", eval_split),
+            ("batch_size", batch_size),
+            ("strategy", strategy),
+        )
+        if v is not None
+    }
     config = config.replace(**overrides)
     placement = select_placement(config.strategy, tf_strategy=tf_strategy)
     if verbose:
@@ -357,17 +415,35 @@ def evaluate(workdir, *, dataset=None, data_dir=None, eval_split=None, batch_siz
     with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
     config = config.replace(image_size=int(model.input_shape[1]))
-    source = load_source(config.dataset, data_dir=config.data_dir, train_split=config.train_split,
-                         eval_split=config.eval_split, holdout_fraction=config.holdout_fraction, seed=config.seed,
-                         image_background=config.image_background,
-                         skip_unreadable_images=config.skip_unreadable_images)
+    source = load_source(
+        config.dataset,
+        data_dir=config.data_dir,
+        train_split=config.train_split,
+        eval_split=config.eval_split,
+        holdout_fraction=config.holdout_fraction,
+        seed=config.seed,
+        image_background=config.image_background,
+        skip_unreadable_images=config.skip_unreadable_images,
+    )
     if model.output_shape[-1] != source.num_classes:
-        raise ValueError(f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
-                         f"{source.num_classes}; evaluate it on the dataset it was trained for.")
+        raise ValueError(
+            f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
+            f"{source.num_classes}; evaluate it on the dataset it was trained for."
+        )
     with placement.scope():
-        model.compile(loss=make_loss(config), weighted_metrics=[
-            keras.metrics.CategoricalAccuracy(name="top1"),
-            keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5")])
+        model.compile(
+            loss=make_loss(config),
+            weighted_metrics=[
+                keras.metrics.CategoricalAccuracy(name="top1"),
+                keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
+            ],
+        )
     results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
-    return {"top1": float(results["top1"]), "top5": float(results["top5"]), "loss": float(results["loss"]),
-            "num_heldout": source.num_heldout, "dataset": config.dataset, **placement.metrics()}
+    return {
+        "top1": float(results["top1"]),
+        "top5": float(results["top5"]),
+        "loss": float(results["loss"]),
+        "num_heldout": source.num_heldout,
+        "dataset": config.dataset,
+        **placement.metrics(),
+    }

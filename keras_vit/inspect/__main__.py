@@ -1,9 +1,9 @@
 """Command line: write the inspection figures of a model.
 
-    python -m keras_vit.inspect model.keras cat.jpg dog.png --out plots/
-    python -m keras_vit.inspect WORKDIR                       # WORKDIR/model.keras, held-out samples, WORKDIR/plots
-    python -m keras_vit.inspect ViT-B_16.npz --variant B/16 --image-size 224 photo.jpg --out plots/
-    python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
+python -m keras_vit.inspect model.keras cat.jpg dog.png --out plots/
+python -m keras_vit.inspect WORKDIR                       # WORKDIR/model.keras, held-out samples, WORKDIR/plots
+python -m keras_vit.inspect ViT-B_16.npz --variant B/16 --image-size 224 photo.jpg --out plots/
+python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
 """
 
 import argparse
@@ -27,19 +27,34 @@ def main(argv=None):
         prog="python -m keras_vit.inspect",
         description="Write attention-rollout, position-embedding, attention-distance and filter figures (PNG).",
     )
-    parser.add_argument("model", help="a .keras file, a training workdir, a checkpoint .npz (with --variant), "
-                                      "or a variant name (with --npz)")
-    parser.add_argument("images", nargs="*", help="image files (PNG/JPEG) or .npz with a uint8 'images' array; "
-                                                  "default: a workdir's held-out samples, else synthetic pictures")
+    parser.add_argument(
+        "model",
+        help="a .keras file, a training workdir, a checkpoint .npz (with --variant), or a variant name (with --npz)",
+    )
+    parser.add_argument(
+        "images",
+        nargs="*",
+        help="image files (PNG/JPEG) or .npz with a uint8 'images' array; "
+        "default: a workdir's held-out samples, else synthetic pictures",
+    )
     parser.add_argument("--out", help="output directory (default for a workdir: WORKDIR/plots)")
     parser.add_argument("--variant", help="variant of the .npz checkpoint, e.g. B/16 or testing")
     parser.add_argument("--npz", help="checkpoint to load into the variant named as MODEL")
-    parser.add_argument("--image-size", type=int, nargs="+", metavar="PX",
-                        help="input size of a model built from a checkpoint: one value or H W")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        nargs="+",
+        metavar="PX",
+        help="input size of a model built from a checkpoint: one value or H W",
+    )
     parser.add_argument("--no-resize", action="store_true", help="require images at the model's size exactly")
     parser.add_argument("--max-images", type=int, default=8, help="images shown in the rollout figure")
-    parser.add_argument("--background", default="white", type=_background,
-                        help="colour transparent pixels are composited onto: white (default), black or R,G,B")
+    parser.add_argument(
+        "--background",
+        default="white",
+        type=_background,
+        help="colour transparent pixels are composited onto: white (default), black or R,G,B",
+    )
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

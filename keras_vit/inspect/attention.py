@@ -57,7 +57,7 @@ def rollout(attentions):
             f"attentions must be shaped (layers, batch, heads, tokens, tokens); received shape {attentions.shape}."
         )
     num_tokens = attentions.shape[-1]
-    joint = np.broadcast_to(np.eye(num_tokens), attentions.shape[1:2] + (num_tokens, num_tokens)).copy()
+    joint = np.broadcast_to(np.eye(num_tokens), (*attentions.shape[1:2], num_tokens, num_tokens)).copy()
     for layer in attentions:
         fused = layer.mean(axis=1) + np.eye(num_tokens)
         fused /= fused.sum(axis=-1, keepdims=True)
@@ -110,7 +110,7 @@ def attention_rollout(source, images=None, *, num_prefix_tokens=1, grid_size=Non
     joint = rollout(attentions)
     num_patches = joint.shape[-1] - num_prefix_tokens
     if grid_size is None:
-        side = int(round(num_patches**0.5))
+        side = round(num_patches**0.5)
         if side * side != num_patches:
             raise ValueError(f"Cannot infer the grid of {num_patches} patch tokens; pass grid_size=(gh, gw).")
         grid_size = (side, side)

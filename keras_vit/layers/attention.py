@@ -51,8 +51,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         width = input_shape[-1]
         if width % self.num_heads:
             raise ValueError(
-                f"The token width must be divisible by num_heads. Received: width={width}, "
-                f"num_heads={self.num_heads}"
+                f"The token width must be divisible by num_heads. Received: width={width}, num_heads={self.num_heads}"
             )
         self.head_dim = width // self.num_heads
         heads = (self.num_heads, self.head_dim)

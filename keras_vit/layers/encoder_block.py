@@ -63,7 +63,9 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, tokens, training=None, return_attention_scores=False):
-        attended = self.attention(self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores)
+        attended = self.attention(
+            self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
+        )
         if return_attention_scores:
             attended, scores = attended
         x = tokens + self.drop_path(self.dropout(attended, training=training), training=training)

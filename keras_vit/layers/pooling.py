@@ -8,7 +8,7 @@ POOLING_MODES = ("token", "gap")
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TokenPooling(keras.layers.Layer):
-    """"token" takes the class token (position 0); "gap" averages the patch tokens, never the prefix tokens.
+    """ "token" takes the class token (position 0); "gap" averages the patch tokens, never the prefix tokens.
 
     Args:
         mode: "token" or "gap".

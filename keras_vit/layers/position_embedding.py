@@ -41,9 +41,9 @@ class PositionEmbedding(keras.layers.Layer):
             )
         width = input_shape[-1]
         if self.kind == "sincos2d":
-            table = np.concatenate(
-                [np.zeros((self.num_prefix_tokens, width)), sincos_2d_table(self.grid_size, width)]
-            )[None]
+            table = np.concatenate([np.zeros((self.num_prefix_tokens, width)), sincos_2d_table(self.grid_size, width)])[
+                None
+            ]
             initializer = keras.initializers.Constant(table.astype("float32"))
         else:
             initializer = self.initializer

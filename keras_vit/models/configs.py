@@ -2,7 +2,6 @@
 
 import dataclasses
 import re
-from typing import Optional
 
 # name: (hidden size D, layers L, heads H, MLP width M), from the paper's Table 1 plus DeiT's Ti and S.
 _SIZES = {
@@ -52,16 +51,16 @@ class ViTConfig:
     pooling: str = "token"
     class_token: bool = True
     position_embedding: str = "learned"
-    representation_size: Optional[int] = None
+    representation_size: int | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
     layer_norm_epsilon: float = 1e-6
     gelu: str = "tanh"
     head_bias_init: float = 0.0
-    resnet_layers: Optional[tuple] = None
+    resnet_layers: tuple | None = None
     resnet_width: int = 1
-    dtype: Optional[str] = None
+    dtype: str | None = None
 
     def __post_init__(self):
         size = self.image_size

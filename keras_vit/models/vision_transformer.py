@@ -179,8 +179,10 @@ def _validate(config):
     step = config.feature_stride * config.patch_size
     for size, what in zip(config.image_size, ("height", "width")):
         if size <= 0 or size % step:
-            hint = f"patch_size={config.patch_size}" if config.feature_stride == 1 else (
-                f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}"
+            hint = (
+                f"patch_size={config.patch_size}"
+                if config.feature_stride == 1
+                else (f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}")
             )
             raise ValueError(
                 f"The image {what} must be a positive multiple of {step} ({hint}). Received: "
