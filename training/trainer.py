@@ -396,7 +396,11 @@ def evaluate(
     config_path = files.join(workdir, "config.json")
     config = TrainConfig()
     if files.exists(config_path):
-        config = TrainConfig(**json.loads(files.read_text(config_path)))
+        saved = json.loads(files.read_text(config_path))
+        known = {field.name for field in dataclasses.fields(TrainConfig)}
+        if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
+            logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
+        config = TrainConfig(**{key: value for key, value in saved.items() if key in known})
     overrides = {
         k: v
         for k, v in (
