@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from benchmarks import coordinator, report
+from benchmarks import coordinator, readme, report
 from keras_vit.files import atomic_write_text
 
 
@@ -30,7 +30,17 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed calls before each timed block (the first block of a setting always gets >= 1)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
-    p.add_argument("--impls", default=",".join(coordinator.IMPLS), help="comma-separated subset of keras-vit,keras-hub,timm")
+    p.add_argument("--impls", default=",".join(coordinator.IMPLS),
+                   help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
+                        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)")
+    p.add_argument("--pipeline-batches", type=int, default=4,
+                   help="timed batches of the input-pipeline benchmark per round and side (0 skips it)")
+    p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
+    p.add_argument("--input-wait-steps", type=int, default=4,
+                   help="timed steps of the training run that measures the time spent waiting for input (0 skips)")
+    p.add_argument("--readme", default=None,
+                   help="rewrite the performance table between the benchmark-table markers of this README from "
+                        "the run's report")  # fmt: skip
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
@@ -47,6 +57,10 @@ def parse_args(argv=None):
         p.error(f"--impls takes a subset of {','.join(coordinator.IMPLS)}; received {unknown or 'nothing'}")
     if min(args.rounds, args.train_steps, args.infer_reps, args.latency_reps, args.tflite_reps, args.threads) < 1:
         p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
+    if min(args.pipeline_batches, args.input_wait_steps) < 0:
+        p.error("--pipeline-batches and --input-wait-steps must be >= 0 (0 skips that measurement)")
+    if args.readme:
+        readme.check_markers(args.readme)  # a README without markers fails now, not after a 15-minute run
     return args
 
 
@@ -58,6 +72,9 @@ def main(argv=None):
     path = os.path.join(args.out, "report.json")
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"\nwrote {path}")
+    if args.readme:
+        readme.update(args.readme, result)
+        print(f"rewrote the performance table in {args.readme}")
     return 0
 
 
