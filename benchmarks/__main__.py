@@ -1,9 +1,14 @@
-"""`python -m benchmarks`: keras-vit vs keras-hub vs timm, interleaved, one JSON report.
+"""`python -m benchmarks`: keras-vit (on each Keras backend) vs keras-hub vs timm, interleaved, one JSON report.
 
-Default (ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements): about 11 minutes on a
-2-core AVX-512 machine (5 rounds took 15.7). Without BF16 instructions mixed_bfloat16 is emulated and slow: add
---no-bf16 there (2 rounds took 12.5 minutes on a 2-core AVX2 machine). A quick look:
-`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit`.
+Workers: keras-vit on TensorFlow (XLA on and off), on JAX (XLA) and on PyTorch (eager), keras-hub (TensorFlow)
+and timm, each in its own process; plus the input-pipeline benchmark (the ImageNet recipe's tf.data stream vs a
+timm DataLoader on the same synthetic JPEGs) and the input-wait share of a training run. Workers whose packages
+are missing (torch, timm, keras-hub) are reported as not measured, with the reason.
+Default (ViT-Ti/16, 224 px, batch 32, 2 rounds of short alternating measurements); issue 6's three-worker
+default took about 11 minutes for 3 rounds on a 2-core AVX-512 machine. Without BF16 instructions
+mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme README.md` rewrites the README's table from
+the run's report. A quick look:
+`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
 """
 
 import argparse
@@ -21,7 +26,7 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; ratios are taken per round")
     p.add_argument("--train-steps", type=int, default=2,
                    help="timed training steps per setting and round (short, so implementations alternate often)")
     p.add_argument("--infer-reps", type=int, default=3, help="timed batches for inference throughput")
@@ -33,7 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--impls", default=",".join(coordinator.IMPLS),
                    help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
                         "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)")
-    p.add_argument("--pipeline-batches", type=int, default=4,
+    p.add_argument("--pipeline-batches", type=int, default=6,
                    help="timed batches of the input-pipeline benchmark per round and side (0 skips it)")
     p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
     p.add_argument("--input-wait-steps", type=int, default=4,

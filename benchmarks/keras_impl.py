@@ -47,6 +47,9 @@ class KerasBench:
     def __init__(self, impl, spec, threads=None):
         import keras
 
+        if impl == "keras-hub":
+            import keras_hub  # noqa: F401  (a missing package makes the worker unavailable at start, not mid-run)
+
         self.backend = keras.backend.backend()
         if self.backend == "torch" and threads:
             import torch
