@@ -206,11 +206,17 @@ def run(options, progress=print):
                         continue
                     try:
                         reply = workers[impl].request(task, **args)
-                    except WorkerError as error:
+                    except (WorkerError, OSError) as error:
                         progress(f"  {key:24s} {impl:10s} FAILED: {error}")
                         report.setdefault("errors", []).append({"round": r, "key": key, "impl": impl, "error": str(error)})
                         if workers[impl].process.poll() is not None:
-                            raise
+                            # A dead worker (killed for memory, say) ends its own measurements, not the run:
+                            # the others go on and the report says what happened.
+                            dead = workers.pop(impl)
+                            dead.close()
+                            code = dead.process.returncode
+                            progress(f"  {impl} worker exited (code {code}); the run goes on without it")
+                            report["implementations"][impl]["died"] = f"round {r + 1}, {key}: exit code {code}"
                         continue
                     value = _value(key, reply["result"])
                     values.setdefault(key, {})[impl] = value

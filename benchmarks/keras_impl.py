@@ -64,7 +64,7 @@ class KerasBench:
         self.labels = rng.integers(0, spec["num_classes"], spec["batch"]).astype("int32")
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
-        self._pipeline = None
+        self._pipeline, self._wait_state = None, {}
         self.tflite_info = {}
 
     def float_model(self):
@@ -211,7 +211,7 @@ class KerasBench:
     def input_wait(self, folder, steps, threads):
         from benchmarks.pipeline import input_wait
 
-        return input_wait(folder, steps, threads, self.spec)
+        return input_wait(folder, steps, threads, self.spec, self._wait_state)
 
     def sizes(self):
         model = self.float_model()

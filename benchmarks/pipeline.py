@@ -102,22 +102,29 @@ class KerasPipeline:
             del iterator  # stops its prefetching threads before the next worker is timed
 
 
-def input_wait(folder, steps, threads, spec):
+def input_wait(folder, steps, threads, spec, state=None):
     """Fraction of the training step time spent waiting for the next batch, in a keras-vit training run.
 
     The spec's model (TensorFlow, XLA, float32, as the trainer compiles it) trains on the recipe's stream. On a
     CPU the pipeline and the model share the cores, so this is the host's contention, not an accelerator's.
+    `state` (a dict) keeps the compiled model and the pipeline between calls, so later rounds skip compilation.
     """
     import keras
 
     import keras_vit
 
-    pipe = KerasPipeline(folder, spec["batch"], threads, size=spec["image_size"])
-    model = keras_vit.create_model(spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=True)  # fmt: skip
+    state = {} if state is None else state
+    # A fresh iterator's first batch waits for the pipeline to start, once per run in the trainer: not timed.
+    warmup = 1
+    if "model" not in state:
+        pipe = KerasPipeline(folder, spec["batch"], threads, size=spec["image_size"])
+        model = keras_vit.create_model(spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=True)  # fmt: skip
+        state.update(model=model, pipe=pipe)
+        warmup = 2  # and tracing and XLA compilation
+    model, pipe = state["model"], state["pipe"]
     iterator = iter(pipe.dataset)
-    warmup = 2  # tracing and XLA compilation
     waiting = total = 0.0
     for step in range(warmup + steps):
         start = time.perf_counter()
