@@ -41,8 +41,10 @@ def parse_args(argv=None):
     p.add_argument("--pipeline-batches", type=int, default=6,
                    help="timed batches of the input-pipeline benchmark per round and side (0 skips it)")
     p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
-    p.add_argument("--input-wait-steps", type=int, default=4,
-                   help="timed steps of the training run that measures the time spent waiting for input (0 skips)")
+    p.add_argument("--input-wait-steps", type=int, default=0,
+                   help="timed steps of a training run (in the keras-vit worker) that measures the share of step "
+                        "time spent waiting for input; off by default: its extra compiled model got that worker "
+                        "killed for memory on a 23 GB machine shared with other jobs")  # fmt: skip
     p.add_argument("--readme", default=None,
                    help="rewrite the performance table between the benchmark-table markers of this README from "
                         "the run's report")  # fmt: skip

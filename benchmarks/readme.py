@@ -71,8 +71,12 @@ def render(report):
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
     missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
                if not info.get("available")]  # fmt: skip
+    died = [f"{impl} ({info['died']})" for impl, info in report["implementations"].items() if info.get("died")]
     if missing:
         lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
+    if died:
+        lines += ["", "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
+                  "before: " + "; ".join(died) + "."]
     lines += ["", "| target (issue 14) | bound | measured | met |", "|---|---|---|---|"]
     for name, t in report.get("targets", {}).items():
         state = "n/a" if t["met"] is None else ("yes" if t["met"] else "no")
