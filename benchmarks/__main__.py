@@ -1,9 +1,14 @@
-"""`python -m benchmarks`: keras-vit vs keras-hub vs timm, interleaved, one JSON report.
+"""`python -m benchmarks`: keras-vit (on each Keras backend) vs keras-hub vs timm, interleaved, one JSON report.
 
-Default (ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements): about 11 minutes on a
-2-core AVX-512 machine (5 rounds took 15.7). Without BF16 instructions mixed_bfloat16 is emulated and slow: add
---no-bf16 there (2 rounds took 12.5 minutes on a 2-core AVX2 machine). A quick look:
-`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit`.
+Workers: keras-vit on TensorFlow (XLA on and off), on JAX (XLA) and on PyTorch (eager), keras-hub (TensorFlow)
+and timm, each in its own process; plus the input-pipeline benchmark (the ImageNet recipe's tf.data stream vs a
+timm DataLoader on the same synthetic JPEGs) and the input-wait share of a training run. Workers whose packages
+are missing (torch, timm, keras-hub) are reported as not measured, with the reason.
+Default (ViT-Ti/16, 224 px, batch 32, 2 rounds of short alternating measurements); issue 6's three-worker
+default took about 11 minutes for 3 rounds on a 2-core AVX-512 machine. Without BF16 instructions
+mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme README.md` rewrites the README's table from
+the run's report. A quick look:
+`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
 """
 
 import argparse
@@ -11,7 +16,7 @@ import json
 import os
 import sys
 
-from benchmarks import coordinator, report
+from benchmarks import coordinator, readme, report
 from keras_vit.files import atomic_write_text
 
 
@@ -21,7 +26,7 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; ratios are taken per round")
     p.add_argument("--train-steps", type=int, default=2,
                    help="timed training steps per setting and round (short, so implementations alternate often)")
     p.add_argument("--infer-reps", type=int, default=3, help="timed batches for inference throughput")
@@ -30,7 +35,19 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed calls before each timed block (the first block of a setting always gets >= 1)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
-    p.add_argument("--impls", default=",".join(coordinator.IMPLS), help="comma-separated subset of keras-vit,keras-hub,timm")
+    p.add_argument("--impls", default=",".join(coordinator.IMPLS),
+                   help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
+                        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)")
+    p.add_argument("--pipeline-batches", type=int, default=6,
+                   help="timed batches of the input-pipeline benchmark per round and side (0 skips it)")
+    p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
+    p.add_argument("--input-wait-steps", type=int, default=0,
+                   help="timed steps of a training run (in the keras-vit worker) that measures the share of step "
+                        "time spent waiting for input; off by default: its extra compiled model got that worker "
+                        "killed for memory on a 23 GB machine shared with other jobs")  # fmt: skip
+    p.add_argument("--readme", default=None,
+                   help="rewrite the performance table between the benchmark-table markers of this README from "
+                        "the run's report")  # fmt: skip
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
@@ -47,6 +64,10 @@ def parse_args(argv=None):
         p.error(f"--impls takes a subset of {','.join(coordinator.IMPLS)}; received {unknown or 'nothing'}")
     if min(args.rounds, args.train_steps, args.infer_reps, args.latency_reps, args.tflite_reps, args.threads) < 1:
         p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
+    if min(args.pipeline_batches, args.input_wait_steps) < 0:
+        p.error("--pipeline-batches and --input-wait-steps must be >= 0 (0 skips that measurement)")
+    if args.readme:
+        readme.check_markers(args.readme)  # a README without markers fails now, not after a 15-minute run
     return args
 
 
@@ -58,6 +79,9 @@ def main(argv=None):
     path = os.path.join(args.out, "report.json")
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"\nwrote {path}")
+    if args.readme:
+        readme.update(args.readme, result)
+        print(f"rewrote the performance table in {args.readme}")
     return 0
 
 

@@ -1,4 +1,8 @@
-"""Measurements of a Keras ViT (keras-vit or keras-hub's, TF backend) inside one worker process."""
+"""Measurements of a Keras ViT (keras-vit or keras-hub's) inside one worker process.
+
+The backend is whatever KERAS_BACKEND named when the coordinator started the worker: keras-vit runs on
+TensorFlow, JAX and PyTorch (one worker each), keras-hub on TensorFlow.
+"""
 
 import os
 import statistics
@@ -7,7 +11,6 @@ import time
 
 import numpy as np
 
-from benchmarks import tflite
 from keras_vit.files import atomic_write_bytes
 from keras_vit.preprocessing import scale_pixels
 
@@ -41,9 +44,17 @@ BUILDERS = {"keras-vit": _build_keras_vit, "keras-hub": _build_keras_hub}
 class KerasBench:
     """Holds one model per (dtype, XLA) setting so each is traced/compiled once, then timed every round."""
 
-    def __init__(self, impl, spec):
+    def __init__(self, impl, spec, threads=None):
         import keras
 
+        if impl == "keras-hub":
+            import keras_hub  # noqa: F401  (a missing package makes the worker unavailable at start, not mid-run)
+
+        self.backend = keras.backend.backend()
+        if self.backend == "torch" and threads:
+            import torch
+
+            torch.set_num_threads(threads)
         keras.utils.set_random_seed(0)
         self.impl, self.spec = impl, spec
         self.build = BUILDERS[impl]
@@ -53,6 +64,7 @@ class KerasBench:
         self.labels = rng.integers(0, spec["num_classes"], spec["batch"]).astype("int32")
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
+        self._pipeline, self._wait_state = None, {}
         self.tflite_info = {}
 
     def float_model(self):
@@ -66,10 +78,16 @@ class KerasBench:
             self._float_model = model
         return self._float_model
 
+    def _check_xla(self, xla):
+        # JAX always compiles with XLA; Keras' torch backend would mean torch.compile, not measured here.
+        expected = {"jax": True, "torch": False}.get(self.backend, xla)
+        if xla != expected:
+            raise ValueError(f"{self.impl} on the {self.backend} backend is measured with xla={expected}; got {xla}")
+
     def train(self, dtype, xla, steps, warmup):
         import keras
-        import tensorflow as tf
 
+        self._check_xla(xla)
         key = (dtype, xla)
         if key not in self._train:
             model = self.build(self.spec, "mixed_bfloat16" if dtype == "bfloat16" else None)
@@ -78,8 +96,11 @@ class KerasBench:
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 jit_compile=xla,
             )
-            x = tf.constant(self.images[self.spec["batch"]])
-            y = tf.constant(self.labels)
+            x, y = self.images[self.spec["batch"]], self.labels
+            if self.backend == "tensorflow":
+                import tensorflow as tf
+
+                x, y = tf.constant(x), tf.constant(y)  # no host-to-tensor copy inside the timed step
             self._train[key] = (model, x, y)
             warmup = max(warmup, 2)  # the first steps trace, compile (XLA) and allocate: never time them
         model, x, y = self._train[key]
@@ -93,19 +114,25 @@ class KerasBench:
         return {"images_per_second": self.spec["batch"] / statistics.median(times), "loss": loss}
 
     def infer(self, batch, xla, reps, warmup):
-        import tensorflow as tf
-
+        self._check_xla(xla)
         key = (batch, xla)
         if key not in self._infer:
             model = self.float_model()
-            function = tf.function(lambda images: model(images, training=False), jit_compile=xla)
-            self._infer[key] = (function, tf.constant(self.images[batch]))
+            if self.backend == "tensorflow":
+                import tensorflow as tf
+
+                compiled = tf.function(lambda images: model(images, training=False), jit_compile=xla)
+                function, x = (lambda images: compiled(images).numpy()), tf.constant(self.images[batch])
+            else:
+                # Keras' own compiled predict step: jax.jit on JAX, eager on torch.
+                function, x = model.predict_on_batch, self.images[batch]
+            self._infer[key] = (function, x)
             warmup = max(warmup, 2)
         function, x = self._infer[key]
         times = []
         for i in range(warmup + reps):
             start = time.perf_counter()
-            function(x).numpy()
+            np.asarray(function(x))
             if i >= warmup:
                 times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
@@ -113,6 +140,8 @@ class KerasBench:
 
     def tflite_setup(self, out_dir, threads, calibration_size, agreement_size):
         """Converts the float model in the three modes once; records sizes, op inventories, agreement."""
+        from benchmarks import tflite  # TensorFlow's converter: only the TensorFlow-backend workers load it
+
         model = self.float_model()
         size = self.spec["image_size"]
         rng = np.random.default_rng(2)
@@ -147,6 +176,7 @@ class KerasBench:
         import keras
 
         import keras_vit  # noqa: F401  (registers the model's classes for loading)
+        from benchmarks import tflite
 
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"), compile=False)
         heldout = np.load(os.path.join(workdir, "samples", "heldout.npz"))
@@ -169,6 +199,19 @@ class KerasBench:
 
     def tflite_latency(self, mode, reps, warmup):
         return {"latency_ms": self._latency[mode].measure(reps, warmup), "threads": self._latency[mode].threads}
+
+    def pipeline(self, folder, batch, batches, threads):
+        """The ImageNet recipe's host input pipeline (benchmarks/pipeline.py), images/s per core."""
+        from benchmarks.pipeline import KerasPipeline
+
+        if self._pipeline is None:
+            self._pipeline = KerasPipeline(folder, batch, threads, size=self.spec["image_size"])
+        return self._pipeline.measure(batches)
+
+    def input_wait(self, folder, steps, threads):
+        from benchmarks.pipeline import input_wait
+
+        return input_wait(folder, steps, threads, self.spec, self._wait_state)
 
     def sizes(self):
         model = self.float_model()

@@ -15,7 +15,7 @@ def table(report):
         (f"infer b{b} img/s", f"infer/b{b}", 1), ("+XLA", f"infer/b{b}+xla", 1),
         ("lat b1 ms", "latency/b1", 1), ("+XLA", "latency/b1+xla", 1),
         ("TFLite f32 ms", "tflite/float32", 1), ("dyn-int8", "tflite/dynamic_int8", 1), ("full-int8", "tflite/full_int8", 1),
-        ("int8-matmul", "tflite/int8_matmul", 1),
+        ("int8-matmul", "tflite/int8_matmul", 1), ("pipeline img/s/core", "pipeline/imagenet", 1),
     ]  # fmt: skip
     lines = []
     s = report["settings"]
@@ -23,11 +23,11 @@ def table(report):
         f"ViT {s['variant']} at {s['image_size']} px, batch {b}, {s['rounds']} interleaved rounds, "
         f"{s['threads']} threads (TFLite too); medians over rounds"
     )
-    header = f"{'':10s} | " + " | ".join(c[0] for c in columns)
+    header = f"{'':15s} | " + " | ".join(c[0] for c in columns)
     lines += [header, "-" * len(header)]
     for impl, info in report["implementations"].items():
         if not info.get("available"):
-            lines.append(f"{impl:10s} | not measured: {info.get('reason', '')[:100]}")
+            lines.append(f"{impl:15s} | not measured: {info.get('reason', '')[:100]}")
             continue
         cells = []
         for title, key, digits in columns:
@@ -39,18 +39,28 @@ def table(report):
             else:
                 text = _fmt(med.get(key, {}).get(impl), digits)
             cells.append(text.rjust(len(title)))
-        lines.append(f"{impl:10s} | " + " | ".join(cells))
+        lines.append(f"{impl:15s} | " + " | ".join(cells))
     peaks = report.get("peak_gflops", {})
     lines.append(
         "matmul peak (best probe of the run, GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
         + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
     )
     lines.append("")
-    lines.append("per-round ratios keras-vit / baseline (median; >1 is faster for img/s, <1 is faster for ms):")
+    lines.append("per-round ratios keras-vit form / baseline (median; >1 is faster for img/s, <1 is faster for ms):")
     for key, by in sorted(report["ratios"].items()):
-        lines.append(f"  {key:24s} " + "  ".join(f"{o}: {r['median']:.2f}" for o, r in by.items()))
+        lines.append(f"  {key:24s} " + "  ".join(f"{o} {r['median']:.2f}" for o, r in by.items()))
     lines.append("")
-    lines.append("targets (issue 6):")
+    lines.append("fastest keras-vit form per measurement (median), and the best form against each baseline's best:")
+    for key, f in report.get("fastest_keras_vit", {}).items():
+        by = report.get("best_ratios", {}).get(key, {})
+        lines.append(f"  {key:24s} {f['form']} {f['median']:.2f}  " + "  ".join(f"vs {o}: {r['median']:.2f}" for o, r in by.items()))
+    wait = med.get("input_wait/train", {}).get("keras-vit")
+    if wait is not None:
+        lines.append(f"  a keras-vit training run (TF+XLA) waited for input {100 * wait:.1f}% of its step time")
+    m = report["machine"]
+    lines.append(f"machine: {m.get('cpu_model')}, {m.get('usable_cpus')} usable cores; ISA: {', '.join(m.get('isa_flags', []))}")
+    lines.append("")
+    lines.append("targets (issue 14):")
     for name, t in report["targets"].items():
         state = "n/a" if t["met"] is None else ("MET" if t["met"] else "not met")
         lines.append(f"  {name:32s} {t['target']:8s} measured {_fmt(t['measured'], 3):>7s}  {state}")

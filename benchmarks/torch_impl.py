@@ -42,6 +42,15 @@ class TimmBench:
         }
         self.labels = torch.from_numpy(rng.integers(0, spec["num_classes"], spec["batch"]).astype("int64"))
         self._train, self._eval, self._warm = {}, None, set()
+        self._pipeline = None
+
+    def pipeline(self, folder, batch, batches, threads):
+        """timm's DataLoader with the recipe's transforms (benchmarks/pipeline.py), images/s per core."""
+        from benchmarks.pipeline import TimmPipeline
+
+        if self._pipeline is None:
+            self._pipeline = TimmPipeline(folder, batch, threads, size=self.spec["image_size"])
+        return self._pipeline.measure(batches)
 
     def train(self, dtype, xla, steps, warmup):
         torch = self.torch

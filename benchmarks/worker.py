@@ -14,6 +14,9 @@ import time
 import traceback
 
 PREFIX = "@@result "
+# keras-vit-jax and keras-vit-torch are keras-vit on those Keras backends: the coordinator sets KERAS_BACKEND in
+# the worker's environment, since Keras reads it once, at import.
+IMPLS = ("keras-vit", "keras-vit-jax", "keras-vit-torch", "keras-hub", "timm")
 
 
 def _reply(payload):
@@ -29,12 +32,12 @@ def _make_bench(impl, spec, threads):
         return TimmBench(spec, threads)
     from benchmarks.keras_impl import KerasBench
 
-    return KerasBench(impl, spec)
+    return KerasBench("keras-hub" if impl == "keras-hub" else "keras-vit", spec, threads)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", required=True, choices=("keras-vit", "keras-hub", "timm"))
+    parser.add_argument("--impl", required=True, choices=IMPLS)
     parser.add_argument("--spec", required=True, help="JSON: variant, image_size, batch, num_classes, config")
     parser.add_argument("--threads", type=int, required=True)
     args = parser.parse_args(argv)
@@ -71,6 +74,7 @@ def _versions(impl):
     import importlib.metadata as md
 
     names = ["numpy"] + (["torch", "timm"] if impl == "timm" else ["tensorflow", "keras", "ai-edge-litert"])
+    names += {"keras-vit-jax": ["jax", "jaxlib"], "keras-vit-torch": ["torch"]}.get(impl, [])
     if impl == "keras-hub":
         names.append("keras-hub")
     out = {}

@@ -32,30 +32,120 @@ def _fake_report(rounds):
     }
 
 
-def test_ratios_are_taken_per_round_and_targets_use_the_best_setting():
+def test_ratios_are_taken_per_round_and_targets_use_the_fastest_keras_vit_form():
     # Round 2 is uniformly twice as slow (another process held a core): per-round ratios are unaffected,
     # a ratio of medians across rounds would not be.
     rounds = [
-        {"train/float32": {"keras-vit": 30.0, "keras-hub": 20.0, "timm": 24.0}, "train/float32+xla": {"keras-vit": 36.0, "keras-hub": 22.0},
-         "latency/b1": {"keras-vit": 10.0, "keras-hub": 20.0}, "peak/float32": {"keras-vit": 200.0},
-         "tflite/float32": {"keras-vit": 14.0, "keras-hub": 15.0}, "tflite/full_int8": {"keras-vit": 6.0, "keras-hub": 40.0}},
-        {"train/float32": {"keras-vit": 15.0, "keras-hub": 10.0, "timm": 12.0}, "train/float32+xla": {"keras-vit": 18.0, "keras-hub": 11.0},
-         "latency/b1": {"keras-vit": 20.0, "keras-hub": 40.0}, "peak/float32": {"keras-vit": 100.0},
-         "tflite/float32": {"keras-vit": 28.0, "keras-hub": 30.0}, "tflite/full_int8": {"keras-vit": 12.0, "keras-hub": 80.0}},
+        {"train/float32": {"keras-vit": 30.0, "keras-vit-torch": 26.0, "keras-hub": 20.0, "timm": 24.0},
+         "train/float32+xla": {"keras-vit": 36.0, "keras-vit-jax": 40.0, "keras-hub": 22.0},
+         "train/bfloat16": {"keras-vit": 50.0, "timm": 30.0},
+         "latency/b1": {"keras-vit": 10.0, "keras-hub": 20.0}, "latency/b1+xla": {"keras-vit-jax": 8.0, "keras-hub": 16.0},
+         "peak/float32": {"keras-vit": 200.0}, "pipeline/imagenet": {"keras-vit": 90.0, "timm": 45.0},
+         "tflite/float32": {"keras-vit": 14.0, "keras-hub": 15.0}, "tflite/int8_matmul": {"keras-vit": 6.0, "keras-hub": 40.0}},
+        {"train/float32": {"keras-vit": 15.0, "keras-vit-torch": 13.0, "keras-hub": 10.0, "timm": 12.0},
+         "train/float32+xla": {"keras-vit": 18.0, "keras-vit-jax": 20.0, "keras-hub": 11.0},
+         "train/bfloat16": {"keras-vit": 25.0, "timm": 15.0},
+         "latency/b1": {"keras-vit": 20.0, "keras-hub": 40.0}, "latency/b1+xla": {"keras-vit-jax": 16.0, "keras-hub": 32.0},
+         "peak/float32": {"keras-vit": 100.0}, "pipeline/imagenet": {"keras-vit": 30.0, "timm": 30.0},
+         "tflite/float32": {"keras-vit": 28.0, "keras-hub": 30.0}, "tflite/int8_matmul": {"keras-vit": 12.0, "keras-hub": 80.0}},
     ]  # fmt: skip
     rep = _fake_report(rounds)
     coordinator.summarise(rep)
     assert rep["ratios"]["train/float32"]["keras-vit/keras-hub"]["rounds"] == [1.5, 1.5]
-    target = rep["targets"]["1_train_f32_vs_keras_hub"]
-    assert target["measured"] == pytest.approx(36 / 22) and target["met"] is True
-    assert rep["targets"]["1_train_f32_vs_timm"]["measured"] == pytest.approx(36 / 24)
-    assert rep["targets"]["3_latency_b1_vs_keras_hub"]["measured"] == pytest.approx(0.5)
-    assert rep["targets"]["5_tflite_full_int8_vs_own_f32"]["measured"] == pytest.approx(6 / 14)
+    assert rep["ratios"]["train/float32+xla"]["keras-vit-jax/keras-hub"]["rounds"] == pytest.approx([40 / 22, 20 / 11])
+    # The fastest form: JAX in training (40 and 20 img/s), JAX in latency (lower is better).
+    assert rep["fastest_keras_vit"]["train/float32"]["form"] == "keras-vit on JAX"
+    assert rep["fastest_keras_vit"]["train/float32"]["median"] == 30.0
+    assert rep["fastest_keras_vit"]["train/float32"]["all"]["keras-vit on PyTorch"] == 19.5
+    assert rep["fastest_keras_vit"]["latency/b1"]["form"] == "keras-vit on JAX"
+    # The best form against each baseline's best setting, per round: 40/22 and 20/11; 40/24 and 20/12.
+    assert rep["best_ratios"]["train/float32"]["keras-hub"]["rounds"] == pytest.approx([40 / 22, 20 / 11])
+    assert rep["targets"]["2_train_f32_vs_timm"]["measured"] == pytest.approx(40 / 24)
+    assert rep["targets"]["2_train_f32_vs_timm"]["met"] is True
+    # mixed_bfloat16 keras-vit against keras-hub's float32 (its best setting): 50/22 and 25/11.
+    assert rep["targets"]["2_train_bf16_vs_keras_hub_f32"]["measured"] == pytest.approx(50 / 22)
+    assert rep["best_ratios"]["latency/b1"]["keras-hub"]["median"] == pytest.approx(0.5)
+    # Pipeline: per-round ratios 2.0 and 1.0, median 1.5: just met.
+    assert rep["targets"]["4_pipeline_vs_timm_per_core"]["rounds"] == pytest.approx([2.0, 1.0])
+    assert rep["targets"]["4_pipeline_vs_timm_per_core"]["met"] is True
+    assert rep["targets"]["5_tflite_int8_matmul_vs_own_f32"]["measured"] == pytest.approx(6 / 14)
     # The ceiling is the run's best matmul probe (200, not round 2's 100): 2.5 GFLOP at 200 GFLOP/s = 12.5 ms.
     assert rep["peak_gflops"]["float32"] == 200.0
-    assert rep["targets"]["4_tflite_f32_vs_matmul_bound"]["rounds"] == pytest.approx([14 / 12.5, 28 / 12.5])
+    assert rep["targets"]["5_tflite_f32_vs_matmul_bound"]["rounds"] == pytest.approx([14 / 12.5, 28 / 12.5])
+    assert rep["targets"]["5_tflite_f32_vs_matmul_bound"]["met"] is False
     # MFU of keras-vit's float32 training: img/s x 7.5 GFLOP / 200 GFLOP/s in each round, then the median.
     assert rep["mfu"]["train/float32"]["keras-vit"] == pytest.approx((30 + 15) / 2 * 7.5 / 200)
+
+
+def test_task_list_puts_each_backend_in_its_setting():
+    from benchmarks.__main__ import parse_args
+
+    tasks = {key: impls for key, impls, _, _, _ in coordinator.task_list(parse_args([]))}
+    assert tasks["train/float32"] == ("keras-vit", "keras-vit-torch", "keras-hub", "timm")
+    assert tasks["train/float32+xla"] == ("keras-vit", "keras-hub", "keras-vit-jax")
+    assert tasks["pipeline/imagenet"] == ("keras-vit", "timm")
+    # Without XLA the TensorFlow workers drop their compiled setting; JAX, which always compiles, stays.
+    tasks = {key: impls for key, impls, _, _, _ in coordinator.task_list(parse_args(["--no-xla"]))}
+    assert tasks["train/float32+xla"] == ("keras-vit-jax",)
+
+
+def test_machine_description_reads_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C\n"
+                       "flags\t\t: fpu sse avx2 fma avx512f avx512_bf16 amx_tile amx_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")  # fmt: skip
+    machine = coordinator.describe_machine(str(cpuinfo))
+    assert machine["cpu_model"] == "Intel(R) Xeon(R) Platinum 8481C"
+    assert machine["isa_flags"] == ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+    assert machine["usable_cpus"] >= 1
+
+
+def test_inception_crop_box_stays_inside_the_image_and_in_the_recipe_ranges():
+    import random
+
+    from benchmarks.pipeline import ASPECT, CROP_AREA, crop_box
+
+    rng = random.Random(0)
+    areas = []
+    for _ in range(500):
+        left, top, right, bottom = crop_box(500, 375, rng)
+        w, h = right - left, bottom - top
+        assert 0 <= left < right <= 500 and 0 <= top < bottom <= 375
+        # Rounding to whole pixels moves the ratio and the area by at most a pixel's worth.
+        assert ASPECT[0] - 0.02 <= w / h <= ASPECT[1] + 0.02
+        areas.append(w * h / (500 * 375))
+    assert CROP_AREA[0] - 0.01 <= min(areas) and max(areas) <= CROP_AREA[1]
+    assert min(areas) < 0.15 and max(areas) > 0.8  # the draws cover the range, not one corner of it
+    # A strip no allowed crop fits: the central crop at the nearest allowed aspect ratio (4:3 here).
+    assert crop_box(400, 10, random.Random(0)) == (193, 0, 206, 10)
+
+
+def test_readme_table_is_rewritten_between_the_markers_only(tmp_path):
+    from benchmarks import readme
+
+    rounds = [{"train/float32": {"keras-vit": 30.0, "keras-hub": 20.0}, "train/float32+xla": {"keras-vit-jax": 33.0}}]
+    rep = _fake_report(rounds)
+    coordinator.summarise(rep)
+    rep.update(settings={"variant": "Ti/16", "image_size": 224, "rounds": 1}, wall_seconds=600.0,
+               machine={"cpu_model": "Test CPU", "usable_cpus": 2, "threads": 2, "isa_flags": ["avx2"],
+                        "loadavg_start": [1.0], "loadavg_end": [2.0]})  # fmt: skip
+    rep["implementations"] = {"keras-vit": {"available": True, "versions": {"keras": "3.15.1"}},
+                              "timm": {"available": False, "reason": "ModuleNotFoundError: No module named 'torch'"}}  # fmt: skip
+    path = tmp_path / "README.md"
+    path.write_text(f"# Title\n\nbefore\n{readme.START}\nold table\n{readme.END}\nafter\n")
+    readme.update(str(path), rep)
+    text = path.read_text()
+    assert text.startswith("# Title\n\nbefore\n" + readme.START + "\n") and text.endswith(readme.END + "\nafter\n")
+    assert "old table" not in text
+    assert "| float32 training, img/s | keras-vit on JAX 33.0 | keras-vit on TensorFlow 30.0 | 1.65 | - |" in text
+    assert "Test CPU (2 cores usable, 2 threads; ISA avx2)" in text and "10.0 min" in text
+    assert "Not measured in this run: timm (ModuleNotFoundError: No module named 'torch')" in text
+    readme.update(str(path), rep)  # idempotent: the markers survive a rewrite
+    assert path.read_text() == text
+    path.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="benchmark-table:start"):
+        readme.update(str(path), rep)
+    assert path.read_text() == "# no markers\n"
 
 
 def test_cli_rejects_unknown_implementations():
@@ -65,41 +155,72 @@ def test_cli_rejects_unknown_implementations():
         parse_args(["--impls", "keras-vit,flax"])
 
 
+def _importable(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 @pytest.mark.slow
-def test_one_round_smoke_run_writes_a_sane_report(tmp_path):
+def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path):
+    """Every worker is asked for. keras-vit on TensorFlow and JAX always run; the torch-backend worker and timm need
+    torch, keras-hub its package: where those are not installed (CI) the report must say so, and the test checks
+    that it does rather than leaving them out."""
     out = tmp_path / "bench"
+    readme_path = tmp_path / "README.md"
+    readme_path.write_text("intro\n<!-- benchmark-table:start -->\n<!-- benchmark-table:end -->\nrest\n")
     command = [
         sys.executable, "-m", "benchmarks", "--variant", "testing", "--image-size", "32", "--num-classes", "10",
-        "--batch", "4", "--rounds", "1", "--impls", "keras-vit", "--train-steps", "1", "--infer-reps", "2",
+        "--batch", "4", "--rounds", "1", "--train-steps", "1", "--infer-reps", "2",
         "--latency-reps", "2", "--tflite-reps", "2", "--calibration-size", "4", "--agreement-size", "8",
-        "--no-bf16", "--out", str(out),
+        "--pipeline-batches", "1", "--pipeline-images", "16", "--input-wait-steps", "1",
+        "--no-bf16", "--out", str(out), "--readme", str(readme_path),
     ]  # fmt: skip
     start = time.time()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rep = json.loads((out / "report.json").read_text())
     assert not rep.get("errors"), rep.get("errors")
     assert rep["wall_seconds"] <= time.time() - start + 1
-    assert rep["implementations"]["keras-vit"]["available"]
-    sizes = rep["implementations"]["keras-vit"]
+    impls = rep["implementations"]
+    expected = {"keras-vit": True, "keras-vit-jax": True, "keras-vit-torch": _importable("torch"),
+                "timm": _importable("torch") and _importable("timm"), "keras-hub": _importable("keras_hub")}  # fmt: skip
+    table = readme_path.read_text()
+    for impl, available in expected.items():
+        assert impls[impl]["available"] is available, (impl, impls[impl])
+        if not available:
+            assert "No module named" in impls[impl]["reason"]
+            assert f"{impl} (" in table.split("Not measured in this run:")[1]
+    sizes = impls["keras-vit"]
     assert sizes["keras_file_bytes"] > 4 * sizes["parameters"] > 0  # float32 weights plus the config
     med = rep["median"]
-    for key in ("train/float32", "train/float32+xla", "infer/b4", "infer/b4+xla", "latency/b1", "peak/float32"):
+    for key in ("train/float32", "train/float32+xla", "infer/b4", "infer/b4+xla", "latency/b1", "peak/float32",
+                "pipeline/imagenet"):
         assert 0 < med[key]["keras-vit"] < 1e6, key
+    for key in ("train/float32+xla", "infer/b4+xla", "latency/b1+xla"):
+        assert 0 < med[key]["keras-vit-jax"] < 1e6, key
+    assert 0 <= med["input_wait/train"]["keras-vit"] < 1
+    assert rep["fastest_keras_vit"]["train/float32"]["form"].startswith("keras-vit on ")
+    assert rep["machine"]["cpu_model"] and rep["machine"]["usable_cpus"] >= 1
     for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
         assert 0 < med[f"tflite/{mode}"]["keras-vit"] < 1000
-        info = rep["implementations"]["keras-vit"]["tflite"][mode]
+        info = impls["keras-vit"]["tflite"][mode]
         assert os.path.getsize(info["file"]) == info["bytes"] > 0
         assert 0 <= info["top1_agreement"] <= 1
-    assert rep["implementations"]["keras-vit"]["tflite"]["float32"]["max_abs_logit_diff"] < 1e-4
-    assert rep["implementations"]["keras-vit"]["peak_rss_mb_train_float32"] > 100  # TF alone is more than that
+    assert impls["keras-vit"]["tflite"]["float32"]["max_abs_logit_diff"] < 1e-4
+    assert impls["keras-vit"]["peak_rss_mb_train_float32"] > 100  # TF alone is more than that
     assert 0 < rep["mfu"]["train/float32"]["keras-vit"] < 1
     assert "keras-vit" in report.table(rep)
     assert "targets" in result.stdout
     # The int8-matmul recipe keeps exactly the non-matmul op types in float.
-    float_ops = rep["implementations"]["keras-vit"]["tflite"]["int8_matmul"]["float_ops"]
+    float_ops = impls["keras-vit"]["tflite"]["int8_matmul"]["float_ops"]
     assert "FULLY_CONNECTED" not in float_ops and "CONV_2D" not in float_ops and "SOFTMAX" in float_ops
+    # The README table holds the run's figures, between the markers, the rest of the file untouched.
+    assert table.startswith("intro\n<!-- benchmark-table:start -->\n") and table.endswith("<!-- benchmark-table:end -->\nrest\n")
+    fastest = rep["fastest_keras_vit"]["train/float32"]
+    assert f"| float32 training, img/s | {fastest['form']} {fastest['median']:,.1f} |" in table
+    assert rep["machine"]["cpu_model"] in table
 
 
 def test_backend_check_smoke_run(tmp_path, capsys):

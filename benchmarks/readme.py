@@ -1,0 +1,119 @@
+"""The README's performance table, rendered from a benchmark report and written between two marker comments.
+
+`python -m benchmarks --readme README.md` runs the benchmark and rewrites the table; `python -m benchmarks.readme
+benchmark_results/report.json README.md` rewrites it from an existing report. Nothing in the table is typed by
+hand: every figure comes from the report's JSON.
+"""
+
+import argparse
+import json
+import sys
+
+from keras_vit.files import atomic_write_text
+
+START = "<!-- benchmark-table:start -->"
+END = "<!-- benchmark-table:end -->"
+
+MEASUREMENTS = (("train/float32", "float32 training, img/s"), ("train/bfloat16", "mixed_bfloat16 training, img/s"),
+                ("infer/b{batch}", "batch-{batch} inference, img/s"), ("latency/b1", "batch-1 latency, ms (lower is better)"))  # fmt: skip
+
+
+def _num(value, digits=2):
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _versions(report):
+    seen = {}
+    for info in report["implementations"].values():
+        for name, version in info.get("versions", {}).items():
+            if version and name != "torchvision_placeholder":
+                seen.setdefault(name, version)
+    return ", ".join(f"{k} {v}" for k, v in sorted(seen.items()))
+
+
+def render(report):
+    """Markdown for the README: the machine, the fastest keras-vit form per measurement, the targets."""
+    s, m, batch = report["settings"], report["machine"], report["spec"]["batch"]
+    lines = [
+        f"Measured by `python -m benchmarks --readme README.md`: ViT {s['variant']} at {s['image_size']} px, "
+        f"batch {batch}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, on "
+        f"{m.get('cpu_model', 'unknown')} ({m.get('usable_cpus', m.get('cpus'))} cores usable, {m['threads']} threads; "
+        f"ISA {', '.join(m.get('isa_flags', [])) or 'none of note'}); load average {m['loadavg_start'][0]:.1f} at "
+        f"the start, {m['loadavg_end'][0]:.1f} at the end. Ratios are medians of per-round ratios; read them, not "
+        f"the absolute figures, on a shared machine. {_versions(report)}.",
+        "",
+        "| measurement | fastest keras-vit form (median) | other keras-vit forms | best keras-vit / keras-hub | best keras-vit / timm |",
+        "|---|---|---|---|---|",
+    ]
+    fastest, best = report.get("fastest_keras_vit", {}), report.get("best_ratios", {})
+    for key, title in MEASUREMENTS:
+        key, title = key.format(batch=batch), title.format(batch=batch)
+        if key not in fastest:
+            continue
+        f = fastest[key]
+        others = ", ".join(f"{name} {_num(v, 1)}" for name, v in f["all"].items() if name != f["form"]) or "-"
+        ratios = [_num(best.get(key, {}).get(o, {}).get("median")) for o in ("keras-hub", "timm")]
+        lines.append(f"| {title} | {f['form']} {_num(f['median'], 1)} | {others} | {ratios[0]} | {ratios[1]} |")
+    median = report.get("median", {})
+    pipe = median.get("pipeline/imagenet", {})
+    if pipe:
+        lines.append(
+            f"| input pipeline (decode, Inception crop, flip, RandAugment, Mixup), img/s per core | keras-vit "
+            f"(tf.data) {_num(pipe.get('keras-vit'), 1)} | - | - | timm DataLoader {_num(pipe.get('timm'), 1)} |"
+        )
+    wait = median.get("input_wait/train", {}).get("keras-vit")
+    if wait is not None:
+        lines.append(f"| training run: share of step time waiting for input | {100 * wait:.1f}% | - | - | - |")
+    for mode in ("float32", "int8_matmul"):
+        ms = median.get(f"tflite/{mode}", {})
+        if ms:
+            lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
+                         f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
+    missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
+               if not info.get("available")]  # fmt: skip
+    died = [f"{impl} ({info['died']})" for impl, info in report["implementations"].items() if info.get("died")]
+    if missing:
+        lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
+    if died:
+        lines += ["", "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
+                  "before: " + "; ".join(died) + "."]
+    lines += ["", "| target (issue 14) | bound | measured | met |", "|---|---|---|---|"]
+    for name, t in report.get("targets", {}).items():
+        state = "n/a" if t["met"] is None else ("yes" if t["met"] else "no")
+        lines.append(f"| {name} | {t['target']} | {_num(t['measured'], 3)} | {state} |")
+    return "\n".join(lines)
+
+
+def check_markers(path):
+    """Raises ValueError unless `path` holds exactly one START marker followed by one END marker."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+        raise ValueError(
+            f"{path} must hold the line {START} followed later by {END}, once each (found {text.count(START)} "
+            f"start and {text.count(END)} end marker(s)); add them where the performance table belongs."
+        )
+    return text
+
+
+def update(path, report):
+    """Rewrites the text between the markers of `path` with `render(report)`, atomically."""
+    text = check_markers(path)
+    head, rest = text.split(START)
+    _, tail = rest.split(END)
+    atomic_write_text(path, f"{head}{START}\n{render(report)}\n{END}{tail}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.readme", description=__doc__.splitlines()[0])
+    p.add_argument("report", help="a report.json written by `python -m benchmarks`")
+    p.add_argument("readme", help="the README.md whose table to rewrite")
+    args = p.parse_args(argv)
+    with open(args.report, encoding="utf-8") as f:
+        update(args.readme, json.load(f))
+    print(f"rewrote the performance table in {args.readme} from {args.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
