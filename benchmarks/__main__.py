@@ -22,24 +22,41 @@ from keras_vit.files import atomic_write_text
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    p.add_argument("--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing")
+    p.add_argument(
+        "--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing"
+    )
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; ratios are taken per round")
-    p.add_argument("--train-steps", type=int, default=2,
-                   help="timed training steps per setting and round (short, so implementations alternate often)")
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=2,
+        help="timed training steps per setting and round (short, so implementations alternate often)",
+    )
     p.add_argument("--infer-reps", type=int, default=3, help="timed batches for inference throughput")
     p.add_argument("--latency-reps", type=int, default=20, help="timed batch-1 calls (Keras/timm)")
     p.add_argument("--tflite-reps", type=int, default=20, help="timed TFLite batch-1 invocations")
-    p.add_argument("--warmup", type=int, default=0,
-                   help="untimed calls before each timed block (the first block of a setting always gets >= 1)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="untimed calls before each timed block (the first block of a setting always gets >= 1)",
+    )
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
-    p.add_argument("--impls", default=",".join(coordinator.IMPLS),
-                   help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
-                        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)")
-    p.add_argument("--pipeline-batches", type=int, default=6,
-                   help="timed batches of the input-pipeline benchmark per round and side (0 skips it)")
+    p.add_argument(
+        "--impls",
+        default=",".join(coordinator.IMPLS),
+        help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
+        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)",
+    )
+    p.add_argument(
+        "--pipeline-batches",
+        type=int,
+        default=6,
+        help="timed batches of the input-pipeline benchmark per round and side (0 skips it)",
+    )
     p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
     p.add_argument("--input-wait-steps", type=int, default=0,
                    help="timed steps of a training run (in the keras-vit worker) that measures the share of step "

@@ -8,9 +8,7 @@ import sys
 import time
 
 from benchmarks import flops
-from benchmarks.worker import PREFIX
-
-from benchmarks.worker import IMPLS
+from benchmarks.worker import IMPLS, PREFIX
 
 KERAS_IMPLS = ("keras-vit", "keras-hub")  # the TensorFlow-backend workers: TFLite conversion, XLA on and off
 # keras-vit on each Keras backend, in its own worker. JAX always compiles (its rows are the "+xla" settings);
@@ -27,7 +25,9 @@ def _variant_table():
     import importlib.util
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("_keras_vit_configs", os.path.join(root, "keras_vit", "models", "configs.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_keras_vit_configs", os.path.join(root, "keras_vit", "models", "configs.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolves the module of the class by name
     spec.loader.exec_module(module)
@@ -43,7 +43,7 @@ class Worker:
 
     def __init__(self, impl, spec, threads, log_path):
         self.impl = impl
-        self.log = open(log_path, "w")
+        self.log = open(log_path, "w")  # noqa: SIM115  (the worker's stderr for its whole life; closed in close())
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
         if impl in BACKENDS:
             env["KERAS_BACKEND"] = BACKENDS[impl]  # read once by Keras, at import: it must be set before
@@ -54,7 +54,8 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", "--impl", impl, "--spec", json.dumps(spec), "--threads", str(threads)],
+            [sys.executable, "-m", "benchmarks.worker", "--impl", impl, "--spec", json.dumps(spec),
+             "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=root, env=env,
         )  # fmt: skip
         self.hello = self._read()
@@ -150,7 +151,7 @@ def run(options, progress=print):
                                       config.mlp_dim, config.num_classes)  # fmt: skip
     os.makedirs(options.out, exist_ok=True)
     report = {
-        "settings": {k: v for k, v in vars(options).items()},
+        "settings": dict(vars(options)),
         "spec": spec,
         "flops": {"forward_per_image": forward, "train_per_image": flops.training_flops(forward)},
         "machine": {**describe_machine(), "threads": options.threads, "loadavg_start": os.getloadavg()},
@@ -162,7 +163,9 @@ def run(options, progress=print):
         for impl in options.impls:
             progress(f"[setup] starting {impl} worker")
             try:
-                worker = Worker(impl, spec, options.threads, os.path.join(options.out, f"worker_{impl.replace('-', '_')}.log"))
+                worker = Worker(
+                    impl, spec, options.threads, os.path.join(options.out, f"worker_{impl.replace('-', '_')}.log")
+                )
             except WorkerError as error:
                 report["implementations"][impl] = {"available": False, "reason": str(error)}
                 continue
@@ -172,7 +175,11 @@ def run(options, progress=print):
                 report["implementations"][impl] = {"available": False, "reason": reason}
                 worker.close()
                 continue
-            info = {"available": True, "versions": worker.hello["versions"], "ready_seconds": worker.hello["ready_seconds"]}
+            info = {
+                "available": True,
+                "versions": worker.hello["versions"],
+                "ready_seconds": worker.hello["ready_seconds"],
+            }
             workers[impl] = worker
             report["implementations"][impl] = info
         tasks = [t for t in task_list(options) if any(i in workers for i in t[1])]
@@ -208,7 +215,9 @@ def run(options, progress=print):
                         reply = workers[impl].request(task, **args)
                     except (WorkerError, OSError) as error:
                         progress(f"  {key:24s} {impl:10s} FAILED: {error}")
-                        report.setdefault("errors", []).append({"round": r, "key": key, "impl": impl, "error": str(error)})
+                        report.setdefault("errors", []).append(
+                            {"round": r, "key": key, "impl": impl, "error": str(error)}
+                        )
                         if workers[impl].process.poll() is not None:
                             # A dead worker (killed for memory, say) ends its own measurements, not the run:
                             # the others go on and the report says what happened.
@@ -312,14 +321,20 @@ def summarise(report):
     """Adds medians, per-round ratios, the fastest keras-vit form, MFU and the issue's targets to `report`."""
     rounds = report["rounds"]
     keys = sorted({k for r in rounds for k in r})
-    report["median"] = {k: {i: _median([r.get(k, {}).get(i) for r in rounds]) for i in IMPLS if any(i in r.get(k, {}) for r in rounds)} for k in keys}
+    report["median"] = {
+        k: {i: _median([r.get(k, {}).get(i) for r in rounds]) for i in IMPLS if any(i in r.get(k, {}) for r in rounds)}
+        for k in keys
+    }
     ratios = {}
     for k in keys:
         for form in KERAS_VIT_FORMS:
             for other in ("keras-hub", "timm"):
                 per_round = [r[k][form] / r[k][other] for r in rounds if form in r.get(k, {}) and other in r.get(k, {})]
                 if per_round:
-                    ratios.setdefault(k, {})[f"{form}/{other}"] = {"median": statistics.median(per_round), "rounds": per_round}
+                    ratios.setdefault(k, {})[f"{form}/{other}"] = {
+                        "median": statistics.median(per_round),
+                        "rounds": per_round,
+                    }
     report["ratios"] = ratios
 
     def per_round(fn):
@@ -348,7 +363,11 @@ def summarise(report):
         fastest[group] = {"form": form_name(*pick), "median": medians[pick],
                           "all": {form_name(*f): v for f, v in medians.items()}}  # fmt: skip
         for other in ("keras-hub", "timm"):
-            measured = per_round(lambda r: ratio(_best(r, group, KERAS_VIT_FORMS, higher), _best(r, group, other, higher)))
+            measured = per_round(
+                lambda r, group=group, other=other, higher=higher: ratio(
+                    _best(r, group, KERAS_VIT_FORMS, higher), _best(r, group, other, higher)
+                )
+            )
             if measured:
                 best_ratios.setdefault(group, {})[other] = measured
     report["fastest_keras_vit"], report["best_ratios"] = fastest, best_ratios
@@ -371,12 +390,50 @@ def summarise(report):
 
     forms = KERAS_VIT_FORMS
     targets = {
-        "2_train_f32_vs_timm": (">=", 1.1, per_round(lambda r: ratio(_best(r, "train/float32", forms), _best(r, "train/float32", "timm")))),
-        "2_train_bf16_vs_keras_hub_f32": (">=", 1.8, per_round(lambda r: ratio(_best(r, "train/bfloat16", forms), _best(r, "train/float32", "keras-hub")))),
-        "4_pipeline_vs_timm_per_core": (">=", 1.5, per_round(lambda r: ratio(r.get("pipeline/imagenet", {}).get("keras-vit"), r.get("pipeline/imagenet", {}).get("timm")))),
-        "5_tflite_f32_vs_keras_hub": ("<=", 1.0, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-hub")))),
-        "5_tflite_f32_vs_matmul_bound": ("<=", 1.10, per_round(lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["float32"])))),
-        "5_tflite_int8_matmul_vs_own_f32": ("<=", 0.45, per_round(lambda r: ratio(r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")))),
+        "2_train_f32_vs_timm": (
+            ">=",
+            1.1,
+            per_round(lambda r: ratio(_best(r, "train/float32", forms), _best(r, "train/float32", "timm"))),
+        ),
+        "2_train_bf16_vs_keras_hub_f32": (
+            ">=",
+            1.8,
+            per_round(lambda r: ratio(_best(r, "train/bfloat16", forms), _best(r, "train/float32", "keras-hub"))),
+        ),
+        "4_pipeline_vs_timm_per_core": (
+            ">=",
+            1.5,
+            per_round(
+                lambda r: ratio(
+                    r.get("pipeline/imagenet", {}).get("keras-vit"), r.get("pipeline/imagenet", {}).get("timm")
+                )
+            ),
+        ),
+        "5_tflite_f32_vs_keras_hub": (
+            "<=",
+            1.0,
+            per_round(
+                lambda r: ratio(
+                    r.get("tflite/float32", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-hub")
+                )
+            ),
+        ),
+        "5_tflite_f32_vs_matmul_bound": (
+            "<=",
+            1.10,
+            per_round(
+                lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["float32"]))
+            ),
+        ),
+        "5_tflite_int8_matmul_vs_own_f32": (
+            "<=",
+            0.45,
+            per_round(
+                lambda r: ratio(
+                    r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")
+                )
+            ),
+        ),
     }
     for mode in ("full_int8", "int8_matmul"):
         # Agreement on random inputs through a random model (in the TFLite info) is not a target: its logits

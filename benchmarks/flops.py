@@ -1,7 +1,9 @@
 """Analytical FLOP counts of a plain ViT (multiply-add = 2 FLOPs), the basis of MFU."""
 
 
-def vit_forward_flops(image_size, patch_size, hidden_size, num_layers, mlp_dim, num_classes, channels=3, class_token=True):
+def vit_forward_flops(
+    image_size, patch_size, hidden_size, num_layers, mlp_dim, num_classes, channels=3, class_token=True
+):
     """FLOPs of one image's forward pass, counting only matmuls/convolutions (the >99% that matters).
 
     Per block with T tokens, width D, MLP width M: the Q/K/V projections 2*T*D*3D, the scores and the

@@ -40,7 +40,9 @@ def make_jpeg_folder(path, count, size=(500, 375), seed=0):
     from PIL import Image
 
     if count < 2 * CLASSES:
-        raise ValueError(f"The JPEG folder needs at least {2 * CLASSES} images ({CLASSES} classes, 2 each); got {count}.")
+        raise ValueError(
+            f"The JPEG folder needs at least {2 * CLASSES} images ({CLASSES} classes, 2 each); got {count}."
+        )
     rng = np.random.default_rng(seed)
     total = 0
     for index in range(count):
@@ -96,10 +98,9 @@ class KerasPipeline:
 
     def measure(self, batches):
         iterator = iter(self.dataset)
-        try:
-            return _timed(batches, lambda: next(iterator), self.batch, self.threads)
-        finally:
-            del iterator  # stops its prefetching threads before the next worker is timed
+        result = _timed(batches, iterator.__next__, self.batch, self.threads)
+        del iterator  # stops its prefetching threads before the next worker is timed
+        return result
 
 
 def input_wait(folder, steps, threads, spec, state=None):
@@ -118,7 +119,9 @@ def input_wait(folder, steps, threads, spec, state=None):
     warmup = 1
     if "model" not in state:
         pipe = KerasPipeline(folder, spec["batch"], threads, size=spec["image_size"])
-        model = keras_vit.create_model(spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes)
+        model = keras_vit.create_model(
+            spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes
+        )
         model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=True)  # fmt: skip
         state.update(model=model, pipe=pipe)
@@ -162,7 +165,9 @@ class _TimmStyleDataset:
         from timm.data.auto_augment import rand_augment_transform
 
         self.files, self.size = files, size
-        self.randaugment = rand_augment_transform("rand-m10-n2-p1.0", {"translate_const": 100, "img_mean": (128, 128, 128)})
+        self.randaugment = rand_augment_transform(
+            "rand-m10-n2-p1.0", {"translate_const": 100, "img_mean": (128, 128, 128)}
+        )
 
     def __len__(self):
         return len(self.files)
@@ -190,7 +195,11 @@ class TimmPipeline:
         from timm.data.mixup import Mixup
 
         classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
-        files = [(os.path.join(folder, c, f), i) for i, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(folder, c)))]
+        files = [
+            (os.path.join(folder, c, f), i)
+            for i, c in enumerate(classes)
+            for f in sorted(os.listdir(os.path.join(folder, c)))
+        ]
         sampler = torch.utils.data.RandomSampler(files, replacement=True, num_samples=10**9)
         self.loader = torch.utils.data.DataLoader(
             _TimmStyleDataset(files, size), batch_size=batch, sampler=sampler, num_workers=threads, drop_last=True

@@ -14,8 +14,12 @@ from keras_vit.files import atomic_write_text
 START = "<!-- benchmark-table:start -->"
 END = "<!-- benchmark-table:end -->"
 
-MEASUREMENTS = (("train/float32", "float32 training, img/s"), ("train/bfloat16", "mixed_bfloat16 training, img/s"),
-                ("infer/b{batch}", "batch-{batch} inference, img/s"), ("latency/b1", "batch-1 latency, ms (lower is better)"))  # fmt: skip
+MEASUREMENTS = (
+    ("train/float32", "float32 training, img/s"),
+    ("train/bfloat16", "mixed_bfloat16 training, img/s"),
+    ("infer/b{batch}", "batch-{batch} inference, img/s"),
+    ("latency/b1", "batch-1 latency, ms (lower is better)"),
+)
 
 
 def _num(value, digits=2):
@@ -42,7 +46,8 @@ def render(report):
         f"the start, {m['loadavg_end'][0]:.1f} at the end. Ratios are medians of per-round ratios; read them, not "
         f"the absolute figures, on a shared machine. {_versions(report)}.",
         "",
-        "| measurement | fastest keras-vit form (median) | other keras-vit forms | best keras-vit / keras-hub | best keras-vit / timm |",
+        "| measurement | fastest keras-vit form (median) | other keras-vit forms | best keras-vit / keras-hub "
+        "| best keras-vit / timm |",
         "|---|---|---|---|---|",
     ]
     fastest, best = report.get("fastest_keras_vit", {}), report.get("best_ratios", {})
@@ -75,8 +80,11 @@ def render(report):
     if missing:
         lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
     if died:
-        lines += ["", "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
-                  "before: " + "; ".join(died) + "."]
+        lines += [
+            "",
+            "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
+            "before: " + "; ".join(died) + ".",
+        ]
     lines += ["", "| target (issue 14) | bound | measured | met |", "|---|---|---|---|"]
     for name, t in report.get("targets", {}).items():
         state = "n/a" if t["met"] is None else ("yes" if t["met"] else "no")

@@ -14,7 +14,8 @@ def table(report):
         ("MFU f32", None, 0), ("train bf16", "train/bfloat16", 1), ("+XLA", "train/bfloat16+xla", 1),
         (f"infer b{b} img/s", f"infer/b{b}", 1), ("+XLA", f"infer/b{b}+xla", 1),
         ("lat b1 ms", "latency/b1", 1), ("+XLA", "latency/b1+xla", 1),
-        ("TFLite f32 ms", "tflite/float32", 1), ("dyn-int8", "tflite/dynamic_int8", 1), ("full-int8", "tflite/full_int8", 1),
+        ("TFLite f32 ms", "tflite/float32", 1), ("dyn-int8", "tflite/dynamic_int8", 1),
+        ("full-int8", "tflite/full_int8", 1),
         ("int8-matmul", "tflite/int8_matmul", 1), ("pipeline img/s/core", "pipeline/imagenet", 1),
     ]  # fmt: skip
     lines = []
@@ -42,7 +43,8 @@ def table(report):
         lines.append(f"{impl:15s} | " + " | ".join(cells))
     peaks = report.get("peak_gflops", {})
     lines.append(
-        "matmul peak (best probe of the run, GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
+        "matmul peak (best probe of the run, GFLOP/s): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
         + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
     )
     lines.append("")
@@ -53,12 +55,17 @@ def table(report):
     lines.append("fastest keras-vit form per measurement (median), and the best form against each baseline's best:")
     for key, f in report.get("fastest_keras_vit", {}).items():
         by = report.get("best_ratios", {}).get(key, {})
-        lines.append(f"  {key:24s} {f['form']} {f['median']:.2f}  " + "  ".join(f"vs {o}: {r['median']:.2f}" for o, r in by.items()))
+        lines.append(
+            f"  {key:24s} {f['form']} {f['median']:.2f}  "
+            + "  ".join(f"vs {o}: {r['median']:.2f}" for o, r in by.items())
+        )
     wait = med.get("input_wait/train", {}).get("keras-vit")
     if wait is not None:
         lines.append(f"  a keras-vit training run (TF+XLA) waited for input {100 * wait:.1f}% of its step time")
     m = report["machine"]
-    lines.append(f"machine: {m.get('cpu_model')}, {m.get('usable_cpus')} usable cores; ISA: {', '.join(m.get('isa_flags', []))}")
+    lines.append(
+        f"machine: {m.get('cpu_model')}, {m.get('usable_cpus')} usable cores; ISA: {', '.join(m.get('isa_flags', []))}"
+    )
     lines.append("")
     lines.append("targets (issue 14):")
     for name, t in report["targets"].items():
@@ -69,19 +76,23 @@ def table(report):
             floats = ", ".join(f"{k} x{v}" for k, v in t["float_ops"].items()) or "none"
             lines.append(
                 f"  {impl} {mode}: {t['bytes'] / 1e6:.1f} MB, top-1 agreement {t['top1_agreement']:.3f}, "
-                f"max |dlogit| {t['max_abs_logit_diff']:.3g}" + (f"; float ops: {floats}" if mode in ("full_int8", "int8_matmul") else "")
+                f"max |dlogit| {t['max_abs_logit_diff']:.3g}"
+                + (f"; float ops: {floats}" if mode in ("full_int8", "int8_matmul") else "")
             )
     digits = report.get("digits_int8")
     if digits and "error" not in digits:
         lines.append(
-            f"  digits held-out top-1 ({digits['heldout_images']} images): Keras float32 {digits['keras_float32_top1']:.4f}; "
+            f"  digits held-out top-1 ({digits['heldout_images']} images): "
+            f"Keras float32 {digits['keras_float32_top1']:.4f}; "
             + ", ".join(f"{m} {digits[m]['top1']:.4f} (agreement {digits[m]['agreement_with_keras']:.4f})"
                         for m in ("float32", "dynamic_int8", "full_int8", "int8_matmul") if m in digits)
         )  # fmt: skip
     elif digits:
         lines.append(f"  digits int8 check failed: {digits['error'][:200]}")
     mem = ", ".join(
-        f"{i} {v['peak_rss_mb_train_float32']:.0f} MB" for i, v in report["implementations"].items() if "peak_rss_mb_train_float32" in v
+        f"{i} {v['peak_rss_mb_train_float32']:.0f} MB"
+        for i, v in report["implementations"].items()
+        if "peak_rss_mb_train_float32" in v
     )
     lines.append(f"peak RSS of the worker after float32 training: {mem}")
     lines.append(f"wall time {report['wall_seconds'] / 60:.1f} min; load average start/end "

@@ -39,15 +39,19 @@ def test_ratios_are_taken_per_round_and_targets_use_the_fastest_keras_vit_form()
         {"train/float32": {"keras-vit": 30.0, "keras-vit-torch": 26.0, "keras-hub": 20.0, "timm": 24.0},
          "train/float32+xla": {"keras-vit": 36.0, "keras-vit-jax": 40.0, "keras-hub": 22.0},
          "train/bfloat16": {"keras-vit": 50.0, "timm": 30.0},
-         "latency/b1": {"keras-vit": 10.0, "keras-hub": 20.0}, "latency/b1+xla": {"keras-vit-jax": 8.0, "keras-hub": 16.0},
+         "latency/b1": {"keras-vit": 10.0, "keras-hub": 20.0},
+         "latency/b1+xla": {"keras-vit-jax": 8.0, "keras-hub": 16.0},
          "peak/float32": {"keras-vit": 200.0}, "pipeline/imagenet": {"keras-vit": 90.0, "timm": 45.0},
-         "tflite/float32": {"keras-vit": 14.0, "keras-hub": 15.0}, "tflite/int8_matmul": {"keras-vit": 6.0, "keras-hub": 40.0}},
+         "tflite/float32": {"keras-vit": 14.0, "keras-hub": 15.0},
+         "tflite/int8_matmul": {"keras-vit": 6.0, "keras-hub": 40.0}},
         {"train/float32": {"keras-vit": 15.0, "keras-vit-torch": 13.0, "keras-hub": 10.0, "timm": 12.0},
          "train/float32+xla": {"keras-vit": 18.0, "keras-vit-jax": 20.0, "keras-hub": 11.0},
          "train/bfloat16": {"keras-vit": 25.0, "timm": 15.0},
-         "latency/b1": {"keras-vit": 20.0, "keras-hub": 40.0}, "latency/b1+xla": {"keras-vit-jax": 16.0, "keras-hub": 32.0},
+         "latency/b1": {"keras-vit": 20.0, "keras-hub": 40.0},
+         "latency/b1+xla": {"keras-vit-jax": 16.0, "keras-hub": 32.0},
          "peak/float32": {"keras-vit": 100.0}, "pipeline/imagenet": {"keras-vit": 30.0, "timm": 30.0},
-         "tflite/float32": {"keras-vit": 28.0, "keras-hub": 30.0}, "tflite/int8_matmul": {"keras-vit": 12.0, "keras-hub": 80.0}},
+         "tflite/float32": {"keras-vit": 28.0, "keras-hub": 30.0},
+         "tflite/int8_matmul": {"keras-vit": 12.0, "keras-hub": 80.0}},
     ]  # fmt: skip
     rep = _fake_report(rounds)
     coordinator.summarise(rep)
@@ -129,8 +133,9 @@ def test_readme_table_is_rewritten_between_the_markers_only(tmp_path):
     rep.update(settings={"variant": "Ti/16", "image_size": 224, "rounds": 1}, wall_seconds=600.0,
                machine={"cpu_model": "Test CPU", "usable_cpus": 2, "threads": 2, "isa_flags": ["avx2"],
                         "loadavg_start": [1.0], "loadavg_end": [2.0]})  # fmt: skip
+    missing = "ModuleNotFoundError: No module named 'torch'"
     rep["implementations"] = {"keras-vit": {"available": True, "versions": {"keras": "3.15.1"}},
-                              "timm": {"available": False, "reason": "ModuleNotFoundError: No module named 'torch'"}}  # fmt: skip
+                              "timm": {"available": False, "reason": missing}}  # fmt: skip
     path = tmp_path / "README.md"
     path.write_text(f"# Title\n\nbefore\n{readme.START}\nold table\n{readme.END}\nafter\n")
     readme.update(str(path), rep)
@@ -184,8 +189,9 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     assert not rep.get("errors"), rep.get("errors")
     assert rep["wall_seconds"] <= time.time() - start + 1
     impls = rep["implementations"]
-    expected = {"keras-vit": True, "keras-vit-jax": True, "keras-vit-torch": _importable("torch"),
-                "timm": _importable("torch") and _importable("timm"), "keras-hub": _importable("keras_hub")}  # fmt: skip
+    torch = _importable("torch")
+    expected = {"keras-vit": True, "keras-vit-jax": True, "keras-vit-torch": torch,
+                "timm": torch and _importable("timm"), "keras-hub": _importable("keras_hub")}  # fmt: skip
     table = readme_path.read_text()
     for impl, available in expected.items():
         assert impls[impl]["available"] is available, (impl, impls[impl])
@@ -195,8 +201,15 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     sizes = impls["keras-vit"]
     assert sizes["keras_file_bytes"] > 4 * sizes["parameters"] > 0  # float32 weights plus the config
     med = rep["median"]
-    for key in ("train/float32", "train/float32+xla", "infer/b4", "infer/b4+xla", "latency/b1", "peak/float32",
-                "pipeline/imagenet"):
+    for key in (
+        "train/float32",
+        "train/float32+xla",
+        "infer/b4",
+        "infer/b4+xla",
+        "latency/b1",
+        "peak/float32",
+        "pipeline/imagenet",
+    ):
         assert 0 < med[key]["keras-vit"] < 1e6, key
     for key in ("train/float32+xla", "infer/b4+xla", "latency/b1+xla"):
         assert 0 < med[key]["keras-vit-jax"] < 1e6, key
@@ -217,7 +230,9 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     float_ops = impls["keras-vit"]["tflite"]["int8_matmul"]["float_ops"]
     assert "FULLY_CONNECTED" not in float_ops and "CONV_2D" not in float_ops and "SOFTMAX" in float_ops
     # The README table holds the run's figures, between the markers, the rest of the file untouched.
-    assert table.startswith("intro\n<!-- benchmark-table:start -->\n") and table.endswith("<!-- benchmark-table:end -->\nrest\n")
+    assert table.startswith("intro\n<!-- benchmark-table:start -->\n") and table.endswith(
+        "<!-- benchmark-table:end -->\nrest\n"
+    )
     fastest = rep["fastest_keras_vit"]["train/float32"]
     assert f"| float32 training, img/s | {fastest['form']} {fastest['median']:,.1f} |" in table
     assert rep["machine"]["cpu_model"] in table
