@@ -139,18 +139,14 @@ def main(argv=None):
 
 
 def _os_error_line(err):
-    import errno
-
     from keras_vit.files import describe_os_error
 
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = (
-            "Free some space (or pass --out on another disk) and export again; the previous export in the "
-            "output directory is unchanged."
-        )
-    else:
-        fix = "Pass a writable --out directory (or make this one writable) and export again."
-    return describe_os_error(err, fix)
+    return describe_os_error(
+        err,
+        "Pass a writable --out directory (or make this one writable) and export again.",
+        full_disk_fix="Free some space (or pass --out on another disk) and export again; the previous export in the "
+        "output directory is unchanged.",
+    )
 
 
 if __name__ == "__main__":

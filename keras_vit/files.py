@@ -270,12 +270,15 @@ _WRITE_PROBLEMS = {
 }
 
 
-def describe_os_error(err, fix):
+def describe_os_error(err, fix, full_disk_fix=None):
     """One line for an `OSError`: what failed, on which path, and `fix` (what the user can do about it).
 
     `fix` is appended for the errors a user can act on by choosing another place or freeing space (full disk,
-    quota, read-only or permission); other errors get their own text only.
+    quota, read-only or permission); `full_disk_fix`, when given, replaces it for a full disk or quota. Other
+    errors get their own text only.
     """
+    if full_disk_fix is not None and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = full_disk_fix
     if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
         return str(err)
     path = err.filename if err.filename is not None else "?"

@@ -99,18 +99,14 @@ def main(argv=None):
 
 
 def _os_error_line(err):
-    import errno
-
     from keras_vit.files import describe_os_error
 
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = (
-            "Free some space (or use a --workdir on another disk) and run the same command again: the "
-            "checkpoints already written are intact and it resumes from the newest."
-        )
-    else:
-        fix = "Use a writable --workdir (or make this one writable) and run the same command again."
-    return describe_os_error(err, fix)
+    return describe_os_error(
+        err,
+        "Use a writable --workdir (or make this one writable) and run the same command again.",
+        full_disk_fix="Free some space (or use a --workdir on another disk) and run the same command again: the "
+        "checkpoints already written are intact and it resumes from the newest.",
+    )
 
 
 if __name__ == "__main__":

@@ -122,16 +122,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     print(f"[training] {strategy.describe()}; {jit_reason}", flush=True)
     chief = strategy.is_chief
 
-    source = load_source(
-        config.dataset,
-        data_dir=config.data_dir,
-        train_split=config.train_split,
-        eval_split=config.eval_split,
-        holdout_fraction=config.holdout_fraction,
-        seed=config.seed,
-        image_background=config.image_background,
-        skip_unreadable_images=config.skip_unreadable_images,
-    )
+    source = source_of(config)
     if config.batch_size > source.num_train:
         raise ValueError(
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
@@ -333,6 +324,20 @@ def _resume_schedule(config, total_steps, loaded):
     return schedule
 
 
+def source_of(config):
+    """The run's `training.data.Source`: its dataset, splits, held-out fraction and image-reading options."""
+    return load_source(
+        config.dataset,
+        data_dir=config.data_dir,
+        train_split=config.train_split,
+        eval_split=config.eval_split,
+        holdout_fraction=config.holdout_fraction,
+        seed=config.seed,
+        image_background=config.image_background,
+        skip_unreadable_images=config.skip_unreadable_images,
+    )
+
+
 def build_model(config, num_classes):
     """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras)."""
     overrides = dict(config.model)
@@ -419,16 +424,7 @@ def evaluate(
     with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
     config = config.replace(image_size=int(model.input_shape[1]))
-    source = load_source(
-        config.dataset,
-        data_dir=config.data_dir,
-        train_split=config.train_split,
-        eval_split=config.eval_split,
-        holdout_fraction=config.holdout_fraction,
-        seed=config.seed,
-        image_background=config.image_background,
-        skip_unreadable_images=config.skip_unreadable_images,
-    )
+    source = source_of(config)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(
             f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
