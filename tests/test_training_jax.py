@@ -19,6 +19,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.test_training_resume import SMALL_RUN
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tiny and dropout-free; 2 steps per epoch. Losses of two placements then agree to float rounding.
 CONFIG = (
@@ -91,34 +93,7 @@ def test_two_host_devices_match_one_device(tmp_path):
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 # 8 steps per epoch, 4 epochs, 2 host devices; no dropout.
-RUN = [
-    "--dataset",
-    "synthetic",
-    "--epochs",
-    "4",
-    "--batch-size",
-    "16",
-    "--strategy",
-    "auto",
-    "--set",
-    "steps_per_epoch=8",
-    "--set",
-    "image_size=16",
-    "--set",
-    "warmup_steps=4",
-    "--set",
-    "deterministic=True",
-    "--set",
-    "eval_every=0",
-    "--set",
-    "num_samples=8",
-    "--set",
-    "num_calibration=8",
-    "--set",
-    "learning_rate=3e-3",
-    "--set",
-    "checkpoint_every=3",
-]
+RUN = [*SMALL_RUN, "--strategy", "auto", "--set", "checkpoint_every=3"]
 
 
 def _cli(workdir, *, wait=True):

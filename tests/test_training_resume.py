@@ -18,16 +18,15 @@ from keras_vit import files
 from training.checkpointing import CheckpointManager, atomic_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal.
-RUN = [
+# 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal. Shared with
+# tests/test_training_jax.py, which runs it on two host devices.
+SMALL_RUN = [
     "--dataset",
     "synthetic",
     "--epochs",
     "4",
     "--batch-size",
     "16",
-    "--strategy",
-    "default",
     "--set",
     "steps_per_epoch=8",
     "--set",
@@ -45,6 +44,7 @@ RUN = [
     "--set",
     "learning_rate=3e-3",
 ]
+RUN = [*SMALL_RUN, "--strategy", "default"]
 
 
 def _env():
