@@ -166,15 +166,18 @@ def read_image(path, *, background=DEFAULT_BACKGROUND, channels=3):
         ImageReadError: the file is not a readable picture (the message names it).
     """
     path = os.fspath(path)
+    return decode_image(_read_file(path), background=background, channels=channels, name=path)
+
+
+def _read_file(path):
     try:
-        data = files.read_bytes(path)  # no separate existence check: this runs once per image per epoch
+        return files.read_bytes(path)  # no separate existence check: this runs once per image per epoch
     except (FileNotFoundError, IsADirectoryError) as err:
         raise FileNotFoundError(f"No image file at {path!r}.") from err
     except Exception as err:
         if not files.is_remote(path) or files.isfile(path):  # gfile raises NotFoundError for a missing URL
             raise
         raise FileNotFoundError(f"No image file at {path!r}.") from err
-    return decode_image(data, background=background, channels=channels, name=path)
 
 
 def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
@@ -183,22 +186,43 @@ def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
     Every file is read and decoded in full, so whatever passes here also decodes during training. Pillow
     decodes outside the GIL, so the files are read by a pool of threads (`workers`, default: the CPU count).
     """
+    return [(path, reason) for path, (reason, _) in zip(paths, scan_images(paths, background=background,
+                                                                           workers=workers)) if reason]  # fmt: skip
+
+
+def scan_images(paths, *, background=DEFAULT_BACKGROUND, workers=None):
+    """[(reason or None, kind)] for each of `paths`, in order: `find_unreadable`'s check, and the file's kind:
+    "plain_jpeg" (TensorFlow's JPEG decoder reads it to the same pixels as `read_image`: see `plain_jpeg`),
+    "jpeg" (JPEG bytes that only `read_image` reads right) or "other"."""
     resolve_background(background)  # a bad option is one error, not one per file
 
     def check(path):
         try:
-            read_image(path, background=background)
+            data = _read_file(os.fspath(path))
+            decode_image(data, background=background, name=path)
         except ImageReadError as err:
-            return err.reason
+            return err.reason, "other"
         except OSError as err:  # a file removed or unreadable since it was listed
-            return f"{type(err).__name__}: {err}"
-        return None
+            return f"{type(err).__name__}: {err}", "other"
+        if plain_jpeg(data):
+            return None, "plain_jpeg"
+        return None, "jpeg" if data[:3] == b"\xff\xd8\xff" else "other"  # the bytes tf.io.is_jpeg checks
 
     paths = list(paths)
     workers = max(1, min(len(paths), workers or os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        reasons = list(pool.map(check, paths))
-    return [(path, reason) for path, reason in zip(paths, reasons) if reason is not None]
+        return list(pool.map(check, paths))
+
+
+def plain_jpeg(data):
+    """True for a JPEG that `decode_image` reads as its decoder gives it: RGB or grey, and no EXIF orientation to
+    apply. TensorFlow's `decode_jpeg` (which ignores EXIF and reads no CMYK) then yields the same pixels, so a
+    training pipeline may decode just its crop window (`tf.io.decode_and_crop_jpeg`). `data` must be a picture
+    `decode_image` reads."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as picture:  # the header only; `data` has passed `decode_image`
+        return picture.format == "JPEG" and picture.mode in ("RGB", "L") and picture.getexif().get(_ORIENTATION, 1) == 1
 
 
 def _to_rgb(picture, background, name):

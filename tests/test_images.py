@@ -352,3 +352,81 @@ def test_predict_cli_composites_on_the_background_it_is_given(tmp_path, capsys):
     printed = capsys.readouterr().out
     black = export.predict(tmp_path / "model.keras", [tmp_path / "alpha.png"], background="black")
     assert f"{black[0]['top_k'][0]['probability']:.4f}" in printed
+
+
+def _photo(width, height, seed):
+    """Smooth colour fields with fine noise: compresses and decodes like a photograph (chroma varies)."""
+    rng = np.random.default_rng(seed)
+    coarse = Image.fromarray(rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)).resize((width, height), Image.BICUBIC)
+    noise = rng.normal(0, 10, (height, width, 3))
+    return Image.fromarray(np.clip(np.asarray(coarse, float) + noise, 0, 255).astype(np.uint8))
+
+
+def _jpeg_zoo(root):
+    """JPEGs the crop-window decoder reads (4:2:0, 4:4:4, progressive, grey, odd sizes) and two only Pillow reads
+    right (an EXIF turn, CMYK), plus a PNG; returns {name: kind that keras_vit.images.scan_images should give}."""
+    kinds = {}
+
+    def put(name, data, kind):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+        kinds[str(root / name)] = kind
+
+    put("a/s420.jpg", _encode(_photo(203, 131, 0), "JPEG", quality=90), "plain_jpeg")
+    put("a/s444.jpg", _encode(_photo(150, 97, 1), "JPEG", quality=95, subsampling=0), "plain_jpeg")
+    put("a/progressive.jpg", _encode(_photo(120, 161, 2), "JPEG", quality=85, progressive=True), "plain_jpeg")
+    put("a/grey.jpg", _encode(_photo(99, 77, 3).convert("L"), "JPEG", quality=90), "plain_jpeg")
+    put("a/turned.jpg", _exif_jpeg(6), "jpeg")
+    put("a/cmyk.jpg", _encode(_photo(64, 48, 4).convert("CMYK"), "JPEG", quality=90), "jpeg")
+    put("a/photo.png", _encode(_photo(80, 60, 5), "PNG"), "other")
+    for i in range(2):  # a second class, so the folder is a dataset
+        put(f"b/{i}.jpg", _encode(_photo(64, 64, 10 + i), "JPEG"), "plain_jpeg")
+    return kinds
+
+
+def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
+    """The Inception crop decodes only its window of a JPEG (tf.io.decode_and_crop_jpeg), yet every window equals
+    the same window of keras_vit.images.read_image's full decode, bit for bit; the JPEGs TensorFlow would read
+    differently (EXIF turn, CMYK) and other formats go through the reader."""
+    import tensorflow as tf
+
+    from training import data
+
+    kinds = _jpeg_zoo(tmp_path)
+    paths = sorted(str(p) for p in tmp_path.rglob("*.*"))
+    scanned = dict(zip(paths, images.scan_images(paths)))
+    for path, (reason, kind) in scanned.items():
+        assert reason is None and kind == kinds[path], path
+    source = data.load_source(f"folder:{tmp_path}", holdout_fraction=0.3)
+    tfds_window = data._window_encoded  # the TFDS source's: encoded bytes instead of paths
+    for path in paths:
+        full = images.read_image(path)
+        for seed in range(6):
+            box = data._inception_box((0.05, 1.0), tf.constant([seed, 7], tf.int64))
+            begin, size = (t.numpy() for t in box(tf.constant(full.shape)))
+            expected = full[begin[0] : begin[0] + size[0], begin[1] : begin[1] + size[1]]
+            np.testing.assert_array_equal(source.decode_window(tf.constant(path), box).numpy(), expected)
+            if kinds[path] == "plain_jpeg":
+                encoded = tf.constant(open(path, "rb").read())
+                np.testing.assert_array_equal(tfds_window(encoded, box).numpy(), expected)
+        # The TFDS decoder reads plain JPEGs (and PNGs) to the reader's pixels too.
+        if scanned[path][1] != "jpeg":
+            np.testing.assert_array_equal(data._decode_encoded(tf.constant(open(path, "rb").read())).numpy(), full)
+
+
+def test_the_training_stream_is_the_same_with_and_without_window_decoding(tmp_path):
+    """Decoding crop windows is a speed-up only: the batches equal those of decoding every image in full."""
+    import dataclasses
+
+    from training import data
+    from training.config import TrainConfig
+
+    _jpeg_zoo(tmp_path)
+    source = data.load_source(f"folder:{tmp_path}", holdout_fraction=0.3)
+    full = dataclasses.replace(source, decode_window=None)
+    config = TrainConfig(image_size=24, batch_size=3, seed=5, randaugment=(2, 10), mixup_alpha=0.2)
+    fast = list(data.train_dataset(source, config, num_steps=4).as_numpy_iterator())
+    slow = list(data.train_dataset(full, config, num_steps=4).as_numpy_iterator())
+    for (x_fast, y_fast), (x_slow, y_slow) in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(x_fast, x_slow)
+        np.testing.assert_array_equal(y_fast, y_slow)

@@ -39,6 +39,9 @@ class Source:
         train_arrays: (raw, labels) numpy arrays of the training split when it is held in memory: the stream then
             indexes them with a stateless permutation per pass (exact under any strategy) instead of a shuffle
             buffer.
+        decode_window: optional (raw, box) -> uint8 crop, where box(shape) -> (begin, size) picks the window from
+            the image's (H, W, C) shape: decodes a JPEG's window only (`tf.io.decode_and_crop_jpeg`), any other
+            image in full and then slices it. Same pixels as slicing `decode(raw)`; the Inception crop uses it.
     """
 
     train: tf.data.Dataset
@@ -49,6 +52,7 @@ class Source:
     decode: Callable
     original_size: int | None = None
     train_arrays: tuple | None = None
+    decode_window: Callable | None = None
 
     @property
     def num_classes(self):
@@ -136,10 +140,89 @@ def _synthetic(seed, num_train=256, num_heldout=64, num_classes=10, size=32):
     )
 
 
+# libjpeg's accurate integer IDCT: the pixels Pillow (`keras_vit.images`, what predict reads) decodes. TensorFlow's
+# default ("INTEGER_FAST") differs from them by up to 4 levels.
+JPEG_DCT = "INTEGER_ACCURATE"
+# Rows/columns decoded around a JPEG window: chroma upsampling at the window's edges needs its neighbours, and
+# without them edge pixels differ by up to 9 levels from the full decode's (MCUs are at most 16 pixels wide).
+JPEG_WINDOW_MARGIN = 16
+
+
 def _decode_encoded(raw):
-    image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+    image = tf.cond(
+        tf.io.is_jpeg(raw),
+        lambda: tf.io.decode_jpeg(raw, channels=3, dct_method=JPEG_DCT),
+        lambda: tf.io.decode_image(raw, channels=3, expand_animations=False),
+    )
     image.set_shape([None, None, 3])
     return image
+
+
+def _jpeg_window(data, box):
+    """The window `box` picks of JPEG bytes, decoding only that window and a margin around it (the reference's
+    decode-and-crop, with the full decode's pixels)."""
+    shape = tf.io.extract_jpeg_shape(data, output_type=tf.int32)
+    begin, size = box(shape)
+    start = tf.maximum(begin[:2] - JPEG_WINDOW_MARGIN, 0)
+    stop = tf.minimum(begin[:2] + size[:2] + JPEG_WINDOW_MARGIN, shape[:2])
+    window = tf.io.decode_and_crop_jpeg(data, tf.concat([start, stop - start], 0), channels=3, dct_method=JPEG_DCT)
+    return tf.slice(window, tf.concat([begin[:2] - start, [0]], 0), tf.concat([size[:2], [3]], 0))
+
+
+def _slice_window(image, box):
+    begin, size = box(tf.shape(image))
+    return tf.slice(image, begin, size)
+
+
+def _window_encoded(raw, box):
+    """`Source.decode_window` for encoded images (TFDS): JPEGs through `_jpeg_window`, others in full."""
+    image = tf.cond(
+        tf.io.is_jpeg(raw), lambda: _jpeg_window(raw, box), lambda: _slice_window(_decode_encoded(raw), box)
+    )
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _path_window_decoder(background, pillow_jpegs):
+    """`Source.decode_window` for image folders (raw: a path).
+
+    A JPEG goes through `_jpeg_window` unless the folder scan found that Pillow reads it differently
+    (`keras_vit.images.plain_jpeg`: an EXIF orientation, CMYK, ...); those and every other format are decoded by
+    `keras_vit.images.decode_image`, as `decode` does, and sliced.
+    """
+    decode = _bytes_decoder(background)
+    table = None
+    if pillow_jpegs:
+        keys = tf.constant(sorted(pillow_jpegs))
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, tf.ones_like(keys, tf.bool)),
+                                          default_value=False)  # fmt: skip
+
+    def decode_window(path, box):
+        data = tf.io.read_file(path)
+        fast = tf.io.is_jpeg(data)
+        if table is not None:
+            fast = tf.logical_and(fast, tf.logical_not(table.lookup(path)))
+        image = tf.cond(fast, lambda: _jpeg_window(data, box), lambda: _slice_window(decode(data, path), box))
+        image.set_shape([None, None, 3])
+        return image
+
+    return decode_window
+
+
+def _bytes_decoder(background):
+    """(bytes, path) tensors -> uint8 (H, W, 3) by `keras_vit.images.decode_image` (errors name the path)."""
+
+    def read(data, path):
+        data, path = (x.item() if isinstance(x, np.ndarray) else x for x in (data, path))  # bytes, or 0-d arrays
+        path = path.decode("utf-8") if isinstance(path, bytes) else str(path)
+        return keras_vit.images.decode_image(data, background=background, name=path)
+
+    def decode(data, path):
+        image = tf.numpy_function(read, [data, path], tf.uint8, stateful=False, name="decode_image")
+        image.set_shape([None, None, 3])
+        return image
+
+    return decode
 
 
 def _path_decoder(background):
@@ -208,7 +291,7 @@ def _tfds(name, data_dir, train_split, eval_split):
         raise ValueError("TFDS datasets need an eval_split, e.g. --set eval_split=test or eval_split='train[99%:]'.")
     train, num_train = split(train_split)
     heldout, num_heldout = split(eval_split)
-    return Source(train, heldout, num_train, num_heldout, class_names, _decode_encoded)
+    return Source(train, heldout, num_train, num_heldout, class_names, _decode_encoded, decode_window=_window_encoded)
 
 
 def list_image_folder(path):
@@ -250,7 +333,10 @@ def find_unreadable_images(paths, background=keras_vit.images.DEFAULT_BACKGROUND
 def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False):
     keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
     paths, labels, class_names = list_image_folder(path)
-    bad = find_unreadable_images(paths, background)
+    scan = keras_vit.images.scan_images(paths, background=background)
+    bad = [(p, reason) for p, (reason, _) in zip(paths, scan) if reason]
+    # JPEGs by their bytes that Pillow reads differently from TensorFlow: these few stay on the Pillow path.
+    pillow_jpegs = [p for p, (reason, kind) in zip(paths, scan) if not reason and kind == "jpeg"]
     if bad:
         listing = "\n".join(f"  {p}: {reason}" for p, reason in bad[:20])
         more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
@@ -285,6 +371,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
         class_names=class_names,
         decode=_path_decoder(background),
         train_arrays=(paths[train], labels[train]),
+        decode_window=_path_window_decoder(background, pillow_jpegs),
     )
     return source
 
@@ -320,17 +407,30 @@ def eval_preprocess(image, size, resize_small=None):
     return tf.ensure_shape(scale(image), [size, size, 3])
 
 
-def _inception_crop(image, size, area, seed):
-    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image),
-        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
-        seed=seed,
-        area_range=area,
-        aspect_ratio_range=(3 / 4, 4 / 3),
-        min_object_covered=0.0,  # any crop; the reference's inception_crop does the same
-        use_image_if_no_bounding_boxes=True,
-    )
-    return resize(tf.slice(image, begin, crop_size), size)
+def _inception_box(area, seed):
+    """shape (H, W, C) -> (begin, size) of an Inception crop: a function of the image's shape and `seed` only, so
+    decoding the window alone (`Source.decode_window`) and slicing the decoded image pick the same pixels."""
+
+    def box(shape):
+        begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.concat([shape[:2], [3]], 0),  # a grey JPEG's header says 1 channel; it is decoded as 3
+            bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+            seed=seed,
+            area_range=area,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            min_object_covered=0.0,  # any crop; the reference's inception_crop does the same
+            use_image_if_no_bounding_boxes=True,
+        )
+        return begin, crop_size
+
+    return box
+
+
+def _inception_crop(image, size, area, seed, decode_window=None):
+    """Inception crop of `image` resized to `size`; with `decode_window`, `image` is the raw element it decodes."""
+    box = _inception_box(area, seed)
+    window = decode_window(image, box) if decode_window is not None else _slice_window(image, box)
+    return resize(window, size)
 
 
 def _translate(image, size, max_shift, seed):
@@ -346,10 +446,12 @@ def augment_fn(config, original_size=None):
     """(uint8 image, stateless seed) -> float32 training image in [-1, 1], per `config.augment`."""
     size = config.image_size
 
-    def augment(image, seed):
+    def augment(image, seed, decode_window=None):
+        """`image`: a uint8 image; or, with `decode_window` (`Source.decode_window`, Inception crops only), the raw
+        element, of which only the crop window is decoded."""
         seeds = tf.random.experimental.stateless_split(seed, 2)
         if config.augment == "inception":
-            image = _inception_crop(image, size, config.crop_area, seeds[0])
+            image = _inception_crop(image, size, config.crop_area, seeds[0], decode_window)
         else:
             image = resize(image, size)
         if config.augment == "translate" and config.translate > 0:
@@ -415,14 +517,17 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         raw, label = element
         # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
         seed = tf.stack([tf.cast(config.seed, tf.int64), index])
-        image = augment(source.decode(raw), seed)
+        if config.augment == "inception" and source.decode_window is not None:
+            image = augment(raw, seed, source.decode_window)
+        else:
+            image = augment(source.decode(raw), seed)
         if config.randaugment:
             # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
             num_layers, magnitude = config.randaugment
             image = randaugment(
                 quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
             )
-        return image, tf.one_hot(label, num_classes)
+        return scale(image), tf.one_hot(label, num_classes)
 
     if source.train_arrays is not None:
         ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch)
@@ -430,10 +535,9 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch, drop_remainder=True)
-    ds = ds.map(lambda images, labels: (scale(images), labels))
     if config.mixup_alpha > 0:
         # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
-        # big_vision's global mixing coefficient (fold_in=None).
+        # big_vision's global mixing coefficient (fold_in=None). Batches are mixed in parallel, in order.
         ds = ds.enumerate(start_step).map(
             lambda step, b: _mixup(
                 b[0],
@@ -442,6 +546,8 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
                 tf.stack([tf.cast(config.seed, tf.int64), step]),
                 config.mixup_images,
             ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
