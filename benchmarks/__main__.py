@@ -3,11 +3,13 @@
 Workers: keras-vit on TensorFlow (XLA on and off), on JAX (XLA) and on PyTorch (eager), keras-hub (TensorFlow)
 and timm, each in its own process; plus the input-pipeline benchmark (the ImageNet recipe's tf.data stream vs a
 timm DataLoader on the same synthetic JPEGs) and the input-wait share of a training run. Workers whose packages
-are missing (torch, timm, keras-hub) are reported as not measured, with the reason.
-Default (ViT-Ti/16, 224 px, batch 32, 2 rounds of short alternating measurements); issue 6's three-worker
-default took about 11 minutes for 3 rounds on a 2-core AVX-512 machine. Without BF16 instructions
+are missing (torch, timm, keras-hub) are reported as not measured, with the reason. The run goes in phases
+(training, inference, TFLite, input pipeline, input wait), each with fresh workers and its own interleaved
+rounds, so only one phase's models are in memory at a time.
+Default: ViT-Ti/16, 224 px, batch 32, 2 rounds of short alternating measurements. Without BF16 instructions
 mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme README.md` rewrites the README's table from
-the run's report. A quick look:
+the run's report; `--advice training/backend_advice.json` records the training figures the trainer's backend
+advice reads (training/advice.py). A quick look:
 `python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
 """
 
@@ -58,13 +60,16 @@ def parse_args(argv=None):
         help="timed batches of the input-pipeline benchmark per round and side (0 skips it)",
     )
     p.add_argument("--pipeline-images", type=int, default=96, help="synthetic JPEGs the input pipelines read")
-    p.add_argument("--input-wait-steps", type=int, default=0,
-                   help="timed steps of a training run (in the keras-vit worker) that measures the share of step "
-                        "time spent waiting for input; off by default: its extra compiled model got that worker "
-                        "killed for memory on a 23 GB machine shared with other jobs")  # fmt: skip
+    p.add_argument("--input-wait-steps", type=int, default=4,
+                   help="timed steps of a training run on the recipe's input stream (a keras-vit worker of its own) "
+                        "that measures the share of step time spent waiting for input; 0 skips it")  # fmt: skip
     p.add_argument("--readme", default=None,
                    help="rewrite the performance table between the benchmark-table markers of this README from "
                         "the run's report")  # fmt: skip
+    p.add_argument("--advice", default=None,
+                   help="merge this run's training figures per keras-vit form into this advice file (the trainer "
+                        "reads training/backend_advice.json to recommend a backend and resolve jit_compile='auto' "
+                        "on a CPU of the measured class)")  # fmt: skip
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
@@ -88,6 +93,24 @@ def parse_args(argv=None):
     return args
 
 
+def record_advice(path, result):
+    """Merges the run's keras-vit training medians per form into the trainer's advice file (training/advice.py)."""
+    from training import advice
+
+    prefix = "keras-vit on "
+    medians = {
+        dtype: {
+            form[len(prefix) :]: v
+            for form, v in result["fastest_keras_vit"].get(f"train/{dtype}", {}).get("all", {}).items()
+        }
+        for dtype in ("float32", "bfloat16")
+    }
+    if not any(medians.values()):
+        return None
+    return advice.record(path, advice.cpu_class(), result["machine"], result["spec"],
+                         result["flops"]["forward_per_image"], medians)  # fmt: skip
+
+
 def main(argv=None):
     args = parse_args(argv)
     result = coordinator.run(args, progress=lambda line: print(line, flush=True))
@@ -99,6 +122,9 @@ def main(argv=None):
     if args.readme:
         readme.update(args.readme, result)
         print(f"rewrote the performance table in {args.readme}")
+    if args.advice:
+        entry = record_advice(args.advice, result)
+        print(f"merged the training figures into {args.advice}" if entry else "no keras-vit training figures")
     return 0
 
 

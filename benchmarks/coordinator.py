@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
-from benchmarks import flops
 from benchmarks.worker import IMPLS, PREFIX
+from keras_vit.models import flops
+from keras_vit.models.configs import get_variant
 
 KERAS_IMPLS = ("keras-vit", "keras-hub")  # the TensorFlow-backend workers: TFLite conversion, XLA on and off
 # keras-vit on each Keras backend, in its own worker. JAX always compiles (its rows are the "+xla" settings);
@@ -17,21 +18,6 @@ KERAS_VIT_FORMS = ("keras-vit", "keras-vit-jax", "keras-vit-torch")
 BACKENDS = {"keras-vit": "tensorflow", "keras-vit-jax": "jax", "keras-vit-torch": "torch", "keras-hub": "tensorflow"}
 FORM_NAMES = {("keras-vit", False): "TensorFlow", ("keras-vit", True): "TensorFlow+XLA",
               ("keras-vit-jax", True): "JAX", ("keras-vit-torch", False): "PyTorch"}  # fmt: skip
-
-
-def _variant_table():
-    """keras_vit's variant table, loaded from its file: importing the package would start TF in the coordinator,
-    which must stay idle while the workers are timed."""
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        "_keras_vit_configs", os.path.join(root, "keras_vit", "models", "configs.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolves the module of the class by name
-    spec.loader.exec_module(module)
-    return module
 
 
 class WorkerError(RuntimeError):
@@ -137,7 +123,6 @@ def _value(key, result):
 
 def run(options, progress=print):
     """Runs the benchmark; returns the JSON-ready report dict."""
-    get_variant = _variant_table().get_variant
     wall_start = time.time()
     config = get_variant(options.variant).replace(image_size=options.image_size, num_classes=options.num_classes)
     spec = {
@@ -158,96 +143,41 @@ def run(options, progress=print):
         "implementations": {},
         "rounds": [],
     }
-    workers = {}
-    try:
-        for impl in options.impls:
-            progress(f"[setup] starting {impl} worker")
-            try:
-                worker = Worker(
-                    impl, spec, options.threads, os.path.join(options.out, f"worker_{impl.replace('-', '_')}.log")
-                )
-            except WorkerError as error:
-                report["implementations"][impl] = {"available": False, "reason": str(error)}
-                continue
-            if not worker.hello["ok"]:
-                reason = worker.hello["error"]
-                progress(f"[setup] {impl} unavailable: {reason}")
-                report["implementations"][impl] = {"available": False, "reason": reason}
-                worker.close()
-                continue
-            info = {
-                "available": True,
-                "versions": worker.hello["versions"],
-                "ready_seconds": worker.hello["ready_seconds"],
-            }
-            workers[impl] = worker
-            report["implementations"][impl] = info
-        tasks = [t for t in task_list(options) if any(i in workers for i in t[1])]
-        if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
-            from benchmarks import pipeline
+    tasks = task_list(options)
+    if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
+        from benchmarks import pipeline
 
-            folder = os.path.join(os.path.abspath(options.out), "jpeg_folder")
-            progress(f"[setup] writing {options.pipeline_images} synthetic JPEGs to {folder}")
-            report["pipeline_folder"] = pipeline.make_jpeg_folder(folder, options.pipeline_images)
-            tasks = [(k, i, t, dict(a, folder=folder) if "folder" in a else a, u) for k, i, t, a, u in tasks]
-        for r in range(options.rounds):
-            progress(f"[round {r + 1}/{options.rounds}]")
-            values = {}
-            for key, impls, task, args, unit in tasks:
-                for impl in impls:
-                    if impl not in workers:
-                        continue
-                    if task == "tflite_latency" and "tflite" not in report["implementations"][impl]:
-                        progress(f"  {impl}: converting to TFLite (float32, dynamic int8, full int8, int8 matmuls)")
-                        try:
-                            reply = workers[impl].request(
-                                "tflite_setup", out_dir=os.path.abspath(options.out), threads=options.threads,
-                                calibration_size=options.calibration_size, agreement_size=options.agreement_size,
-                            )  # fmt: skip
-                            report["implementations"][impl]["tflite"] = reply["result"]
-                        except WorkerError as error:
-                            progress(f"  {impl}: TFLite conversion FAILED: {error}")
-                            report["implementations"][impl]["tflite"] = {}
-                            report["implementations"][impl]["tflite_error"] = str(error)
-                    if task == "tflite_latency" and not report["implementations"][impl]["tflite"]:
-                        continue
-                    try:
-                        reply = workers[impl].request(task, **args)
-                    except (WorkerError, OSError) as error:
-                        progress(f"  {key:24s} {impl:10s} FAILED: {error}")
-                        report.setdefault("errors", []).append(
-                            {"round": r, "key": key, "impl": impl, "error": str(error)}
-                        )
-                        if workers[impl].process.poll() is not None:
-                            # A dead worker (killed for memory, say) ends its own measurements, not the run:
-                            # the others go on and the report says what happened.
-                            dead = workers.pop(impl)
-                            dead.close()
-                            code = dead.process.returncode
-                            progress(f"  {impl} worker exited (code {code}); the run goes on without it")
-                            report["implementations"][impl]["died"] = f"round {r + 1}, {key}: exit code {code}"
-                        continue
-                    value = _value(key, reply["result"])
-                    values.setdefault(key, {})[impl] = value
-                    info = report["implementations"][impl]
-                    # The first request of every worker is float32 training: its peak RSS is that setting's.
-                    info.setdefault("peak_rss_mb_train_float32", reply["max_rss_mb"])
-                    info["peak_rss_mb_all_settings"] = reply["max_rss_mb"]
-                    progress(f"  {key:24s} {impl:10s} {value:9.2f} {unit}")
-            report["rounds"].append(values)
-        for impl, worker in workers.items():
-            report["implementations"][impl].update(worker.request("sizes")["result"])
-        if options.digits_workdir and "keras-vit" in workers:
-            progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
-            try:
-                report["digits_int8"] = workers["keras-vit"].request(
-                    "digits_int8", workdir=os.path.abspath(options.digits_workdir), threads=options.threads
-                )["result"]
-            except WorkerError as error:
-                report["digits_int8"] = {"error": str(error)}
-    finally:
-        for worker in workers.values():
-            worker.close()
+        folder = os.path.join(os.path.abspath(options.out), "jpeg_folder")
+        progress(f"[setup] writing {options.pipeline_images} synthetic JPEGs to {folder}")
+        report["pipeline_folder"] = pipeline.make_jpeg_folder(folder, options.pipeline_images)
+        tasks = [(k, i, t, dict(a, folder=folder) if "folder" in a else a, u) for k, i, t, a, u in tasks]
+    report["rounds"] = [{} for _ in range(options.rounds)]
+    unavailable = set()
+    for phase in PHASES:
+        phase_tasks = [t for t in tasks if PHASE_OF[t[2]] == phase]
+        impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
+        if not impls:
+            continue
+        progress(f"[{phase}] starting workers: {', '.join(impls)}")
+        workers = _start_workers(impls, spec, options, report, unavailable, progress, phase)
+        try:
+            for r in range(options.rounds):
+                progress(f"[{phase}, round {r + 1}/{options.rounds}]")
+                _run_round(r, phase_tasks, workers, options, report, progress)
+            if phase == "infer":
+                for impl, worker in workers.items():
+                    report["implementations"][impl].update(worker.request("sizes")["result"])
+            if phase == "tflite" and options.digits_workdir and "keras-vit" in workers:
+                progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
+                try:
+                    report["digits_int8"] = workers["keras-vit"].request(
+                        "digits_int8", workdir=os.path.abspath(options.digits_workdir), threads=options.threads
+                    )["result"]
+                except WorkerError as error:
+                    report["digits_int8"] = {"error": str(error)}
+        finally:
+            for worker in workers.values():
+                worker.close()
     report["units"] = {key: unit for key, _, _, _, unit in task_list(options)}
     summarise(report)
     report["wall_seconds"] = time.time() - wall_start
@@ -255,6 +185,82 @@ def run(options, progress=print):
                                            "met": report["wall_seconds"] <= 15 * 60}  # fmt: skip
     report["machine"]["loadavg_end"] = os.getloadavg()
     return report
+
+
+# Each phase starts its own workers and closes them when its rounds are done, so the machine holds only one
+# phase's models at a time: all of them at once (4 training models, inference functions and 4 TFLite
+# conversions per TensorFlow worker) took 23.5 GB of a 24 GB machine. Rounds interleave the implementations
+# within a phase, which is what the per-round ratios compare. input_wait has a phase, and a worker, of its own.
+PHASES = ("train", "infer", "tflite", "pipeline", "input_wait")
+PHASE_OF = {"train": "train", "infer": "infer", "tflite_latency": "tflite", "pipeline": "pipeline",
+            "peak": "pipeline", "input_wait": "input_wait"}  # fmt: skip
+
+
+def _start_workers(impls, spec, options, report, unavailable, progress, phase):
+    workers = {}
+    for impl in impls:
+        log = os.path.join(options.out, f"worker_{impl.replace('-', '_')}_{phase}.log")
+        try:
+            worker = Worker(impl, spec, options.threads, log)
+        except WorkerError as error:
+            report["implementations"].setdefault(impl, {"available": False, "reason": str(error)})
+            unavailable.add(impl)
+            continue
+        if not worker.hello["ok"]:
+            reason = worker.hello["error"]
+            progress(f"[setup] {impl} unavailable: {reason}")
+            report["implementations"][impl] = {"available": False, "reason": reason}
+            unavailable.add(impl)
+            worker.close()
+            continue
+        info = report["implementations"].setdefault(impl, {"available": True})
+        info["versions"] = worker.hello["versions"]
+        info.setdefault("ready_seconds", worker.hello["ready_seconds"])
+        workers[impl] = worker
+    return workers
+
+
+def _run_round(r, tasks, workers, options, report, progress):
+    """One round of a phase's tasks on its live workers; values go into report["rounds"][r]."""
+    values = report["rounds"][r]
+    for key, impls, task, args, unit in tasks:
+        for impl in impls:
+            if impl not in workers:
+                continue
+            info = report["implementations"][impl]
+            if task == "tflite_latency" and "tflite" not in info:
+                progress(f"  {impl}: converting to TFLite (float32, dynamic int8, full int8, int8 matmuls)")
+                try:
+                    reply = workers[impl].request(
+                        "tflite_setup", out_dir=os.path.abspath(options.out), threads=options.threads,
+                        calibration_size=options.calibration_size, agreement_size=options.agreement_size,
+                    )  # fmt: skip
+                    info["tflite"] = reply["result"]
+                except WorkerError as error:
+                    progress(f"  {impl}: TFLite conversion FAILED: {error}")
+                    info["tflite"], info["tflite_error"] = {}, str(error)
+            if task == "tflite_latency" and not info["tflite"]:
+                continue
+            try:
+                reply = workers[impl].request(task, **args)
+            except (WorkerError, OSError) as error:
+                progress(f"  {key:24s} {impl:10s} FAILED: {error}")
+                report.setdefault("errors", []).append({"round": r, "key": key, "impl": impl, "error": str(error)})
+                if workers[impl].process.poll() is not None:
+                    # A dead worker (killed for memory, say) ends its own measurements in this phase, not the
+                    # run: the others go on, the next phase starts a fresh one, and the report says so.
+                    dead = workers.pop(impl)
+                    dead.close()
+                    code = dead.process.returncode
+                    progress(f"  {impl} worker exited (code {code}); the phase goes on without it")
+                    info["died"] = f"round {r + 1}, {key}: exit code {code}"
+                continue
+            value = _value(key, reply["result"])
+            values.setdefault(key, {})[impl] = value
+            if key.startswith("train/float32"):  # the phase's first request: that setting's peak
+                info.setdefault("peak_rss_mb_train_float32", reply["max_rss_mb"])
+            info["peak_rss_mb_all_settings"] = max(info.get("peak_rss_mb_all_settings", 0), reply["max_rss_mb"])
+            progress(f"  {key:24s} {impl:10s} {value:9.2f} {unit}")
 
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",

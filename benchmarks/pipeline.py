@@ -106,8 +106,9 @@ class KerasPipeline:
 def input_wait(folder, steps, threads, spec, state=None):
     """Fraction of the training step time spent waiting for the next batch, in a keras-vit training run.
 
-    The spec's model (TensorFlow, XLA, float32, as the trainer compiles it) trains on the recipe's stream. On a
-    CPU the pipeline and the model share the cores, so this is the host's contention, not an accelerator's.
+    The spec's model (TensorFlow, float32, with the trainer's `jit_compile="auto"` choice for this machine) trains
+    on the recipe's stream. On a CPU the pipeline and the model share the cores, so this is the host's
+    contention, not an accelerator's.
     `state` (a dict) keeps the compiled model and the pipeline between calls, so later rounds skip compilation.
     """
     import keras
@@ -122,9 +123,10 @@ def input_wait(folder, steps, threads, spec, state=None):
         model = keras_vit.create_model(
             spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes
         )
+        jit_compile = _trainer_jit_compile(model)
         model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                      loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=True)  # fmt: skip
-        state.update(model=model, pipe=pipe)
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
+        state.update(model=model, pipe=pipe, jit_compile=jit_compile)
         warmup = 2  # and tracing and XLA compilation
     model, pipe = state["model"], state["pipe"]
     iterator = iter(pipe.dataset)
@@ -138,7 +140,20 @@ def input_wait(folder, steps, threads, spec, state=None):
             waiting += ready - start
             total += time.perf_counter() - start
     del iterator
-    return {"wait_fraction": waiting / total, "steps": steps, "step_seconds": total / steps, "batch": spec["batch"]}
+    return {"wait_fraction": waiting / total, "steps": steps, "step_seconds": total / steps, "batch": spec["batch"],
+            "jit_compile": state["jit_compile"]}  # fmt: skip
+
+
+def _trainer_jit_compile(model):
+    """What `python -m training` resolves jit_compile="auto" to for this model on this machine (default strategy)."""
+    import tensorflow as tf
+
+    from keras_vit.models import flops
+    from training import advice
+    from training.strategy import resolve_jit_compile
+
+    measured = advice.lookup("cpu", "float32", flops.config_forward_flops(model.config))
+    return resolve_jit_compile("auto", tf.distribute.get_strategy(), measured)[0]
 
 
 def crop_box(width, height, rng, area=CROP_AREA, ratio=ASPECT):

@@ -61,7 +61,10 @@ def table(report):
         )
     wait = med.get("input_wait/train", {}).get("keras-vit")
     if wait is not None:
-        lines.append(f"  a keras-vit training run (TF+XLA) waited for input {100 * wait:.1f}% of its step time")
+        lines.append(
+            f"  a keras-vit training run (TensorFlow, the trainer's jit_compile) waited for input {100 * wait:.1f}% "
+            "of its step time"
+        )
     m = report["machine"]
     lines.append(
         f"machine: {m.get('cpu_model')}, {m.get('usable_cpus')} usable cores; ISA: {', '.join(m.get('isa_flags', []))}"

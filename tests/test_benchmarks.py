@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from benchmarks import coordinator, flops, report
+from benchmarks import coordinator, report
+from keras_vit.models import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -87,21 +87,28 @@ class Placement:
                 workarounds.use_local_batch_for_symbolic_build(model)
         return model
 
-    def resolve_jit_compile(self, requested):
+    def resolve_jit_compile(self, requested, measured=None):
         """(jit_compile for `Model.compile`, why): see `training.strategy.resolve_jit_compile` for TensorFlow.
 
         On JAX every train step is a jitted XLA program whatever is asked; "auto" and True keep Keras' jit, False
-        runs the step eagerly (slow, for debugging).
+        runs the step eagerly (slow, for debugging). `measured`: the `training.advice.Advice` for this run, which
+        decides TensorFlow's "auto" on a CPU.
         """
         if self.tf_strategy is not None:
             from training.strategy import resolve_jit_compile
 
-            return resolve_jit_compile(requested, self.tf_strategy)
+            return resolve_jit_compile(requested, self.tf_strategy, measured)
         if requested is not True and requested is not False and requested != "auto":
             raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
         if requested is False:
             return False, "jit_compile=False: JAX runs the step op by op"
         return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
+
+    def form(self, jit_compile):
+        """The benchmark's name of this run's form: "TensorFlow", "TensorFlow+XLA" or "JAX"."""
+        if self.backend == "jax":
+            return "JAX"
+        return "TensorFlow+XLA" if jit_compile is True else "TensorFlow"
 
     def stop_agreement(self):
         """A function `(local_flags) -> flags of all workers`, or None when this process is the whole run.

@@ -138,13 +138,14 @@ def _xla_compiles_here():
         return False
 
 
-def resolve_jit_compile(requested, strategy):
+def resolve_jit_compile(requested, strategy, measured=None):
     """The `jit_compile` for `Model.compile` and why: True/False as requested, or resolved from "auto".
 
     "auto" leaves TPUStrategy and the other tf.distribute strategies to Keras' own "auto": under TPUStrategy the
     replicated step is compiled with XLA by TPUStrategy itself, and Keras turns its own XLA off around
-    `strategy.run` (keras-team/keras#19005). With the default strategy on a CPU or GPU, XLA is on when this
-    TensorFlow build can compile there: it measured faster for these models (README, Performance).
+    `strategy.run` (keras-team/keras#19005). With the default strategy, XLA is on when this TensorFlow build can
+    compile there, unless `measured` (a `training.advice.Advice`: the benchmark's figures for this CPU class and
+    the nearest measured model size) found TensorFlow without XLA faster.
     """
     if requested is not True and requested is not False and requested != "auto":
         raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
@@ -154,9 +155,19 @@ def resolve_jit_compile(requested, strategy):
         return "auto", "jit_compile=auto: Keras' choice; TPUStrategy compiles the replicated step with XLA itself"
     if strategy is not tf.distribute.get_strategy():
         return "auto", f"jit_compile=auto: Keras' choice under {type(strategy).__name__} (no XLA around strategy.run)"
-    if _xla_compiles_here():
-        return True, "jit_compile=auto: XLA on (this TensorFlow compiles on the default device)"
-    return False, "jit_compile=auto: XLA off (this TensorFlow build cannot XLA-compile here: tensorflow-tpu on a CPU?)"
+    if not _xla_compiles_here():
+        return (
+            False,
+            "jit_compile=auto: XLA off (this TensorFlow build cannot XLA-compile here: tensorflow-tpu on a CPU?)",
+        )
+    if measured is not None and measured.xla_faster() is not None:
+        plain, xla = measured.figures["TensorFlow"], measured.figures["TensorFlow+XLA"]
+        on = measured.xla_faster()
+        return on, (
+            f"jit_compile=auto: XLA {'on' if on else 'off'}: measured faster on this CPU class ({xla:.1f} img/s with "
+            f"XLA, {plain:.1f} without; ViT-{measured.run['variant']} at {measured.run['image_size']} px)"
+        )
+    return True, "jit_compile=auto: XLA on (this TensorFlow compiles on the default device)"
 
 
 def make_multi_worker():

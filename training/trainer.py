@@ -19,7 +19,9 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import files
+from keras_vit.models import flops
 from keras_vit.weights import checkpoint_variables
+from training import advice
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
@@ -118,11 +120,16 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     set_matmul_precision(config.matmul_precision)
 
     strategy = select_placement(config.strategy, tf_strategy=tf_strategy)
-    jit_compile, jit_reason = strategy.resolve_jit_compile(config.jit_compile)
+    source = source_of(config)
+    measured = advice.lookup(
+        strategy.device_kind, config.precision, flops.config_forward_flops(model_config(config, source.num_classes))
+    )
+    jit_compile, jit_reason = strategy.resolve_jit_compile(config.jit_compile, measured)
     print(f"[training] {strategy.describe()}; {jit_reason}", flush=True)
+    if measured is not None:
+        print(f"[training] advice: {measured.line(strategy.form(jit_compile))}", flush=True)
     chief = strategy.is_chief
 
-    source = source_of(config)
     if config.batch_size > source.num_train:
         raise ValueError(
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
@@ -232,6 +239,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         "dataset": config.dataset,
         **strategy.metrics(),  # backend, strategy, replicas, devices, device_kind
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
+        "fastest_measured_form": measured.fastest if measured is not None else None,
         "parameters": int(model.count_params()),
     }
     if extra_evals:
@@ -338,14 +346,21 @@ def source_of(config):
     )
 
 
-def build_model(config, num_classes):
-    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras)."""
+def model_config(config, num_classes):
+    """The run's `ViTConfig`: the variant with the run's image size, classes, precision and model overrides."""
     overrides = dict(config.model)
     if config.head_bias_init is not None:
         overrides["head_bias_init"] = config.head_bias_init
     if config.precision != "float32":
         overrides["dtype"] = config.precision
-    model = keras_vit.create_model(config.variant, image_size=config.image_size, num_classes=num_classes, **overrides)
+    return keras_vit.get_variant(config.variant).replace(
+        image_size=config.image_size, num_classes=num_classes, **overrides
+    )
+
+
+def build_model(config, num_classes):
+    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras)."""
+    model = keras_vit.create_model(model_config(config, num_classes))
     if config.init:
         initialise_from(model, config.init)
         if not config.init_head and "head" in {layer.name for layer in model.layers}:

@@ -1,4 +1,5 @@
-"""Analytical FLOP counts of a plain ViT (multiply-add = 2 FLOPs), the basis of MFU."""
+"""Analytical FLOP counts of a plain ViT (multiply-add = 2 FLOPs): the basis of the benchmark's MFU and of the
+trainer's choice of the nearest measured model (training/advice.py). Pure Python: no Keras import."""
 
 
 def vit_forward_flops(
@@ -22,3 +23,12 @@ def vit_forward_flops(
 def training_flops(forward_flops):
     """Forward + backward: the backward pass costs two forward passes (gradients w.r.t. inputs and weights)."""
     return 3 * forward_flops
+
+
+def config_forward_flops(config):
+    """`vit_forward_flops` of a `ViTConfig`; None for a hybrid, whose ResNet stem this count does not cover."""
+    if getattr(config, "resnet_layers", None) is not None:
+        return None
+    return vit_forward_flops(config.image_size, config.patch_size, config.hidden_size, config.num_layers,
+                             config.mlp_dim, config.num_classes, channels=config.channels,
+                             class_token=config.class_token)  # fmt: skip

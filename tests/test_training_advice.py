@@ -1,0 +1,151 @@
+"""The trainer's backend advice: the benchmark's figures per CPU class, looked up by model size."""
+
+import json
+import math
+
+import pytest
+import tensorflow as tf
+
+from keras_vit.models import flops, get_variant
+from training import advice
+from training.strategy import resolve_jit_compile
+
+TI16 = flops.vit_forward_flops(224, 16, 192, 12, 768, 1000)
+MACHINE = {"cpu_model": "Test CPU", "threads": 2}
+
+
+def _cpuinfo(tmp_path, flags, key="flags"):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\n{key}\t\t: {' '.join(flags)}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "flags, isa",
+    [
+        (["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"], "amx"),
+        (["avx2", "avx512f", "avx512_bf16"], "avx512_bf16"),
+        (["avx2", "avx512f"], "avx512"),
+        (["sse4_2", "avx2", "fma"], "avx2"),
+    ],
+)
+def test_cpu_class_is_the_widest_matmul_isa(tmp_path, flags, isa, monkeypatch):
+    monkeypatch.setattr(advice.platform, "machine", lambda: "x86_64")
+    assert advice.cpu_class(_cpuinfo(tmp_path, flags)) == f"x86_64 {isa}"
+
+
+def test_cpu_class_without_known_isa_is_the_architecture(tmp_path, monkeypatch):
+    monkeypatch.setattr(advice.platform, "machine", lambda: "aarch64")
+    assert advice.cpu_class(_cpuinfo(tmp_path, ["fp", "asimd"], key="Features")) == "aarch64"
+    assert advice.cpu_class(str(tmp_path / "missing")) == "aarch64"
+
+
+def _record(path, variant, size, fwd, f32, bf16=None, cpu="x86_64 avx512_bf16"):
+    spec = {"variant": variant, "image_size": size, "batch": 32, "num_classes": 1000}
+    medians = {"float32": f32, "bfloat16": bf16 or {}}
+    return advice.record(str(path), cpu, MACHINE, spec, fwd, medians, when="2026-12-01")
+
+
+def test_record_then_lookup_picks_the_nearest_measured_model(tmp_path):
+    path = tmp_path / "advice.json"
+    tiny = 5e6
+    _record(path, "testing", 32, tiny, {"TensorFlow": 900.0, "TensorFlow+XLA": 1500.0, "JAX": 1200.0})
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0, "JAX": 20.0, "PyTorch": 18.0})
+    lookup = dict(path=str(path), cpu="x86_64 avx512_bf16")
+
+    near_ti = advice.lookup("cpu", "float32", TI16 * 2, **lookup)  # S/16-like: nearer Ti/16
+    assert near_ti.run["variant"] == "Ti/16" and near_ti.fastest == "TensorFlow" and near_ti.xla_faster() is False
+    assert "PyTorch" not in near_ti.figures  # the trainer cannot run it: never recommended
+    near_tiny = advice.lookup("cpu", "float32", tiny * 3, **lookup)
+    assert near_tiny.run["variant"] == "testing" and near_tiny.fastest == "TensorFlow+XLA"
+    assert near_tiny.xla_faster() is True
+
+    # Beyond SCALE_RANGE of every measurement, on another CPU class, a GPU, a hybrid or an unmeasured
+    # precision: no advice, rather than a guess.
+    assert advice.lookup("cpu", "float32", TI16 * 100, **lookup) is None
+    assert advice.lookup("cpu", "float32", TI16, path=str(path), cpu="x86_64 avx2") is None
+    assert advice.lookup("gpu", "float32", TI16, **lookup) is None
+    assert advice.lookup("cpu", "float32", None, **lookup) is None
+    assert advice.lookup("cpu", "mixed_bfloat16", TI16, **lookup) is None
+    assert advice.lookup("cpu", "float32", TI16, path=str(tmp_path / "none.json"), cpu="x86_64 avx2") is None
+
+
+def test_record_replaces_the_same_model_and_keeps_others(tmp_path):
+    path = tmp_path / "advice.json"
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 30.0, "TensorFlow+XLA": 31.0})
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0}, bf16={"TensorFlow": 40.0})
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 10.0}, cpu="x86_64 avx2")
+    data = json.loads(path.read_text())
+    assert sorted(data["platforms"]) == ["x86_64 avx2", "x86_64 avx512_bf16"]
+    (run,) = data["platforms"]["x86_64 avx512_bf16"]["runs"]
+    assert run["images_per_second"] == {
+        "bfloat16": {"TensorFlow": 40.0},
+        "float32": {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0},
+    }
+    bf16 = advice.lookup("cpu", "mixed_bfloat16", TI16, path=str(path), cpu="x86_64 avx512_bf16")
+    assert bf16.fastest == "TensorFlow" and bf16.xla_faster() is None
+
+
+def test_advice_line_names_the_switch_only_when_the_run_is_not_the_fastest(tmp_path):
+    path = tmp_path / "advice.json"
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0, "JAX": 20.0})
+    measured = advice.lookup("cpu", "float32", TI16, path=str(path), cpu="x86_64 avx512_bf16")
+    same = measured.line("TensorFlow")
+    assert same.startswith("fastest measured form: TensorFlow (img/s: TensorFlow 34.0, TensorFlow+XLA 28.0, JAX 20.0")
+    assert same.endswith("this run uses it") and "ViT-Ti/16 at 224 px, batch 32, float32" in same
+    other = measured.line("JAX")
+    assert other.endswith(
+        "this run uses JAX: for the faster one use KERAS_BACKEND=tensorflow with --set jit_compile=False"
+    )
+
+
+def test_auto_jit_follows_the_measurement_on_the_default_strategy(tmp_path):
+    path = tmp_path / "advice.json"
+    default = tf.distribute.get_strategy()
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0})
+    slower_xla = advice.lookup("cpu", "float32", TI16, path=str(path), cpu="x86_64 avx512_bf16")
+    value, reason = resolve_jit_compile("auto", default, slower_xla)
+    assert value is False and "XLA off: measured faster on this CPU class (28.0 img/s with XLA, 34.0 without" in reason
+    assert resolve_jit_compile(True, default, slower_xla)[0] is True  # an explicit choice still wins
+
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 20.0, "TensorFlow+XLA": 28.0})
+    faster_xla = advice.lookup("cpu", "float32", TI16, path=str(path), cpu="x86_64 avx512_bf16")
+    assert resolve_jit_compile("auto", default, faster_xla)[0] is True
+    # Only one TensorFlow form measured: the measurement cannot decide, and "auto" keeps its rule.
+    _record(path, "Ti/16", 224, TI16, {"TensorFlow": 20.0, "JAX": 28.0})
+    one_form = advice.lookup("cpu", "float32", TI16, path=str(path), cpu="x86_64 avx512_bf16")
+    value, reason = resolve_jit_compile("auto", default, one_form)
+    assert value is True and reason.endswith("XLA on (this TensorFlow compiles on the default device)")
+    # Under another strategy Keras decides, whatever was measured.
+    assert resolve_jit_compile("auto", tf.distribute.MirroredStrategy(["/cpu:0"]), slower_xla)[0] == "auto"
+
+
+def test_the_shipped_advice_file_is_well_formed():
+    with open(advice.ADVICE_FILE) as f:
+        data = json.load(f)
+    assert data["platforms"], "training/backend_advice.json has no measurement"
+    for cpu, platform in data["platforms"].items():
+        for run in platform["runs"]:
+            config = get_variant(run["variant"]).replace(image_size=run["image_size"], num_classes=run["num_classes"])
+            assert math.isclose(run["forward_flops"], flops.config_forward_flops(config), rel_tol=1e-9), (cpu, run)
+            for figures in run["images_per_second"].values():
+                assert figures and all(v > 0 for v in figures.values())
+
+
+def test_the_trainer_prints_the_advice_and_follows_it_for_auto_jit(tmp_path, monkeypatch, capsys):
+    import training
+    from training.trainer import model_config
+
+    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=2,
+                                  strategy="default", jit_compile="auto")  # fmt: skip
+    fwd = flops.config_forward_flops(model_config(config, 10))
+    path = tmp_path / "advice.json"
+    _record(path, "testing", 16, fwd, {"TensorFlow": 900.0, "TensorFlow+XLA": 500.0, "JAX": 600.0})
+    monkeypatch.setattr(advice, "ADVICE_FILE", str(path))
+    monkeypatch.setattr(advice, "cpu_class", lambda: "x86_64 avx512_bf16")
+
+    result = training.train(config, str(tmp_path / "run"), verbose=0)
+    out = capsys.readouterr().out
+    assert "jit_compile=auto: XLA off: measured faster on this CPU class (500.0 img/s with XLA, 900.0 without" in out
+    assert "[training] advice: fastest measured form: TensorFlow (img/s: TensorFlow 900.0" in out
+    assert result.metrics["jit_compile"] is False and result.metrics["fastest_measured_form"] == "TensorFlow"

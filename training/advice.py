@@ -1,0 +1,160 @@
+"""Which Keras backend trains fastest here: the benchmark's measurements, as the trainer reads them.
+
+`python -m benchmarks --advice training/backend_advice.json` records, per CPU class, the training throughput
+of every keras-vit form it measured (TensorFlow with and without XLA, JAX, PyTorch) for one model size. The
+trainer looks up the run's CPU class and the measured model nearest to its own in FLOPs per image, and:
+
+- prints which form was fastest there, and how to switch when the run uses another one;
+- resolves `jit_compile="auto"` on a CPU (TensorFlow backend, default strategy) to the faster of TensorFlow with
+  and without XLA in that measurement.
+
+Nothing is guessed: a CPU class or precision without a measurement gets no advice, and "auto" keeps its rule.
+Pure Python (no TensorFlow import), so the benchmark's coordinator can write the file too.
+"""
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+
+ADVICE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend_advice.json")
+# The forms the trainer can run (it trains on TensorFlow or JAX) and how to select each.
+TRAINER_FORMS = {
+    "TensorFlow": "KERAS_BACKEND=tensorflow with --set jit_compile=False",
+    "TensorFlow+XLA": "KERAS_BACKEND=tensorflow with --set jit_compile=True",
+    "JAX": "KERAS_BACKEND=jax",
+}
+PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16"}  # trainer precision -> benchmark dtype key
+# A measurement speaks for models within this factor of its FLOPs per image; beyond, the balance of op
+# overhead and matmul speed that decides between the forms may differ.
+SCALE_RANGE = 8.0
+
+
+def cpu_class(cpuinfo="/proc/cpuinfo"):
+    """The CPU class whose kernels decide the fastest form: architecture and the widest matmul ISA.
+
+    e.g. "x86_64 amx", "x86_64 avx512_bf16", "x86_64 avx512", "x86_64 avx2", "aarch64".
+    """
+    flags = set()
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    machine = platform.machine() or "unknown"
+    for isa, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if flag in flags:
+            return f"{machine} {isa}"
+    return machine
+
+
+def record(path, cpu, machine, spec, forward_flops, medians, when=None):
+    """Merges one benchmark run's training figures into the advice file at `path` (written atomically).
+
+    Args:
+        cpu: `cpu_class()` of the measured machine.
+        machine: the benchmark's machine description (model, ISA flags, threads).
+        spec: the benchmark's model spec (variant, image_size, batch).
+        forward_flops: FLOPs of one image's forward pass of that model.
+        medians: {"float32": {form name: img/s}, "bfloat16": {...}}, keras-vit forms only.
+    A run of the same variant and image size on the same CPU class replaces the older one.
+    """
+    from keras_vit.files import atomic_write_text
+
+    advice = _read(path) or {"platforms": {}}
+    runs = advice["platforms"].setdefault(cpu, {"runs": []})["runs"]
+    entry = {
+        "variant": spec["variant"],
+        "image_size": spec["image_size"],
+        "num_classes": spec["num_classes"],
+        "batch": spec["batch"],
+        "forward_flops": forward_flops,
+        "cpu_model": machine.get("cpu_model"),
+        "threads": machine.get("threads"),
+        "measured": when or datetime.date.today().isoformat(),
+        "images_per_second": {dtype: dict(sorted(forms.items())) for dtype, forms in medians.items() if forms},
+    }
+    runs[:] = [r for r in runs if (r["variant"], r["image_size"]) != (entry["variant"], entry["image_size"])]
+    runs.append(entry)
+    runs.sort(key=lambda r: r["forward_flops"])
+    advice["about"] = (
+        "Training img/s of keras-vit's forms per CPU class, written by `python -m benchmarks --advice`; read by "
+        "training/advice.py. Regenerate, do not edit."
+    )
+    atomic_write_text(path, json.dumps(advice, indent=1, sort_keys=True) + "\n")
+    return entry
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+@dataclasses.dataclass
+class Advice:
+    """The measurement that speaks for a run, and what it says."""
+
+    cpu: str
+    precision: str
+    run: dict  # the benchmark entry (variant, image size, figures, when)
+    figures: dict  # {form: img/s} of the trainer's forms in that measurement
+
+    @property
+    def fastest(self):
+        return max(self.figures, key=self.figures.get)
+
+    def xla_faster(self):
+        """True/False when both TensorFlow forms were measured, else None."""
+        plain, xla = self.figures.get("TensorFlow"), self.figures.get("TensorFlow+XLA")
+        return None if plain is None or xla is None else xla > plain
+
+    def source(self):
+        r = self.run
+        return (
+            f"`python -m benchmarks` on {r.get('cpu_model') or 'a'} CPU ({self.cpu}, {r.get('threads')} threads, "
+            f"{r['measured']}): ViT-{r['variant']} at {r['image_size']} px, batch {r['batch']}, {self.precision}"
+        )
+
+    def line(self, current):
+        """The startup line for a run in form `current` ("TensorFlow", "TensorFlow+XLA" or "JAX")."""
+        figures = ", ".join(f"{form} {v:.1f}" for form, v in sorted(self.figures.items(), key=lambda kv: -kv[1]))
+        best = self.fastest
+        text = f"fastest measured form: {best} (img/s: {figures}; {self.source()})"
+        if current == best:
+            return text + "; this run uses it"
+        return text + f"; this run uses {current}: for the faster one use {TRAINER_FORMS[best]}"
+
+
+def lookup(device_kind, precision, forward_flops, path=None, cpu=None):
+    """The `Advice` for a run, or None where nothing measured speaks for it.
+
+    Args:
+        device_kind: "cpu", "gpu" or "tpu" (only CPUs are measured so far).
+        precision: the trainer's precision ("float32" or "mixed_bfloat16").
+        forward_flops: the run's model FLOPs per image (None for a hybrid: no advice).
+        path: the advice file (default: `ADVICE_FILE`, the one the repository's benchmark run wrote).
+        cpu: the CPU class (default: this machine's `cpu_class()`).
+    """
+    if device_kind != "cpu" or forward_flops is None or precision not in PRECISIONS:
+        return None
+    advice = _read(path or ADVICE_FILE)
+    cpu = cpu or cpu_class()
+    runs = ((advice or {}).get("platforms", {}).get(cpu) or {}).get("runs", [])
+    dtype = PRECISIONS[precision]
+    runs = [r for r in runs if any(f in TRAINER_FORMS for f in r["images_per_second"].get(dtype, {}))]
+    if not runs:
+        return None
+    nearest = min(runs, key=lambda r: abs(math.log(r["forward_flops"] / forward_flops)))
+    if abs(math.log(nearest["forward_flops"] / forward_flops)) > math.log(SCALE_RANGE):
+        return None
+    figures = {f: v for f, v in nearest["images_per_second"][dtype].items() if f in TRAINER_FORMS}
+    return Advice(cpu=cpu, precision=precision, run=nearest, figures=figures)
