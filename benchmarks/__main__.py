@@ -73,6 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
+    p.add_argument("--no-step-split", dest="step_split", action="store_false",
+                   help="skip the split of keras-vit's training step into matmul and other time, float32 and "
+                        "bfloat16 (benchmarks/step_split.py)")  # fmt: skip
     p.add_argument("--calibration-size", type=int, default=16, help="images calibrating full-int8 conversion")
     p.add_argument("--agreement-size", type=int, default=32, help="images comparing TFLite with Keras top-1")
     p.add_argument("--digits-workdir", default=None,

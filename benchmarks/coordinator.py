@@ -106,6 +106,8 @@ def task_list(options):
         tasks.append(("input_wait/train", ("keras-vit",), "input_wait", args, "fraction"))
     for dtype in ("float32", "bfloat16") if options.bf16 else ("float32",):
         tasks.append((f"peak/{dtype}", ("keras-vit",), "peak", dict(dtype=dtype), "GFLOP/s"))
+    if options.bf16 and options.step_split:
+        tasks.append(("step_split/bfloat16", ("keras-vit",), "step_split", dict(reps=3), "x"))
     return tasks
 
 
@@ -116,6 +118,8 @@ def _value(key, result):
         return result["images_per_second_per_core"]
     if key.startswith("input_wait/"):
         return result["wait_fraction"]
+    if key.startswith("step_split/"):
+        return result["bf16_speedup"]
     if key.startswith(("latency/", "tflite/")):
         return result["latency_ms"]
     return result["images_per_second"]
@@ -154,7 +158,7 @@ def run(options, progress=print):
     report["rounds"] = [{} for _ in range(options.rounds)]
     unavailable = set()
     for phase in PHASES:
-        phase_tasks = [t for t in tasks if PHASE_OF[t[2]] == phase]
+        phase_tasks = [t for t in tasks if phase_of(t[2], t[3]) == phase]
         impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
         if not impls:
             continue
@@ -188,18 +192,23 @@ def run(options, progress=print):
 
 
 # Each phase starts its own workers and closes them when its rounds are done, so the machine holds only one
-# phase's models at a time: all of them at once (4 training models, inference functions and 4 TFLite
-# conversions per TensorFlow worker) took 23.5 GB of a 24 GB machine. Rounds interleave the implementations
-# within a phase, which is what the per-round ratios compare. input_wait has a phase, and a worker, of its own.
-PHASES = ("train", "infer", "tflite", "pipeline", "input_wait")
-PHASE_OF = {"train": "train", "infer": "infer", "tflite_latency": "tflite", "pipeline": "pipeline",
-            "peak": "pipeline", "input_wait": "input_wait"}  # fmt: skip
+# phase's models at a time. All of them at once (4 training models, inference functions and 4 TFLite conversions
+# per TensorFlow worker) took 23.5 GB of a 24 GB machine, and one phase for all training settings 21.2 GB; one
+# phase per training dtype holds two models per worker. Rounds interleave the implementations within a phase,
+# which is what the per-round ratios compare. input_wait has a phase, and a worker, of its own.
+PHASES = ("train/float32", "train/bfloat16", "infer", "tflite", "pipeline", "input_wait", "step_split")
+
+
+def phase_of(task, args):
+    if task == "train":
+        return f"train/{args['dtype']}"
+    return {"tflite_latency": "tflite", "peak": "pipeline"}.get(task, task)
 
 
 def _start_workers(impls, spec, options, report, unavailable, progress, phase):
     workers = {}
     for impl in impls:
-        log = os.path.join(options.out, f"worker_{impl.replace('-', '_')}_{phase}.log")
+        log = os.path.join(options.out, f"worker_{impl.replace('-', '_')}_{phase.replace('/', '_')}.log")
         try:
             worker = Worker(impl, spec, options.threads, log)
         except WorkerError as error:
@@ -255,6 +264,8 @@ def _run_round(r, tasks, workers, options, report, progress):
                     progress(f"  {impl} worker exited (code {code}); the phase goes on without it")
                     info["died"] = f"round {r + 1}, {key}: exit code {code}"
                 continue
+            if task == "step_split":
+                report.setdefault("step_split", []).append(reply["result"])
             value = _value(key, reply["result"])
             values.setdefault(key, {})[impl] = value
             if key.startswith("train/float32"):  # the phase's first request: that setting's peak

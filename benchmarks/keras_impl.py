@@ -213,6 +213,14 @@ class KerasBench:
 
         return input_wait(folder, steps, threads, self.spec, self._wait_state)
 
+    def step_split(self, reps):
+        """The training step's matmul and non-matmul time in float32 and mixed_bfloat16 (benchmarks/step_split.py)."""
+        from benchmarks.step_split import split
+
+        if self.backend != "tensorflow":
+            raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {self.backend}")
+        return split(self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps)
+
     def sizes(self):
         model = self.float_model()
         with tempfile.TemporaryDirectory() as tmp:

@@ -74,6 +74,18 @@ def render(report):
         if ms:
             lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
+    for split in report.get("step_split", [])[-1:]:
+        f32, bf16 = split["float32"], split["mixed_bfloat16"]
+        lines += [
+            "",
+            f"Where keras-vit's training step goes (`benchmarks/step_split.py`, TensorFlow without XLA, the step's "
+            f"matmuls timed alone with its shapes): float32 {_num(f32['step_ms'], 0)} ms = matmuls "
+            f"{_num(f32['matmul_ms'], 0)} ms ({_num(f32['matmul_gflops'], 0)} GFLOP/s) + the rest "
+            f"{_num(f32['rest_ms'], 0)} ms; mixed_bfloat16 {_num(bf16['step_ms'], 0)} ms = matmuls "
+            f"{_num(bf16['matmul_ms'], 0)} ms ({_num(bf16['matmul_gflops'], 0)} GFLOP/s) + the rest "
+            f"{_num(bf16['rest_ms'], 0)} ms. bfloat16 speeds the matmuls up {_num(split['bf16_matmul_speedup'])}x and "
+            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x.",
+        ]
     missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
                if not info.get("available")]  # fmt: skip
     died = [f"{impl} ({info['died']})" for impl, info in report["implementations"].items() if info.get("died")]

@@ -180,7 +180,7 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
         "--batch", "4", "--rounds", "1", "--train-steps", "1", "--infer-reps", "2",
         "--latency-reps", "2", "--tflite-reps", "2", "--calibration-size", "4", "--agreement-size", "8",
         "--pipeline-batches", "1", "--pipeline-images", "16", "--input-wait-steps", "1",
-        "--no-bf16", "--out", str(out), "--readme", str(readme_path),
+        "--no-bf16", "--out", str(out), "--readme", str(readme_path), "--advice", str(tmp_path / "advice.json"),
     ]  # fmt: skip
     start = time.time()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -237,6 +237,33 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     fastest = rep["fastest_keras_vit"]["train/float32"]
     assert f"| float32 training, img/s | {fastest['form']} {fastest['median']:,.1f} |" in table
     assert rep["machine"]["cpu_model"] in table
+    # The trainer's advice file got this run's training figures, per form, under this machine's CPU class.
+    from training import advice
+
+    (platform,) = json.loads((tmp_path / "advice.json").read_text())["platforms"].values()
+    (run,) = platform["runs"]
+    assert run["variant"] == "testing" and run["forward_flops"] == rep["flops"]["forward_per_image"]
+    assert run["images_per_second"]["float32"]["TensorFlow"] == med["train/float32"]["keras-vit"]
+    assert run["images_per_second"]["float32"]["JAX"] == med["train/float32+xla"]["keras-vit-jax"]
+    measured = advice.lookup("cpu", "float32", run["forward_flops"], path=str(tmp_path / "advice.json"))
+    assert measured is not None and measured.fastest in ("TensorFlow", "TensorFlow+XLA", "JAX")
+
+
+def test_step_split_counts_the_steps_matmuls_and_times_them():
+    """The matmul list of benchmarks/step_split.py has the FLOPs of the analytic count (3x the forward pass, a
+    hand count in test_forward_flops_...), and its timings add up."""
+    from benchmarks import step_split
+
+    shapes = step_split.matmul_shapes(32, 224, 16, 192, 12, 3, 768, 1000)
+    assert step_split.step_flops(shapes) == 32 * flops.training_flops(
+        flops.vit_forward_flops(224, 16, 192, 12, 768, 1000)
+    )
+    out = step_split.split("testing", 32, 4, reps=1)
+    for precision in ("float32", "mixed_bfloat16"):
+        r = out[precision]
+        assert r["matmul_ms"] > 0 and r["step_ms"] > 0
+        assert abs(r["step_ms"] - r["matmul_ms"] - r["rest_ms"]) < 1e-6
+    assert out["bf16_speedup"] == out["float32"]["step_ms"] / out["mixed_bfloat16"]["step_ms"]
 
 
 def test_backend_check_smoke_run(tmp_path, capsys):

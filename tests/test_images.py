@@ -407,11 +407,13 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
             expected = full[begin[0] : begin[0] + size[0], begin[1] : begin[1] + size[1]]
             np.testing.assert_array_equal(source.decode_window(tf.constant(path), box).numpy(), expected)
             if kinds[path] == "plain_jpeg":
-                encoded = tf.constant(open(path, "rb").read())
+                encoded = tf.constant(images.files.read_bytes(path))
                 np.testing.assert_array_equal(tfds_window(encoded, box).numpy(), expected)
         # The TFDS decoder reads plain JPEGs (and PNGs) to the reader's pixels too.
         if scanned[path][1] != "jpeg":
-            np.testing.assert_array_equal(data._decode_encoded(tf.constant(open(path, "rb").read())).numpy(), full)
+            np.testing.assert_array_equal(
+                data._decode_encoded(tf.constant(images.files.read_bytes(path))).numpy(), full
+            )
 
 
 def test_the_training_stream_is_the_same_with_and_without_window_decoding(tmp_path):

@@ -1,0 +1,162 @@
+"""How a ViT training step's time splits into matmuls and everything else, in float32 and mixed_bfloat16.
+
+`python -m benchmarks.step_split` (TensorFlow backend, default Ti/16 at 224 px, batch 32) times, in one process:
+
+- the keras-vit training step (`train_on_batch`, TensorFlow without XLA: the fastest form on the CPUs measured);
+- the same step's matmuls alone: every product of the forward pass (patch embedding, Q/K/V, scores, weighted sum,
+  output projection, MLP, head) and the two of its backward pass (the gradients of both operands), with the
+  step's shapes, in the step's compute dtype, as one `tf.function`.
+
+What is left (step minus matmuls) is the LayerNorms, GELUs, softmaxes, casts, residual adds and the optimizer
+update. The report gives the bfloat16 speed-up bound that follows: the step could not get faster than its float32
+time over the bfloat16 matmul time plus the bfloat16 rest, and even with a rest that took no time at all, not
+faster than float32 step over bfloat16 matmuls.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+
+def matmul_shapes(batch, image_size, patch, width, layers, heads, mlp, classes):
+    """(count, batch dims, m, k, n) of the forward products of one training step (count: how many per step)."""
+    tokens = (image_size // patch) ** 2 + 1
+    rows = batch * tokens
+    head_dim = width // heads
+    per_layer = [
+        (3, (), rows, width, width),  # query, key, value
+        (1, (batch * heads,), tokens, head_dim, tokens),  # scores
+        (1, (batch * heads,), tokens, tokens, head_dim),  # weighted sum of values
+        (1, (), rows, width, width),  # output projection
+        (1, (), rows, width, mlp),
+        (1, (), rows, mlp, width),
+    ]
+    shapes = [(count * layers, b, m, k, n) for count, b, m, k, n in per_layer]
+    shapes.append((1, (), batch * (tokens - 1), patch * patch * 3, width))  # patch embedding
+    shapes.append((1, (), batch, width, classes))  # head
+    return shapes
+
+
+def step_flops(shapes):
+    """FLOPs of the forward products and the backward pass's two per product (3x the forward)."""
+    total = 0
+    for count, b, m, k, n in shapes:
+        total += count * 2 * m * k * n * (b[0] if b else 1)
+    return 3 * total
+
+
+def time_matmuls(shapes, dtype, reps):
+    """Median seconds of every forward and backward product of the step, run as one tf.function."""
+    import tensorflow as tf
+
+    operands = []  # distinct tensors for every product: identical ones would be merged by grappler's CSE
+    for count, b, m, k, n in shapes:
+        for _ in range(count):
+            a, w, g = (
+                tf.cast(tf.random.uniform(shape, -1, 1), dtype) for shape in ((*b, m, k), (*b, k, n), (*b, m, n))
+            )
+            operands.append((a, w, g))
+
+    @tf.function
+    def products(operands):
+        # Operands are arguments, not captured constants (which grappler would fold at trace time). A corner of
+        # each product feeds the result, so all are computed, and .numpy() waits for them.
+        corners = []
+        for a, w, g in operands:
+            for product in (
+                tf.matmul(a, w),  # forward
+                tf.matmul(g, w, transpose_b=True),  # gradient of the input
+                tf.matmul(a, g, transpose_a=True),  # gradient of the weight
+            ):
+                corners.append(tf.reshape(tf.cast(product[..., :1, :1], tf.float32), [-1])[:1])
+        return tf.add_n(corners)
+
+    products(operands).numpy()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        products(operands).numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_step(variant, image_size, batch, precision, reps):
+    """Median seconds of a keras-vit training step (TensorFlow without XLA, AdamW)."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(
+        variant, image_size=image_size, num_classes=1000, dtype=None if precision == "float32" else precision
+    )
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)  # fmt: skip
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
+    y = rng.integers(0, 1000, batch).astype("int32")
+    for _ in range(2):
+        model.train_on_batch(x, y)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        float(np.asarray(model.train_on_batch(x, y)).ravel()[0])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def split(variant="Ti/16", image_size=224, batch=32, reps=5):
+    from keras_vit.models import get_variant
+
+    c = get_variant(variant)
+    shapes = matmul_shapes(batch, image_size, c.patch_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_dim, 1000)
+    out = {"variant": variant, "image_size": image_size, "batch": batch, "matmul_flops": step_flops(shapes)}
+    for precision, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
+        step = time_step(variant, image_size, batch, precision, reps)
+        matmuls = time_matmuls(shapes, dtype, reps)
+        out[precision] = {
+            "step_ms": step * 1e3,
+            "matmul_ms": matmuls * 1e3,
+            "rest_ms": (step - matmuls) * 1e3,
+            "matmul_gflops": out["matmul_flops"] / matmuls / 1e9,
+            "images_per_second": batch / step,
+        }
+    f32, bf16 = out["float32"], out["mixed_bfloat16"]
+    out["bf16_speedup"] = f32["step_ms"] / bf16["step_ms"]
+    out["bf16_matmul_speedup"] = f32["matmul_ms"] / bf16["matmul_ms"]
+    out["bf16_rest_speedup"] = f32["rest_ms"] / bf16["rest_ms"]
+    out["bf16_bound_if_rest_took_no_time"] = f32["step_ms"] / bf16["matmul_ms"]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.step_split", description=__doc__.splitlines()[0])
+    p.add_argument("--variant", default="Ti/16")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--out", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    out = split(args.variant, args.image_size, args.batch, args.reps)
+    print(f"ViT-{out['variant']} at {out['image_size']} px, batch {out['batch']}; TensorFlow without XLA; "
+          f"{out['matmul_flops'] / 1e9:.1f} GFLOP of matmuls per step")  # fmt: skip
+    for precision in ("float32", "mixed_bfloat16"):
+        r = out[precision]
+        print(f"  {precision:15s} step {r['step_ms']:7.1f} ms ({r['images_per_second']:.1f} img/s) = matmuls "
+              f"{r['matmul_ms']:7.1f} ms ({r['matmul_gflops']:.0f} GFLOP/s) + rest {r['rest_ms']:7.1f} ms")  # fmt: skip
+    print(f"  bfloat16 / float32 speed-up: step {out['bf16_speedup']:.2f}x, matmuls {out['bf16_matmul_speedup']:.2f}x, "
+          f"rest {out['bf16_rest_speedup']:.2f}x; bound if the rest took no time: "
+          f"{out['bf16_bound_if_rest_took_no_time']:.2f}x")  # fmt: skip
+    if args.out:
+        from keras_vit.files import atomic_write_text
+
+        atomic_write_text(args.out, json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
