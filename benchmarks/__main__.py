@@ -27,6 +27,12 @@ def parse_args(argv=None):
     p.add_argument(
         "--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing"
     )
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="measure the model of this training recipe (python -m training --config NAME): its variant, model "
+        "overrides, image size and batch size, e.g. --recipe digits --num-classes 10",
+    )
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
@@ -83,6 +89,13 @@ def parse_args(argv=None):
                         "Keras float32 and as each TFLite mode (the int8 accuracy-drop target)")  # fmt: skip
     p.add_argument("--out", default="benchmark_results", help="directory for report.json, .tflite files, worker logs")
     args = p.parse_args(argv)
+    args.model_overrides = {}
+    if args.recipe:
+        from training.config import get_config
+
+        recipe = get_config(args.recipe)
+        args.variant, args.image_size, args.batch = recipe.variant, recipe.image_size, recipe.batch_size
+        args.model_overrides = dict(recipe.model)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     unknown = [i for i in args.impls if i not in coordinator.IMPLS]
     if unknown or not args.impls:

@@ -128,10 +128,13 @@ def _value(key, result):
 def run(options, progress=print):
     """Runs the benchmark; returns the JSON-ready report dict."""
     wall_start = time.time()
-    config = get_variant(options.variant).replace(image_size=options.image_size, num_classes=options.num_classes)
+    overrides = getattr(options, "model_overrides", None) or {}
+    config = get_variant(options.variant).replace(
+        image_size=options.image_size, num_classes=options.num_classes, **overrides
+    )
     spec = {
         "variant": options.variant, "image_size": options.image_size, "batch": options.batch,
-        "num_classes": options.num_classes,
+        "num_classes": options.num_classes, "overrides": overrides, "recipe": getattr(options, "recipe", None),
         "config": {k: config.to_dict()[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")},
     }  # fmt: skip
     if config.resnet_layers is not None:

@@ -19,8 +19,9 @@ def _build_keras_vit(spec, dtype):
     import keras_vit
 
     return keras_vit.create_model(
-        spec["variant"], image_size=spec["image_size"], num_classes=spec["num_classes"], dtype=dtype
-    )
+        spec["variant"], image_size=spec["image_size"], num_classes=spec["num_classes"], dtype=dtype,
+        **spec.get("overrides", {}),
+    )  # fmt: skip
 
 
 def _build_keras_hub(spec, dtype):
@@ -219,7 +220,9 @@ class KerasBench:
 
         if self.backend != "tensorflow":
             raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {self.backend}")
-        return split(self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps)
+        return split(
+            self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps, self.spec.get("overrides")
+        )
 
     def sizes(self):
         model = self.float_model()

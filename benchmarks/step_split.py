@@ -82,7 +82,7 @@ def time_matmuls(shapes, dtype, reps):
     return statistics.median(times)
 
 
-def time_step(variant, image_size, batch, precision, reps):
+def time_step(variant, image_size, batch, precision, reps, overrides=None):
     """Median seconds of a keras-vit training step (TensorFlow without XLA, AdamW)."""
     import keras
     import numpy as np
@@ -91,8 +91,9 @@ def time_step(variant, image_size, batch, precision, reps):
 
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model(
-        variant, image_size=image_size, num_classes=1000, dtype=None if precision == "float32" else precision
-    )
+        variant, image_size=image_size, num_classes=1000, dtype=None if precision == "float32" else precision,
+        **(overrides or {}),
+    )  # fmt: skip
     model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)  # fmt: skip
     rng = np.random.default_rng(0)
@@ -108,14 +109,14 @@ def time_step(variant, image_size, batch, precision, reps):
     return statistics.median(times)
 
 
-def split(variant="Ti/16", image_size=224, batch=32, reps=5):
+def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None):
     from keras_vit.models import get_variant
 
-    c = get_variant(variant)
+    c = get_variant(variant).replace(**(overrides or {}))
     shapes = matmul_shapes(batch, image_size, c.patch_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_dim, 1000)
     out = {"variant": variant, "image_size": image_size, "batch": batch, "matmul_flops": step_flops(shapes)}
     for precision, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
-        step = time_step(variant, image_size, batch, precision, reps)
+        step = time_step(variant, image_size, batch, precision, reps, overrides)
         matmuls = time_matmuls(shapes, dtype, reps)
         out[precision] = {
             "step_ms": step * 1e3,

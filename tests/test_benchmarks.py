@@ -281,3 +281,15 @@ def test_backend_check_smoke_run(tmp_path, capsys):
     # float32 on a CPU: the golden logits (timm, original checkpoint layout) to float precision.
     assert max(report["golden_max_abs_diff"]["default_precision"].values()) < 1e-5
     assert report["train"]["float32"]["images_per_second"] > 0
+
+
+def test_int8_ops_quantises_exactly_the_op_types_asked_for():
+    from benchmarks import int8_ops
+
+    rows, threads = int8_ops.measure("testing", 32, ["GELU"], threads=1, reps=2, calibration=2)
+    assert threads == 1 and [name for name, _, _ in rows] == ["float32", "int8_matmul", "int8_matmul + GELU"]
+    (_, _, f32_float), (_, _, matmul_float), (_, _, gelu_float) = rows
+    assert "FULLY_CONNECTED" in f32_float and "GELU" in f32_float
+    assert "FULLY_CONNECTED" not in matmul_float and "GELU" in matmul_float and "SOFTMAX" in matmul_float
+    assert "GELU" not in gelu_float and "SOFTMAX" in gelu_float
+    assert all(ms > 0 for _, ms, _ in rows)

@@ -30,6 +30,8 @@ PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16"}  # trainer pre
 # A measurement speaks for models within this factor of its FLOPs per image; beyond, the balance of op
 # overhead and matmul speed that decides between the forms may differ.
 SCALE_RANGE = 8.0
+# Forms closer than this are a tie on a shared machine (back-to-back runs moved by several percent).
+NOISE_MARGIN = 0.05
 
 
 def cpu_class(cpuinfo="/proc/cpuinfo"):
@@ -70,7 +72,9 @@ def record(path, cpu, machine, spec, forward_flops, medians, when=None):
     advice = _read(path) or {"platforms": {}}
     runs = advice["platforms"].setdefault(cpu, {"runs": []})["runs"]
     entry = {
+        "model": spec.get("recipe") or spec["variant"],  # how the advice names the measured model
         "variant": spec["variant"],
+        "overrides": spec.get("overrides") or {},
         "image_size": spec["image_size"],
         "num_classes": spec["num_classes"],
         "batch": spec["batch"],
@@ -80,7 +84,8 @@ def record(path, cpu, machine, spec, forward_flops, medians, when=None):
         "measured": when or datetime.date.today().isoformat(),
         "images_per_second": {dtype: dict(sorted(forms.items())) for dtype, forms in medians.items() if forms},
     }
-    runs[:] = [r for r in runs if (r["variant"], r["image_size"]) != (entry["variant"], entry["image_size"])]
+    same = ("model", "variant", "overrides", "image_size")
+    runs[:] = [r for r in runs if any(r.get(k) != entry[k] for k in same)]
     runs.append(entry)
     runs.sort(key=lambda r: r["forward_flops"])
     advice["about"] = (
@@ -113,25 +118,33 @@ class Advice:
         return max(self.figures, key=self.figures.get)
 
     def xla_faster(self):
-        """True/False when both TensorFlow forms were measured, else None."""
+        """False when TensorFlow without XLA measured more than NOISE_MARGIN faster than with it, True otherwise;
+        None unless both were measured. A near tie keeps XLA, the trainer's choice without a measurement."""
         plain, xla = self.figures.get("TensorFlow"), self.figures.get("TensorFlow+XLA")
-        return None if plain is None or xla is None else xla > plain
+        if plain is None or xla is None:
+            return None
+        return not plain > xla * (1 + NOISE_MARGIN)
 
     def source(self):
         r = self.run
         return (
             f"`python -m benchmarks` on {r.get('cpu_model') or 'a'} CPU ({self.cpu}, {r.get('threads')} threads, "
-            f"{r['measured']}): ViT-{r['variant']} at {r['image_size']} px, batch {r['batch']}, {self.precision}"
+            f"{r['measured']}): {_model_name(r)} at {r['image_size']} px, batch {r['batch']}, {self.precision}"
         )
 
     def line(self, current):
         """The startup line for a run in form `current` ("TensorFlow", "TensorFlow+XLA" or "JAX")."""
         figures = ", ".join(f"{form} {v:.1f}" for form, v in sorted(self.figures.items(), key=lambda kv: -kv[1]))
         best = self.fastest
-        text = f"fastest measured form: {best} (img/s: {figures}; {self.source()})"
+        text = f"fastest measured training form: {best} (img/s: {figures}; {self.source()})"
         if current == best:
             return text + "; this run uses it"
         return text + f"; this run uses {current}: for the faster one use {TRAINER_FORMS[best]}"
+
+
+def _model_name(run):
+    name = run.get("model") or run["variant"]
+    return f"ViT-{name}" if name == run["variant"] else f"the {name} recipe's model"
 
 
 def lookup(device_kind, precision, forward_flops, path=None, cpu=None):

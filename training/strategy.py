@@ -163,9 +163,10 @@ def resolve_jit_compile(requested, strategy, measured=None):
     if measured is not None and measured.xla_faster() is not None:
         plain, xla = measured.figures["TensorFlow"], measured.figures["TensorFlow+XLA"]
         on = measured.xla_faster()
+        verdict = "XLA off: measured faster without it" if not on else "XLA on: not measured slower"
         return on, (
-            f"jit_compile=auto: XLA {'on' if on else 'off'}: measured faster on this CPU class ({xla:.1f} img/s with "
-            f"XLA, {plain:.1f} without; ViT-{measured.run['variant']} at {measured.run['image_size']} px)"
+            f"jit_compile=auto: {verdict} on this CPU class ({xla:.1f} img/s with XLA, {plain:.1f} without; "
+            f"{measured.source()})"
         )
     return True, "jit_compile=auto: XLA on (this TensorFlow compiles on the default device)"
 
