@@ -98,6 +98,9 @@ def task_list(options):
         for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
             args = dict(mode=mode, reps=options.tflite_reps, warmup=max(options.warmup, 3))
             tasks.append((f"tflite/{mode}", KERAS_IMPLS, "tflite_latency", args, "ms"))
+        # LiteRT's own matmul rate, the bound of the TFLite models (as TensorFlow's bounds the Keras ones).
+        args = dict(threads=options.threads)
+        tasks.append(("peak/litert_float32", ("keras-vit",), "tflite_peak", args, "GFLOP/s"))
     if options.pipeline_batches:
         args = dict(folder=None, batch=options.batch, batches=options.pipeline_batches, threads=options.threads)
         tasks.append(("pipeline/imagenet", ("keras-vit", "timm"), "pipeline", args, "img/s/core"))
@@ -205,7 +208,7 @@ PHASES = ("train/float32", "train/bfloat16", "infer", "tflite", "pipeline", "inp
 def phase_of(task, args):
     if task == "train":
         return f"train/{args['dtype']}"
-    return {"tflite_latency": "tflite", "peak": "pipeline"}.get(task, task)
+    return {"tflite_latency": "tflite", "tflite_peak": "tflite", "peak": "pipeline"}.get(task, task)
 
 
 def _start_workers(impls, spec, options, report, unavailable, progress, phase):
@@ -396,7 +399,7 @@ def summarise(report):
     # The ceiling is the best probe of the whole run: a probe that ran while another process held a core
     # measured the machine's bad moment, not its peak, and would inflate MFU past 100%.
     peaks = {d: max((r.get(f"peak/{d}", {}).get("keras-vit") or 0 for r in rounds), default=0) or None
-             for d in ("float32", "bfloat16")}  # fmt: skip
+             for d in ("float32", "bfloat16", "litert_float32")}  # fmt: skip
     report["peak_gflops"] = peaks
     mfu = {}
     for r in rounds:
@@ -442,7 +445,9 @@ def summarise(report):
             "<=",
             1.10,
             per_round(
-                lambda r: ratio(r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["float32"]))
+                lambda r: ratio(
+                    r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["litert_float32"])
+                )
             ),
         ),
         "5_tflite_int8_matmul_vs_own_f32": (
@@ -475,5 +480,6 @@ def summarise(report):
 
 
 def _bound_ms(forward_flops, peak_gflops):
-    """Batch-1 latency at the measured matmul peak: the floor no float32 implementation can beat."""
+    """Batch-1 latency at the measured matmul peak: the floor no float32 implementation on that engine can beat
+    (the TFLite target takes LiteRT's own peak, `benchmarks.tflite.matmul_peak`)."""
     return None if not peak_gflops else forward_flops / (peak_gflops * 1e9) * 1e3

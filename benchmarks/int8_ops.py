@@ -9,43 +9,10 @@ default XNNPACK delegate as an app gets it), the ratio to float32, and the op ty
 
 import argparse
 import os
-import tempfile
 
 import numpy as np
 
 DEFAULT_CANDIDATES = ("GELU", "SOFTMAX", "BATCH_MATMUL", "GELU+SOFTMAX+BATCH_MATMUL")
-
-
-def convert(model, input_shape, calibration, int8_ops=None):
-    """float32 flatbuffer (int8_ops None), or calibrated int8 for exactly the op types in `int8_ops`."""
-    import keras
-    import tensorflow as tf
-
-    from export.tflite import read_ops
-
-    spec = tf.TensorSpec((1, *input_shape), tf.float32, name="images")
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serve", lambda images: model(images, training=False), input_signature=[spec])
-    with tempfile.TemporaryDirectory() as directory:
-        archive.write_out(directory, verbose=False)
-        float_flatbuffer = tf.lite.TFLiteConverter.from_saved_model(directory).convert()
-        if int8_ops is None:
-            return float_flatbuffer
-        converter = tf.lite.TFLiteConverter.from_saved_model(directory)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-
-        def representative():
-            for image in calibration:
-                yield [np.asarray(image[None], np.float32)]
-
-        converter.representative_dataset = representative
-        deny = sorted(set(read_ops(float_flatbuffer)) - set(int8_ops))
-        options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=deny)
-        debugger = tf.lite.experimental.QuantizationDebugger(
-            converter=converter, debug_dataset=representative, debug_options=options
-        )
-        return debugger.get_nondebug_quantized_model()
 
 
 def measure(variant="Ti/16", image_size=224, candidates=DEFAULT_CANDIDATES, threads=None, reps=30, calibration=8):
@@ -66,7 +33,8 @@ def measure(variant="Ti/16", image_size=224, candidates=DEFAULT_CANDIDATES, thre
     settings += [(f"int8_matmul + {c}", (*INT8_MATMUL_OPS, *c.split("+"))) for c in candidates]
     rows = []
     for name, int8_ops in settings:
-        flatbuffer = convert(model, (image_size, image_size, 3), images, int8_ops)
+        mode = "float32" if int8_ops is None else "int8_matmul"
+        flatbuffer = tflite.convert(model, (image_size, image_size, 3), mode, calibration=images, int8_ops=int8_ops)
         latency = tflite.Latency(flatbuffer, threads)
         latency.measure(3, 3)
         ms = min(latency.measure(reps, 1) for _ in range(3))  # the best of three medians: the machine is shared

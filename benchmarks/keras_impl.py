@@ -198,6 +198,11 @@ class KerasBench:
             }
         return out
 
+    def tflite_peak(self, threads):
+        from benchmarks import tflite
+
+        return tflite.matmul_peak(threads)
+
     def tflite_latency(self, mode, reps, warmup):
         return {"latency_ms": self._latency[mode].measure(reps, warmup), "threads": self._latency[mode].threads}
 

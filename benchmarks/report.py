@@ -43,7 +43,7 @@ def table(report):
         lines.append(f"{impl:15s} | " + " | ".join(cells))
     peaks = report.get("peak_gflops", {})
     lines.append(
-        "matmul peak (best probe of the run, GFLOP/s): "
+        "matmul peak (best probe of the run, GFLOP/s; litert: LiteRT's float32 FULLY_CONNECTED): "
         + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
         + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
     )

@@ -12,14 +12,14 @@ import time
 
 import numpy as np
 
-from export.tflite import quantize_matmuls_only
+from export.tflite import INT8_MATMUL_OPS, quantize_matmuls_only
 
 MODES = ("float32", "dynamic_int8", "full_int8", "int8_matmul")
 # Ops that only move data between int8 and float: their presence is the cost of a float island, not one.
 _BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
 
 
-def convert(model, input_shape, mode, calibration=None):
+def convert(model, input_shape, mode, calibration=None, int8_ops=None):
     """Converts a Keras model to a TFLite flatbuffer (bytes) with a fixed batch-1 float32 input.
 
     Args:
@@ -31,6 +31,7 @@ def convert(model, input_shape, mode, calibration=None):
             "int8_matmul" (as full_int8, but only export.tflite.INT8_MATMUL_OPS are quantised: every
             FULLY_CONNECTED/CONV_2D runs int8 x int8 with calibrated activation scales, the rest in float).
         calibration: float32 array (N, H, W, C) of representative inputs, needed for the int8 modes.
+        int8_ops: for "int8_matmul", the op types to quantise instead of export.tflite.INT8_MATMUL_OPS.
     """
     import keras
     import tensorflow as tf
@@ -62,7 +63,7 @@ def convert(model, input_shape, mode, calibration=None):
         if mode == "full_int8":
             return converter.convert()
         float_flatbuffer = tf.lite.TFLiteConverter.from_saved_model(directory).convert()
-        return quantize_matmuls_only(converter, float_flatbuffer, representative)
+        return quantize_matmuls_only(converter, float_flatbuffer, representative, int8_ops or INT8_MATMUL_OPS)
 
 
 def _interpreter(flatbuffer, threads, delegates=True):
@@ -133,3 +134,23 @@ class Latency:
             if i >= warmup:
                 times.append((time.perf_counter() - start) * 1e3)
         return statistics.median(times)
+
+
+def matmul_peak(threads, size=1024, chain=4, reps=5):
+    """LiteRT's own float32 matmul rate: a chain of `chain` (size x size) @ (size x size) FULLY_CONNECTED ops.
+
+    The bound for a LiteRT model is the rate of LiteRT's kernels (XNNPACK's GEMM), as TensorFlow's MatMul bounds a
+    TensorFlow model; the best of `reps` medians, as `benchmarks.peak.matmul_peak` takes its best run.
+    """
+    import keras
+
+    inputs = keras.Input((size, size), batch_size=1)
+    x = inputs
+    for _ in range(chain):
+        x = keras.layers.Dense(size, use_bias=False)(x)
+    flatbuffer = convert(keras.Model(inputs, x), (size, size), "float32")
+    latency = Latency(flatbuffer, threads)
+    latency.measure(2, 2)
+    best_ms = min(latency.measure(3, 0) for _ in range(reps))
+    return {"gflops": 2 * size**3 * chain / (best_ms / 1e3) / 1e9, "size": size, "threads": threads,
+            "ops": op_inventory(flatbuffer)["ops"]}  # fmt: skip

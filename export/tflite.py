@@ -194,13 +194,14 @@ def convert(
     )
 
 
-def quantize_matmuls_only(converter, float_flatbuffer, representative):
+def quantize_matmuls_only(converter, float_flatbuffer, representative, int8_ops=INT8_MATMUL_OPS):
     """The "int8_matmul" flatbuffer: calibrated int8 for the op types in INT8_MATMUL_OPS, float for the rest.
 
     Args:
         converter: a TFLiteConverter of the model with `optimizations` and `representative_dataset` set.
         float_flatbuffer: the same model converted to float32; its op types are the ones to consider.
         representative: the calibration generator function (as `converter.representative_dataset`).
+        int8_ops: the op types to quantise (`benchmarks/int8_ops.py` tries more than the recipe's).
 
     The converter's way to keep op types float is the quantization debugger's deny list; the op types to deny
     are read from the model's own float conversion, so a new layer's ops stay float until they are listed.
@@ -208,7 +209,7 @@ def quantize_matmuls_only(converter, float_flatbuffer, representative):
     import tensorflow as tf
 
     float_ops = set(read_ops(float_flatbuffer))
-    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=sorted(float_ops - set(INT8_MATMUL_OPS)))
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=sorted(float_ops - set(int8_ops)))
     debugger = tf.lite.experimental.QuantizationDebugger(
         converter=converter, debug_dataset=representative, debug_options=options
     )
