@@ -151,7 +151,7 @@ def run(options, progress=print):
         "flops": {"forward_per_image": forward, "train_per_image": flops.training_flops(forward)},
         "machine": {**describe_machine(), "threads": options.threads, "loadavg_start": os.getloadavg()},
         "implementations": {},
-        "rounds": [],
+        "rounds": [{} for _ in range(options.rounds)],
     }
     tasks = task_list(options)
     if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
@@ -161,7 +161,6 @@ def run(options, progress=print):
         progress(f"[setup] writing {options.pipeline_images} synthetic JPEGs to {folder}")
         report["pipeline_folder"] = pipeline.make_jpeg_folder(folder, options.pipeline_images)
         tasks = [(k, i, t, dict(a, folder=folder) if "folder" in a else a, u) for k, i, t, a, u in tasks]
-    report["rounds"] = [{} for _ in range(options.rounds)]
     unavailable = set()
     for phase in PHASES:
         phase_tasks = [t for t in tasks if phase_of(t[2], t[3]) == phase]
@@ -286,19 +285,11 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
 
 def describe_machine(cpuinfo="/proc/cpuinfo"):
     """CPU model, the ISA extensions that decide the kernels (AVX-512, VNNI, BF16, AMX) and the usable cores."""
-    model, flags = None, set()
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                name = name.strip()
-                if name == "model name" and model is None:
-                    model = value.strip()
-                elif name == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass  # not Linux: the report says "unknown" rather than guessing
     import platform
+
+    from training.advice import read_cpuinfo
+
+    model, flags = read_cpuinfo(cpuinfo)  # not Linux: the report says "unknown" rather than guessing
 
     return {
         "cpu_model": model or platform.processor() or "unknown",

@@ -1,10 +1,11 @@
 """Which op types pay off in int8 on LiteRT's CPU kernels: `int8_matmul` plus each candidate, batch-1 latency.
 
-`python -m benchmarks.int8_ops` converts one keras-vit model (default Ti/16 at 224 px, random weights, a random
-head) to float32, to the exporter's `int8_matmul` recipe (export.tflite.INT8_MATMUL_OPS in int8, the rest float)
-and to that recipe with further op types quantised (`--candidates`, default: GELU, SOFTMAX, BATCH_MATMUL and all
-three), and prints each one's batch-1 latency (median of `--reps` after a warm-up, `--threads` threads, LiteRT's
-default XNNPACK delegate as an app gets it), the ratio to float32, and the op types left in float.
+`python -m benchmarks.int8_ops` converts one keras-vit model (default Ti/16 at 224 px; the benchmark's float32
+inference model: random weights, a random head) to float32, to the exporter's `int8_matmul` recipe
+(export.tflite.INT8_MATMUL_OPS in int8, the rest float) and to that recipe with further op types quantised
+(`--candidates`, default: GELU, SOFTMAX, BATCH_MATMUL and all three), and prints each one's batch-1 latency
+(median of `--reps` after a warm-up, `--threads` threads, LiteRT's default XNNPACK delegate as an app gets it),
+the ratio to float32, and the op types left in float.
 """
 
 import argparse
@@ -17,17 +18,14 @@ DEFAULT_CANDIDATES = ("GELU", "SOFTMAX", "BATCH_MATMUL", "GELU+SOFTMAX+BATCH_MAT
 
 def measure(variant="Ti/16", image_size=224, candidates=DEFAULT_CANDIDATES, threads=None, reps=30, calibration=8):
     """[(name, latency ms, float op types)] for float32, int8_matmul and int8_matmul plus each candidate."""
-    import keras
-
-    import keras_vit
     from benchmarks import tflite
+    from benchmarks.keras_impl import KerasBench
     from export.tflite import INT8_MATMUL_OPS
 
     threads = threads or len(os.sched_getaffinity(0))
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000)
-    head = model.get_layer("head")
-    head.kernel.assign(np.random.default_rng(1).normal(0, 0.02, head.kernel.shape).astype("float32"))
+    # The benchmark's float32 inference model: random weights, a randomly re-initialised head.
+    spec = {"variant": variant, "image_size": image_size, "batch": 1, "num_classes": 1000}
+    model = KerasBench("keras-vit", spec).float_model()
     images = np.random.default_rng(2).uniform(-1, 1, (calibration, image_size, image_size, 3)).astype("float32")
     settings = [("float32", None), ("int8_matmul", INT8_MATMUL_OPS)]
     settings += [(f"int8_matmul + {c}", (*INT8_MATMUL_OPS, *c.split("+"))) for c in candidates]

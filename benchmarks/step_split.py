@@ -2,7 +2,8 @@
 
 `python -m benchmarks.step_split` (TensorFlow backend, default Ti/16 at 224 px, batch 32) times, in one process:
 
-- the keras-vit training step (`train_on_batch`, TensorFlow without XLA: the fastest form on the CPUs measured);
+- the keras-vit training step (the benchmark's own `train_on_batch` timing, TensorFlow without XLA: the fastest
+  form on the CPUs measured);
 - the same step's matmuls alone: every product of the forward pass (patch embedding, Q/K/V, scores, weighted sum,
   output projection, MLP, head) and the two of its backward pass (the gradients of both operands), with the
   step's shapes, in the step's compute dtype, as one `tf.function`.
@@ -82,41 +83,25 @@ def time_matmuls(shapes, dtype, reps):
     return statistics.median(times)
 
 
-def time_step(variant, image_size, batch, precision, reps, overrides=None):
-    """Median seconds of a keras-vit training step (TensorFlow without XLA, AdamW)."""
-    import keras
-    import numpy as np
-
-    import keras_vit
-
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(
-        variant, image_size=image_size, num_classes=1000, dtype=None if precision == "float32" else precision,
-        **(overrides or {}),
-    )  # fmt: skip
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)  # fmt: skip
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
-    y = rng.integers(0, 1000, batch).astype("int32")
-    for _ in range(2):
-        model.train_on_batch(x, y)
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        float(np.asarray(model.train_on_batch(x, y)).ravel()[0])
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def time_step(bench, precision, reps):
+    """Median seconds of a keras-vit training step: `benchmarks.keras_impl.KerasBench.train` without XLA."""
+    dtype = "float32" if precision == "float32" else "bfloat16"
+    images_per_second = bench.train(dtype, xla=False, steps=reps, warmup=0)["images_per_second"]
+    return bench.spec["batch"] / images_per_second
 
 
 def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None):
+    from benchmarks.keras_impl import KerasBench
     from keras_vit.models import get_variant
 
     c = get_variant(variant).replace(**(overrides or {}))
     shapes = matmul_shapes(batch, image_size, c.patch_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_dim, 1000)
     out = {"variant": variant, "image_size": image_size, "batch": batch, "matmul_flops": step_flops(shapes)}
+    spec = {"variant": variant, "image_size": image_size, "batch": batch, "num_classes": 1000,
+            "overrides": overrides or {}}  # fmt: skip
+    bench = KerasBench("keras-vit", spec)
     for precision, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
-        step = time_step(variant, image_size, batch, precision, reps, overrides)
+        step = time_step(bench, precision, reps)
         matmuls = time_matmuls(shapes, dtype, reps)
         out[precision] = {
             "step_ms": step * 1e3,

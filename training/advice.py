@@ -34,21 +34,30 @@ SCALE_RANGE = 8.0
 NOISE_MARGIN = 0.05
 
 
+def read_cpuinfo(cpuinfo="/proc/cpuinfo"):
+    """(model name or None, set of ISA flags) of the first CPU in `cpuinfo` (x86 "flags", Arm "Features");
+    (None, empty set) where there is no such file (not Linux)."""
+    model, flags = None, set()
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name == "model name" and model is None:
+                    model = value.strip()
+                elif name in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
 def cpu_class(cpuinfo="/proc/cpuinfo"):
     """The CPU class whose kernels decide the fastest form: architecture and the widest matmul ISA.
 
     e.g. "x86_64 amx", "x86_64 avx512_bf16", "x86_64 avx512", "x86_64 avx2", "aarch64".
     """
-    flags = set()
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name.strip() in ("flags", "Features"):
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
+    _, flags = read_cpuinfo(cpuinfo)
     machine = platform.machine() or "unknown"
     for isa, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
         if flag in flags:

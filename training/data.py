@@ -177,7 +177,9 @@ def _slice_window(image, box):
 def _window_encoded(raw, box):
     """`Source.decode_window` for encoded images (TFDS): JPEGs through `_jpeg_window`, others in full."""
     image = tf.cond(
-        tf.io.is_jpeg(raw), lambda: _jpeg_window(raw, box), lambda: _slice_window(_decode_encoded(raw), box)
+        tf.io.is_jpeg(raw),
+        lambda: _jpeg_window(raw, box),
+        lambda: _slice_window(tf.io.decode_image(raw, channels=3, expand_animations=False), box),
     )
     image.set_shape([None, None, 3])
     return image
@@ -209,13 +211,21 @@ def _path_window_decoder(background, pillow_jpegs):
     return decode_window
 
 
+def _item(value):
+    """A tf.numpy_function argument as Python: bytes arrive as 0-d arrays in a graph, as bytes/str eagerly."""
+    return value.item() if isinstance(value, np.ndarray) else value
+
+
+def _path_text(path):
+    path = _item(path)
+    return path.decode("utf-8") if isinstance(path, bytes) else str(path)
+
+
 def _bytes_decoder(background):
     """(bytes, path) tensors -> uint8 (H, W, 3) by `keras_vit.images.decode_image` (errors name the path)."""
 
     def read(data, path):
-        data, path = (x.item() if isinstance(x, np.ndarray) else x for x in (data, path))  # bytes, or 0-d arrays
-        path = path.decode("utf-8") if isinstance(path, bytes) else str(path)
-        return keras_vit.images.decode_image(data, background=background, name=path)
+        return keras_vit.images.decode_image(_item(data), background=background, name=_path_text(path))
 
     def decode(data, path):
         image = tf.numpy_function(read, [data, path], tf.uint8, stateful=False, name="decode_image")
@@ -235,9 +245,7 @@ def _path_decoder(background):
     """
 
     def read(path):
-        path = path.item() if isinstance(path, np.ndarray) else path  # bytes in a graph; str when called eagerly
-        path = path.decode("utf-8") if isinstance(path, bytes) else path
-        return keras_vit.images.read_image(path, background=background)
+        return keras_vit.images.read_image(_path_text(path), background=background)
 
     def decode(path):
         image = tf.numpy_function(read, [path], tf.uint8, stateful=False, name="read_image")
@@ -321,18 +329,11 @@ def list_image_folder(path):
     return paths, np.asarray(labels, np.int64), class_names
 
 
-def find_unreadable_images(paths, background=keras_vit.images.DEFAULT_BACKGROUND):
-    """[(path, reason)] of the images `keras_vit.images.read_image` rejects: a bad file is named before training.
-
-    Each file is decoded in full through the same reader the pipeline uses, so a file that passes here cannot
-    fail mid-epoch (unless it changes on disk in between).
-    """
-    return keras_vit.images.find_unreadable(paths, background=background)
-
-
 def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False):
     keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
     paths, labels, class_names = list_image_folder(path)
+    # Each file is decoded in full through the pipeline's reader, so a file that passes cannot fail mid-epoch
+    # (unless it changes on disk in between); a bad one is named before training.
     scan = keras_vit.images.scan_images(paths, background=background)
     bad = [(p, reason) for p, (reason, _) in zip(paths, scan) if reason]
     # JPEGs by their bytes that Pillow reads differently from TensorFlow: these few stay on the Pillow path.
