@@ -1,35 +1,26 @@
-"""Loading the released `.npz` checkpoints (original vit_jax layout, or big_vision's) into a Keras ViT.
+"""The one table every weight format loads through: original vit_jax checkpoint key -> the model's variable.
 
 Loading is a table from checkpoint keys to the model's variables (`checkpoint_variables`): every tensor of the
 checkpoint must find its variable and every variable its tensor, or nothing is loaded and the error lists
 what is missing, unexpected, or of the wrong shape. Three differences are bridged on purpose:
 the position embedding is interpolated when the patch grid differs, a head of another class count is skipped
 (the zero-initialised head is kept, as when fine-tuning), and a `pre_logits` layer the model does not have is
-dropped (the paper replaces it by the new head when fine-tuning).
+dropped (the paper replaces it by the new head when fine-tuning). The other formats (`npz.py` for big_vision's
+layouts, and one module per foreign library) convert their keys to this layout before they call `load_params`.
 """
 
 import dataclasses
 import logging
 import os
-import re
 import warnings
-import zipfile
-import zlib
 
 import numpy as np
 
-from keras_vit import files
 from keras_vit.layers.position_embedding import RESIZE_METHODS, infer_grid, resize_position_embedding
 
 logger = logging.getLogger("keras_vit")
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
-# big_vision names -> original names, inside an encoder block.
-_BIG_VISION_BLOCK = {
-    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
-    "LayerNorm_1": "LayerNorm_2",
-    "MlpBlock_0": "MlpBlock_3",
-}
 
 
 class CheckpointError(ValueError):
@@ -43,70 +34,6 @@ class LoadReport:
     loaded: list
     resized: dict
     skipped: dict
-
-
-def read_npz(path):
-    """Reads every array of an `.npz` checkpoint (no pickles); a clear `CheckpointError` if it is unreadable."""
-    path = os.fspath(path)
-    if not files.exists(path):
-        raise FileNotFoundError(f"Checkpoint not found: {path!r}")
-    try:
-        archive = files.load_numpy(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
-        raise _unreadable(path, err) from err
-    if not hasattr(archive, "files"):  # np.load returns a bare array for an .npy file, whatever its name
-        raise CheckpointError(
-            f"{path!r} is an .npy file holding one array {tuple(archive.shape)}, not an .npz checkpoint of named "
-            f"tensors. Pass the .npz checkpoint (e.g. ViT-B_16.npz), or save named arrays with np.savez."
-        )
-    try:
-        with archive:
-            return {key: archive[key] for key in archive.files}
-    # zlib.error: a corrupt np.savez_compressed member, found only when that member is decompressed.
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
-        raise _unreadable(path, err) from err
-
-
-def _unreadable(path, err):
-    return CheckpointError(
-        f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
-        f"corrupt or not an .npz; download it again or point to the right file."
-    )
-
-
-def _error_name(err):
-    module = type(err).__module__
-    return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"
-
-
-def to_original_layout(params):
-    """Returns the checkpoint in the original vit_jax key layout, converting big_vision's when found.
-
-    big_vision differs by a `params/` prefix, a top-level `pos_embedding` added before the class token is
-    prepended (so it has no class row: a zero row is the exact equivalent), `*_0`/`LayerNorm_1` block names,
-    and optionally all blocks stacked along a leading axis under `Transformer/encoderblock/` (scan layout).
-    """
-    params = {re.sub(r"^(params/|opt/target/)", "", k): v for k, v in params.items()}
-    out = {}
-    for key, value in params.items():
-        if key.startswith("Transformer/encoderblock/"):  # scan layout: unstack the layer axis
-            rest = key[len("Transformer/encoderblock/") :]
-            for i, layer_value in enumerate(value):
-                out[f"Transformer/encoderblock_{i}/{rest}"] = layer_value
-        else:
-            out[key] = value
-    renamed = {}
-    for key, value in out.items():
-        match = re.match(r"^(Transformer/encoderblock_\d+/)([^/]+)(/.*)$", key)
-        if match and match.group(2) in _BIG_VISION_BLOCK:
-            key = match.group(1) + _BIG_VISION_BLOCK[match.group(2)] + match.group(3)
-        renamed[key] = value
-    if "pos_embedding" in renamed:
-        posemb = renamed.pop("pos_embedding")
-        if "cls" in renamed:
-            posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
-        renamed[POSEMB_KEY] = posemb
-    return renamed
 
 
 def checkpoint_variables(model):
@@ -161,27 +88,27 @@ def checkpoint_variables(model):
     return table
 
 
-def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
-    """Loads a released ViT `.npz` checkpoint into a model made by `create_model`.
+def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=None, caller="load_npz"):
+    """Loads a checkpoint already in the original vit_jax key layout into a model made by `create_model`.
+
+    Every weight format (`.npz`, timm, transformers, keras-hub) is converted to that layout first, so this one
+    table decides for all of them what fits: the position embedding is interpolated when the patch grid differs,
+    a head of another class count is skipped, a `pre_logits` layer the model lacks is dropped, and anything else
+    that does not fit raises a `CheckpointError` listing it (nothing is loaded then).
 
     Args:
         model: a `VisionTransformer` of the checkpoint's variant (any image size, any class count).
-        path: the `.npz` file, in the original vit_jax layout or big_vision's (plain or scan).
-        resize_method: how position embeddings are interpolated to the model's patch grid when it differs:
-            "zoom" (default; the original code's corner-aligned linear interpolation), "bilinear", "bicubic".
+        params: {original checkpoint key: array}.
+        source: what the checkpoint was read from (a path, a URL, a Hub id), for messages.
+        resize_method: "zoom" (the original code's corner-aligned linear interpolation), "bilinear", "bicubic".
         checkpoint_grid: the checkpoint's patch grid (gh, gw), needed only when it is not square.
+        caller: the public function's name, for warnings.
 
     Returns:
         A `LoadReport`.
-
-    Raises:
-        FileNotFoundError: no such file.
-        CheckpointError: unreadable file, or a checkpoint that does not fit the model (missing, unexpected
-            or mis-shaped tensors, listed in the message). Nothing is loaded then.
     """
     if resize_method not in RESIZE_METHODS:
         raise ValueError(f"Unknown resize_method {resize_method!r}; use one of {RESIZE_METHODS}.")
-    params = to_original_layout(read_npz(path))
     table = checkpoint_variables(model)
     resized, skipped, problems = {}, {}, []
 
@@ -232,7 +159,7 @@ def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
         if k in params and k not in skipped and tuple(params[k].shape) != tuple(table[k].shape)
     ]
     if missing or unexpected or mismatched or problems:
-        raise CheckpointError(_mismatch_message(path, model, missing, unexpected, mismatched, problems))
+        raise CheckpointError(_mismatch_message(source, model, missing, unexpected, mismatched, problems))
 
     loaded = []
     for key, variable in table.items():
@@ -241,14 +168,14 @@ def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
         variable.assign(np.asarray(params[key]).astype(variable.dtype))
         loaded.append(key)
     for key, reason in resized.items():
-        logger.info("load_npz: resized %s: %s", key, reason)
+        logger.info("%s: resized %s: %s", caller, key, reason)
     for key, reason in skipped.items():
         if key.endswith("/kernel"):
-            warnings.warn(f"load_npz: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=2)
+            warnings.warn(f"{caller}: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=3)
     return LoadReport(loaded=loaded, resized=resized, skipped=skipped)
 
 
-def _mismatch_message(path, model, missing, unexpected, mismatched, problems):
+def _mismatch_message(source, model, missing, unexpected, mismatched, problems):
     def listing(title, items, limit=12):
         if not items:
             return []
@@ -261,7 +188,7 @@ def _mismatch_message(path, model, missing, unexpected, mismatched, problems):
         if config is not None
         else model.name
     )
-    lines = [f"Checkpoint {os.fspath(path)!r} does not fit the model ({shape}); nothing was loaded."]
+    lines = [f"Checkpoint {os.fspath(source)!r} does not fit the model ({shape}); nothing was loaded."]
     lines += [f"  {p}" for p in problems]
     lines += listing("missing from the checkpoint", missing)
     lines += listing("unexpected in the checkpoint", unexpected)

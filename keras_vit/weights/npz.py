@@ -1,0 +1,106 @@
+"""The released `.npz` checkpoints: the original vit_jax layout, and big_vision's (plain or scan) converted to it."""
+
+import os
+import re
+import zipfile
+import zlib
+
+import numpy as np
+
+from keras_vit import files
+from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, load_params
+
+# big_vision names -> original names, inside an encoder block.
+_BIG_VISION_BLOCK = {
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
+
+
+def read_npz(path):
+    """Reads every array of an `.npz` checkpoint (no pickles); a clear `CheckpointError` if it is unreadable."""
+    path = os.fspath(path)
+    if not files.exists(path):
+        raise FileNotFoundError(f"Checkpoint not found: {path!r}")
+    try:
+        archive = files.load_numpy(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise _unreadable(path, err) from err
+    if not hasattr(archive, "files"):  # np.load returns a bare array for an .npy file, whatever its name
+        raise CheckpointError(
+            f"{path!r} is an .npy file holding one array {tuple(archive.shape)}, not an .npz checkpoint of named "
+            f"tensors. Pass the .npz checkpoint (e.g. ViT-B_16.npz), or save named arrays with np.savez."
+        )
+    try:
+        with archive:
+            return {key: archive[key] for key in archive.files}
+    # zlib.error: a corrupt np.savez_compressed member, found only when that member is decompressed.
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
+        raise _unreadable(path, err) from err
+
+
+def _unreadable(path, err):
+    return CheckpointError(
+        f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
+        f"corrupt or not an .npz; download it again or point to the right file."
+    )
+
+
+def _error_name(err):
+    module = type(err).__module__
+    return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"
+
+
+def to_original_layout(params):
+    """Returns the checkpoint in the original vit_jax key layout, converting big_vision's when found.
+
+    big_vision differs by a `params/` prefix, a top-level `pos_embedding` added before the class token is
+    prepended (so it has no class row: a zero row is the exact equivalent), `*_0`/`LayerNorm_1` block names,
+    and optionally all blocks stacked along a leading axis under `Transformer/encoderblock/` (scan layout).
+    """
+    params = {re.sub(r"^(params/|opt/target/)", "", k): v for k, v in params.items()}
+    out = {}
+    for key, value in params.items():
+        if key.startswith("Transformer/encoderblock/"):  # scan layout: unstack the layer axis
+            rest = key[len("Transformer/encoderblock/") :]
+            for i, layer_value in enumerate(value):
+                out[f"Transformer/encoderblock_{i}/{rest}"] = layer_value
+        else:
+            out[key] = value
+    renamed = {}
+    for key, value in out.items():
+        match = re.match(r"^(Transformer/encoderblock_\d+/)([^/]+)(/.*)$", key)
+        if match and match.group(2) in _BIG_VISION_BLOCK:
+            key = match.group(1) + _BIG_VISION_BLOCK[match.group(2)] + match.group(3)
+        renamed[key] = value
+    if "pos_embedding" in renamed:
+        posemb = renamed.pop("pos_embedding")
+        if "cls" in renamed:
+            posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+        renamed[POSEMB_KEY] = posemb
+    return renamed
+
+
+def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
+    """Loads a released ViT `.npz` checkpoint into a model made by `create_model`.
+
+    Args:
+        model: a `VisionTransformer` of the checkpoint's variant (any image size, any class count).
+        path: the `.npz` file, in the original vit_jax layout or big_vision's (plain or scan).
+        resize_method: how position embeddings are interpolated to the model's patch grid when it differs:
+            "zoom" (default; the original code's corner-aligned linear interpolation), "bilinear", "bicubic".
+        checkpoint_grid: the checkpoint's patch grid (gh, gw), needed only when it is not square.
+
+    Returns:
+        A `LoadReport`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: unreadable file, or a checkpoint that does not fit the model (missing, unexpected
+            or mis-shaped tensors, listed in the message). Nothing is loaded then.
+    """
+    params = to_original_layout(read_npz(path))
+    return load_params(
+        model, params, source=path, resize_method=resize_method, checkpoint_grid=checkpoint_grid, caller="load_npz"
+    )
