@@ -45,6 +45,17 @@ def test_model_config_round_trip():
     assert clone.count_params() == model.count_params()
 
 
+def test_class_names_survive_config_and_keras_file(tmp_path):
+    names = [f"class {i}" for i in range(10)]
+    model = keras_vit.create_model("testing", class_names=names)
+    assert keras_vit.VisionTransformer.from_config(model.get_config()).class_names == tuple(names)
+    model.save(tmp_path / "m.keras")
+    assert keras.saving.load_model(tmp_path / "m.keras").class_names == tuple(names)
+    assert keras_vit.create_model("testing").class_names is None
+    with pytest.raises(ValueError, match="class_names has 3 names for a head of 10 classes"):
+        keras_vit.create_model("testing", class_names=["a", "b", "c"])
+
+
 def test_keras_file_round_trip_in_a_fresh_process(tmp_path):
     model = keras_vit.create_model("testing", representation_size=16, stochastic_depth_rate=0.1, dropout_rate=0.1)
     rng = np.random.default_rng(0)

@@ -54,6 +54,7 @@ class VisionTransformer(keras.Model):
         resnet_layers=None,
         resnet_width=1,
         dtype=None,
+        class_names=None,
         name="vit",
         **kwargs,
     ):
@@ -69,6 +70,7 @@ class VisionTransformer(keras.Model):
             resnet_layers=resnet_layers, resnet_width=resnet_width, dtype=dtype,
         )  # fmt: skip
         _validate(config)
+        class_names = _check_class_names(class_names, config.num_classes)
         policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
 
         images = keras.Input(shape=(*config.image_size, config.channels), name="images")
@@ -110,6 +112,8 @@ class VisionTransformer(keras.Model):
             )(x)
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.config = config
+        # The head's class names in output order (a pretrained checkpoint's label space), or None.
+        self.class_names = class_names
 
     # Keras' generic input-spec check would answer first with a terser message; `call` checks instead.
     @property
@@ -127,6 +131,8 @@ class VisionTransformer(keras.Model):
     def get_config(self):
         config = self.config.to_dict()
         config.update(name=self.name, trainable=self.trainable)
+        if self.class_names is not None:
+            config["class_names"] = list(self.class_names)
         return config
 
     @classmethod
@@ -197,6 +203,20 @@ def _validate(config):
         raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
 
 
+def _check_class_names(class_names, num_classes):
+    if class_names is None:
+        return None
+    if isinstance(class_names, str):
+        raise ValueError("class_names must be a list of names, one per output, not one string.")
+    names = [str(n) for n in class_names]
+    if len(names) != num_classes:
+        raise ValueError(
+            f"class_names has {len(names)} names for a head of {num_classes} classes. Pass one name per output "
+            f"class, or class_names=None."
+        )
+    return tuple(names)
+
+
 def _resnet_stem(x, config, policy):
     width = 64 * config.resnet_width
     x = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, name="conv_root", dtype=policy)(x)
@@ -216,7 +236,8 @@ def create_model(variant="B/16", **overrides):
             8, 14, 16 or 32), "R50+B/16", "R26+S/32" (hybrids), "testing" (tiny), or a `ViTConfig`.
         **overrides: any `ViTConfig` field, e.g. `image_size=384` or `(h, w)`, `num_classes=10`,
             `pooling="gap"`, `representation_size=768`, `dropout_rate=0.1`, `stochastic_depth_rate=0.1`,
-            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, plus `name`.
+            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, plus `name` and `class_names`
+            (one name per output class, kept in the model's config and `model.class_names`).
 
     Returns:
         A `VisionTransformer` (a functional `keras.Model`): NHWC float32 images in [-1, 1] -> logits.
@@ -228,5 +249,6 @@ def create_model(variant="B/16", **overrides):
     ```
     """
     name = overrides.pop("name", "vit")
+    class_names = overrides.pop("class_names", None)
     config = get_variant(variant).replace(**overrides)
-    return VisionTransformer(**config.to_dict(), name=name)
+    return VisionTransformer(**config.to_dict(), class_names=class_names, name=name)
