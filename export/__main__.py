@@ -3,6 +3,7 @@
 Examples:
     python -m export runs/digits                      # all formats, verified, report in runs/digits/export/
     python -m export model.keras --quantize float32,int8 --representative-data calib.npz --out exported/
+    python -m export vit_b16_imagenet.keras --quantize float16     # a pretrained model: labels from its class_names
     python -m export predict runs/digits/export/model_int8.tflite digit.png --top-k 3
 """
 
@@ -19,7 +20,9 @@ def _export_parser():
         "(`python -m export predict ARTIFACT IMAGE...` classifies images with any artifact.)",
     )
     p.add_argument(
-        "source", help="a .keras file or a training workdir (model.keras, labels.txt, samples/); paths or gs:// URLs"
+        "source",
+        help="a .keras file (e.g. a pretrained model saved with model.save) or a training workdir (model.keras, "
+        "samples/); paths or gs:// URLs",
     )
     p.add_argument(
         "--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)"
@@ -34,7 +37,10 @@ def _export_parser():
     )
     p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
-    p.add_argument("--labels", help="class names file, one per line (default: labels.txt beside the model)")
+    p.add_argument(
+        "--labels",
+        help="class names file, one per line (default: the model's own class_names, else labels.txt beside it)",
+    )
     p.add_argument("--dynamic-batch", action="store_true", help="TFLite batch dimension left open (default 1)")
     p.add_argument("--int8-io", default="float32", choices=("float32", "uint8"), help="full-int8 model's I/O type")
     p.add_argument(

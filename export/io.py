@@ -120,6 +120,39 @@ def read_labels(path):
     return labels
 
 
+def model_labels(model, model_file=None):
+    """A model's class names: its own `class_names` when it has them, else the `labels.txt` beside `model_file`
+    (a training workdir written before models carried their class names), else None."""
+    names = getattr(model, "class_names", None)
+    if names is not None:
+        return list(names)
+    if model_file is not None:
+        labels_file = files.join(files.dirname(os.fspath(model_file)), "labels.txt")
+        if files.isfile(labels_file):
+            return read_labels(labels_file)
+    return None
+
+
+def check_labels(labels, num_classes):
+    """`labels` as a list of strings after checking they can be written one per line and match the outputs.
+
+    Raises:
+        ExportError: a count that does not match `num_classes`, or a name that is blank or has a line break
+            (labels.txt, in the TFLite metadata and the SavedModel assets, holds one name per line).
+    """
+    labels = [str(label) for label in labels]
+    if len(labels) != num_classes:
+        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
+    for i, label in enumerate(labels):
+        if "\n" in label or "\r" in label or not label.strip():
+            problem = "has a line break" if label.strip() else "is blank"
+            raise ExportError(
+                f"Class name {i} ({label!r}) {problem}, but the exported labels.txt holds one name per line. Rename "
+                "that class (set model.class_names, or fix the dataset's class names) or pass --labels FILE."
+            )
+    return labels
+
+
 def read_image(path, background=image_reader.DEFAULT_BACKGROUND):
     """Decodes an image file to a uint8 RGB array (H, W, 3) with `keras_vit.images.read_image`, the reader
     training uses: 16-bit scaled to 8, EXIF orientation applied, transparency composited onto `background`.

@@ -16,7 +16,7 @@ import numpy as np
 from export import commit, preprocessing, tflite
 from export.errors import ExportError, VerificationError, check_choices, check_count
 from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
-from export.io import load_image_set, load_keras_model, read_labels
+from export.io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
 from export.report import format_table
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
@@ -62,7 +62,7 @@ def export_model(
         model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits.
         out: output directory or URL, replaced as a whole once every artifact has passed: absent, empty, or
             an earlier export (anything else is refused). Afterwards it holds exactly what report.json lists.
-        labels: class names (default: "0", "1", ...).
+        labels: class names, one per output (default: the model's `class_names`, else "0", "1", ...).
         formats: subset of ("saved_model", "tflite").
         quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
             means all of them, with the calibrated ones ("int8", "int8_matmul") left out (and a note) when
@@ -130,9 +130,9 @@ def export_model(
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
     _refuse_feature_model(model)
     num_classes = int(model.output_shape[-1])
-    labels = list(labels) if labels is not None else [str(i) for i in range(num_classes)]
-    if len(labels) != num_classes:
-        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
+    if labels is None:
+        labels = getattr(model, "class_names", None)
+    labels = check_labels(labels, num_classes) if labels is not None else [str(i) for i in range(num_classes)]
     image_size = tuple(int(d) for d in model.input_shape[1:3])
     out = os.fspath(out)
     commit.recover(out)  # first: a killed export may have left the previous set renamed aside
@@ -291,6 +291,10 @@ def _entry(name, fmt, mode, path, size, figures, runner, x, runs, warmup):
 def load_source(path, labels=None, representative_data=None, heldout_data=None):
     """Resolves a `.keras` file or a training workdir into what `export_model` needs.
 
+    The labels are `labels` (a file, one name per line, or a list) when given, else the model's own
+    `class_names` (a pretrained model's label space, a training run's classes), else the `labels.txt` beside the
+    model file (workdirs written before models carried their class names), else None ("0", "1", ...).
+
     Returns:
         dict with `model`, `labels`, `representative_images`, `heldout`, `source`, `default_out`,
         `verification_set`.
@@ -310,15 +314,12 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
         model_file, workdir, default_out = path, None, files.join(files.dirname(path), stem + "_export")
     model = load_keras_model(model_file)
 
-    labels_file = (
-        os.fspath(labels) if isinstance(labels, (str, Path)) else files.join(files.dirname(model_file), "labels.txt")
-    )
     if isinstance(labels, (list, tuple)):
         label_list = list(labels)
-    elif labels is not None or files.isfile(labels_file):
-        label_list = read_labels(labels_file)
-    else:
-        label_list = None
+    elif labels is not None:
+        label_list = read_labels(os.fspath(labels))
+    else:  # the model's own class_names, else (a workdir from before models carried them) labels.txt beside it
+        label_list = model_labels(model, model_file)
 
     representative = None
     if representative_data is not None:

@@ -8,6 +8,7 @@ from export.errors import ExportError, check_count
 from export.io import read_image, read_labels
 from export.runners import load_runner
 from keras_vit.images import DEFAULT_BACKGROUND
+from keras_vit.labels import decode_predictions
 
 
 def softmax(logits):
@@ -56,19 +57,25 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DE
         probabilities = outputs.astype(np.float64)
     else:
         probabilities = softmax(outputs.astype(np.float64))
-    k = max(1, min(int(top_k), outputs.shape[-1]))
-    results = []
-    for name, p in zip(names, probabilities):
-        ids = np.argsort(-p, kind="stable")[:k]
-        top = [{"id": int(c), "label": labels[c] if labels else str(c), "probability": float(p[c])} for c in ids]
-        results.append({"image": name, "top_k": top})
-    return results
+    # Without labels a class is named by its index: no ImageNet names are guessed from the class count here.
+    class_names = labels or [str(c) for c in range(outputs.shape[-1])]
+    try:
+        decoded = decode_predictions(probabilities, top_k, class_names, from_logits=False)
+    except ValueError as exc:  # NaN outputs: a broken model, said in one line
+        raise ExportError(str(exc)) from None
+    return [
+        {"image": name, "top_k": [{"id": p.index, "label": p.name, "probability": p.score} for p in top]}
+        for name, top in zip(names, decoded)
+    ]
 
 
 def format_predictions(results):
-    """Readable lines: the image, then `label  probability` for each of its top-k classes."""
+    """Readable lines: the image, then `index  probability  name` for each of its top-k classes (the name left
+    out where it is only the index, for a model exported without class names)."""
     lines = []
     for result in results:
         lines.append(result["image"])
-        lines += [f"  {t['label']:<24} {t['probability']:.4f}  (class {t['id']})" for t in result["top_k"]]
+        for t in result["top_k"]:
+            name = "" if t["label"] == str(t["id"]) else f"  {t['label']}"
+            lines.append(f"  {t['id']:>5}  {t['probability']:.4f}{name}")
     return "\n".join(lines)

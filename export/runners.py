@@ -15,7 +15,7 @@ import numpy as np
 from export import metadata as tflite_metadata
 from export import preprocessing
 from export.errors import ExportError
-from export.io import load_keras_model, read_labels
+from export.io import load_keras_model, model_labels, read_labels
 from keras_vit import files
 from keras_vit.preprocessing import check_model_range
 
@@ -279,9 +279,9 @@ class TFLiteRunner:
 def load_runner(path, num_threads=1):
     """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a `.tflite` file.
 
-    Labels come from beside the artifact: `labels.txt` next to a `.keras` file (a training workdir),
-    `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file or, without one, the
-    model's embedded metadata.
+    Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
+    older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
+    or, without one, the model's embedded metadata.
     """
     path = os.fspath(path)
     is_dir = files.isdir(path)
@@ -296,8 +296,8 @@ def load_runner(path, num_threads=1):
     if path.endswith(".tflite"):
         return TFLiteRunner(path=path, num_threads=num_threads)
     if path.endswith(".keras"):
-        labels_file = files.join(files.dirname(path), "labels.txt")
-        return KerasRunner(load_keras_model(path), read_labels(labels_file) if files.isfile(labels_file) else None)
+        model = load_keras_model(path)
+        return KerasRunner(model, model_labels(model, path))
     if not files.exists(path):
         raise ExportError(f"No artifact at {str(path)!r}.")
     raise ExportError(

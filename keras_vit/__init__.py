@@ -14,6 +14,7 @@ from keras_vit import _tpu_runtime
 _tpu_runtime.disable_libtpu_without_tpu()
 
 from keras_vit import layers
+from keras_vit.labels import decode_predictions, imagenet_class_names, imagenet_synsets
 from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
 from keras_vit.weights import CheckpointError, load_npz
 
@@ -25,7 +26,10 @@ __all__ = [
     "ViTConfig",
     "VisionTransformer",
     "create_model",
+    "decode_predictions",
     "get_variant",
+    "imagenet_class_names",
+    "imagenet_synsets",
     "layers",
     "load_npz",
 ]

@@ -46,6 +46,7 @@ def test_digits_workdir_follows_the_contract(digits_run):
     assert model.input_shape == (None, 16, 16, 3) and model.output_shape == (None, 10)
     assert model.config.hidden_size == 192  # the digits recipe's model, not the variant's default
     assert (workdir / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+    assert model.class_names == tuple(str(i) for i in range(10))  # the model carries its labels for export
     with np.load(workdir / "samples" / "heldout.npz") as held:
         images, labels = held["images"], held["labels"]
     assert images.shape == (360, 16, 16, 3) and images.dtype == np.uint8 and labels.dtype == np.int64

@@ -1,5 +1,6 @@
 """Fine-tuning: --init from .npz (original layout) or .keras at a new resolution with a new class count."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -12,9 +13,10 @@ from training.trainer import build_model
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
-    """A 'testing' ViT at 32 px with 10 classes and random non-zero weights, as .npz and .keras."""
+    """A 'testing' ViT at 32 px with 10 named classes and random non-zero weights, as .npz and .keras."""
     directory = tmp_path_factory.mktemp("pretrained")
-    model = keras_vit.create_model("testing", image_size=32, num_classes=10)
+    names = [f"pretrained {i}" for i in range(10)]
+    model = keras_vit.create_model("testing", image_size=32, num_classes=10, class_names=names)
     rng = np.random.default_rng(0)
     for variable in model.weights:
         variable.assign(rng.normal(0, 0.05, variable.shape).astype("float32"))
@@ -87,6 +89,9 @@ def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path):
     assert result.model.output_shape == (None, 3) and result.model.input_shape == (None, 48, 48, 3)
     assert result.metrics["steps"] == 9 and np.isfinite(result.metrics["loss"])
     assert (tmp_path / "run" / "labels.txt").read_text() == "a\nb\nc\n"
+    # The run's class names, not the checkpoint's, travel in model.keras (what `python -m export` labels with).
+    assert result.model.class_names == ("a", "b", "c")
+    assert keras.saving.load_model(tmp_path / "run" / "model.keras").class_names == ("a", "b", "c")
     with np.load(tmp_path / "run" / "samples" / "heldout.npz") as samples:
         # num_samples=8 of the 9 held-out images, at the new model size.
         assert samples["images"].shape == (8, 48, 48, 3) and samples["images"].dtype == np.uint8

@@ -153,7 +153,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
     schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
-        model = build_model(config, source.num_classes)
+        model = build_model(config, source.num_classes, class_names=source.class_names)
         optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps, schedule))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
@@ -272,6 +272,7 @@ def _set_op_determinism(enabled):
 
 def _write_outputs(workdir, model, source, config, total_steps, schedule):
     save_model(model, files.join(workdir, "model.keras"))
+    # A plain-text copy of model.class_names for tools outside Python; export reads the model's own names.
     write_labels(files.join(workdir, "labels.txt"), source.class_names)
     write_samples(workdir, source, config)
     plots_dir = files.join(workdir, "plots")
@@ -358,9 +359,14 @@ def model_config(config, num_classes):
     )
 
 
-def build_model(config, num_classes):
-    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras)."""
-    model = keras_vit.create_model(model_config(config, num_classes))
+def build_model(config, num_classes, class_names=None):
+    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras).
+
+    `class_names` (the dataset's, in label order) are kept on the model (`model.class_names`, in model.keras),
+    so the saved model carries its own label space and an export reads its labels from the model itself. A
+    model fine-tuned from a pretrained one gets the run's names, never the checkpoint's.
+    """
+    model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
     if config.init:
         initialise_from(model, config.init)
         if not config.init_head and "head" in {layer.name for layer in model.layers}:
@@ -373,6 +379,8 @@ def build_model(config, num_classes):
 
 def initialise_from(model, path):
     """Loads a `.npz` (original/big_vision layout) or a `.keras` ViT into `model` for fine-tuning.
+
+    The one place `--init` is read: every checkpoint source the trainer accepts goes through here.
 
     Position embeddings are interpolated to the model's patch grid and a head with another class count is left
     at its fresh zero initialisation (`keras_vit.load_npz`'s rules); a `.keras` model goes through the same table.
