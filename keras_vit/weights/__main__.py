@@ -35,6 +35,19 @@ def _table(entries):
     return "\n".join(lines)
 
 
+def markdown_table(entries):
+    """The catalogue as a Markdown table (docs/pretrained_catalogue.md is this output)."""
+    lines = [
+        "| name | variant | res | classes | size | top-1 | top-1 source |",
+        "| :--- | :--- | ---: | ---: | ---: | ---: | :--- |",
+    ]
+    for e in entries:
+        top1 = f"{e.top1:g}" if e.top1 else "-"
+        cells = [f"`{e.name}`", e.variant, e.image_size, e.num_classes, _size(e), top1, e.top1_source or "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def _info(entry):
     cached = sources.entry_cache_path(entry)
     fields = [
@@ -70,6 +83,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the catalogue as a table")
     listing.add_argument("--family", choices=["vit_jax", "augreg", "big_vision"], help="only one publisher's")
+    listing.add_argument("--markdown", action="store_true", help="as a Markdown table")
     info = sub.add_parser("info", help="one catalogue entry in full")
     info.add_argument("name", help="a catalogue name or file name (ViT-B_16, imagenet21k/ViT-B_16.npz)")
     fetch = sub.add_parser("download", help="download into the cache and print the local path")
@@ -80,7 +94,8 @@ def main(argv=None):
     try:
         if args.command == "list":
             entries = [catalogue.CATALOGUE[n] for n in catalogue.names()]
-            print(_table([e for e in entries if args.family in (None, e.family)]))
+            entries = [e for e in entries if args.family in (None, e.family)]
+            print(markdown_table(entries) if args.markdown else _table(entries))
         elif args.command == "info":
             print(_info(catalogue.get(args.name)))
         else:
