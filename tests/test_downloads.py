@@ -78,6 +78,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not body:
             return
         payload = data[start:]
+        if state.delay:  # a slow transfer, so that concurrent clients overlap
+            import time
+
+            time.sleep(state.delay)
         if path in state.truncate:  # promise the whole file, send half, hang up
             state.truncate.discard(path)
             self.wfile.write(payload[: len(payload) // 2])
@@ -90,7 +94,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _State:
     def __init__(self):
-        self.files, self.requests, self.truncate, self.honour_range = {}, [], set(), True
+        self.files, self.requests, self.truncate, self.honour_range, self.delay = {}, [], set(), True, 0.0
 
 
 @pytest.fixture
@@ -189,6 +193,23 @@ def test_a_server_that_ignores_range_gets_a_fresh_start(server, env):
     path = sources.fetch("ViT-B_32", timeout=TIMEOUT).path
     with open(path, "rb") as f:
         assert f.read() == data  # a 200 to a Range request replaced the part instead of being appended to it
+
+
+def test_concurrent_fetches_download_once(server, env):
+    server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = _npz_bytes(10)
+    server.state.delay = 0.5
+    results = []
+
+    def fetch():
+        results.append(sources.fetch("ViT-B_16", timeout=TIMEOUT).path)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3 * TIMEOUT)
+    assert len(results) == 2 and results[0] == results[1]
+    assert [m for m, _, _ in server.state.requests] == ["GET"]  # the second waited for the first, then used its file
 
 
 def test_wrong_publisher_checksum_is_an_error_and_leaves_nothing(server, env):

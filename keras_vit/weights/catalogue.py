@@ -208,9 +208,9 @@ def _vit_jax():
     return out
 
 
-def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=False, rec_alias=None):
+def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=False):
     fine_tuned = "--imagenet2012" in stem
-    aliases = (f"augreg/{stem}", f"augreg/{stem}.npz", stem, f"{stem}.npz") + ((rec_alias,) if rec_alias else ())
+    aliases = (f"augreg/{stem}", f"augreg/{stem}.npz", stem, f"{stem}.npz")
     return Checkpoint(
         name=name,
         variant=variant,
@@ -244,134 +244,48 @@ _RECOMMENDED = {
     "S/32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", 118, "0.01", 79.58),
 }
 
-# timm's augreg tags (its default_cfgs): name -> (variant, size, file stem, timm's top-1 or None).
-_TIMM_AUGREG = {
-    "vit_tiny_patch16_224.augreg_in21k": ("Ti/16", 224, "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"),
-    "vit_small_patch16_224.augreg_in21k": ("S/16", 224, "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"),
-    "vit_small_patch32_224.augreg_in21k": ("S/32", 224, "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"),
-    "vit_base_patch32_224.augreg_in21k": ("B/32", 224, "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"),
-    "vit_base_patch16_224.augreg_in21k": ("B/16", 224, "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"),
-    "vit_base_patch8_224.augreg_in21k": ("B/8", 224, "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"),
-    "vit_large_patch16_224.augreg_in21k": ("L/16", 224, "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"),
-    "vit_small_r26_s32_224.augreg_in21k": (
-        "R26+S/32",
-        224,
-        "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
-    ),
-}
-_TIMM_AUGREG_FT = {  # name -> (variant, size, pre-training stem, fine-tune lr, timm's top-1)
-    "vit_tiny_patch16_224.augreg_in21k_ft_in1k": (
-        "Ti/16",
-        224,
-        "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03",
-        "0.03",
-        75.454,
-    ),
-    "vit_tiny_patch16_384.augreg_in21k_ft_in1k": (
-        "Ti/16",
-        384,
-        "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03",
-        "0.03",
-        78.424,
-    ),
-    "vit_small_patch32_224.augreg_in21k_ft_in1k": (
-        "S/32",
-        224,
-        "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03",
-        "0.03",
-        75.994,
-    ),
-    "vit_small_patch32_384.augreg_in21k_ft_in1k": (
-        "S/32",
-        384,
-        "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03",
-        "0.03",
-        80.486,
-    ),
-    "vit_small_patch16_224.augreg_in21k_ft_in1k": (
-        "S/16",
-        224,
-        "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03",
-        "0.03",
-        81.384,
-    ),
-    "vit_small_patch16_384.augreg_in21k_ft_in1k": (
-        "S/16",
-        384,
-        "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03",
-        "0.03",
-        83.802,
-    ),
-    "vit_base_patch32_224.augreg_in21k_ft_in1k": (
-        "B/32",
-        224,
-        "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03",
-        "0.03",
-        80.716,
-    ),
-    "vit_base_patch32_384.augreg_in21k_ft_in1k": (
-        "B/32",
-        384,
-        "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1",
-        "0.03",
-        83.350,
-    ),
-    "vit_base_patch16_224.augreg_in21k_ft_in1k": (
-        "B/16",
-        224,
-        "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1",
-        "0.01",
-        84.532,
-    ),
-    "vit_base_patch16_384.augreg_in21k_ft_in1k": (
-        "B/16",
-        384,
-        "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1",
-        "0.01",
-        85.996,
-    ),
-    "vit_base_patch8_224.augreg_in21k_ft_in1k": (
-        "B/8",
-        224,
-        "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1",
-        "0.01",
-        85.798,
-    ),
-    "vit_large_patch16_224.augreg_in21k_ft_in1k": (
-        "L/16",
-        224,
-        "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
-        "0.01",
-        85.834,
-    ),
-    "vit_large_patch16_384.augreg_in21k_ft_in1k": (
-        "L/16",
-        384,
-        "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
-        "0.01",
-        87.084,
-    ),
-    "vit_small_r26_s32_384.augreg_in21k_ft_in1k": (
-        "R26+S/32",
-        384,
-        "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
-        "0.03",
-        84.048,
-    ),
-}
+# timm's augreg tags (its default_cfgs), named VARIANT_SIZE.augreg_in21k[_ft_in1k]: variant, size, pre-training run,
+# and for the fine-tunes the fine-tuning learning rate and timm's top-1 (results-imagenet.csv).
+_TIMM_AUGREG = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1
+R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0
+"""
+_TIMM_AUGREG_FT = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  75.454
+Ti/16     384  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  78.424
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  75.994
+S/32      384  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  80.486
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  81.384
+S/16      384  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  83.802
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0       0.03  80.716
+B/32      384  B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0         0.03  83.350
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  84.532
+B/16      384  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  85.996
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0         0.01  85.798
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  85.834
+L/16      384  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  87.084
+R26+S/32  384  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0   0.03  84.048
+"""
 
 
-def _full_stem(stem):
-    return stem if stem.endswith("-sd_0.0") or stem.endswith("-sd_0.1") else f"{stem}-do_0.0-sd_0.0"
+def _rows(table):
+    return [line.split() for line in table.strip().splitlines()]
 
 
 def _augreg_all():
-    out, by_stem = [], {}
-    for name, (variant, size, stem) in _TIMM_AUGREG.items():
-        by_stem[stem] = _augreg(name, variant, size, stem, hub=True)
-    for name, (variant, size, pre, lr, top1) in _TIMM_AUGREG_FT.items():
-        stem = _full_stem(pre) + _FT.format(lr=lr, res=size)
-        by_stem[stem] = _augreg(name, variant, size, stem, top1=top1, source=_TIMM_CSV, hub=True)
+    by_stem = {}
+    for variant, size, stem in _rows(_TIMM_AUGREG):
+        by_stem[stem] = _augreg(_name(variant, size, "augreg_in21k"), variant, int(size), stem, hub=True)
+    for variant, size, pre, lr, top1 in _rows(_TIMM_AUGREG_FT):
+        stem = pre + _FT.format(lr=lr, res=size)
+        name = _name(variant, size, "augreg_in21k_ft_in1k")
+        by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_TIMM_CSV, hub=True)
     for variant, (pre, mib, lr, top1) in _RECOMMENDED.items():
         pre_name = _name(variant, 224, "augreg_rec_in21k")
         ft_stem = pre + _FT.format(lr=lr, res=384)
@@ -388,8 +302,7 @@ def _augreg_all():
             )
         else:
             by_stem[ft_stem] = _augreg(ft_name, variant, 384, ft_stem, top1=top1, source=_VT_AUGREG)
-    out.extend(by_stem.values())
-    return out
+    return list(by_stem.values())
 
 
 def _big_vision():

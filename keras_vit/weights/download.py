@@ -9,6 +9,7 @@ server ignores the range). The sha256 is checked against the publisher's when on
 before its weights are loaded. Only the standard library is used, so this imports without TensorFlow or Keras.
 """
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -127,7 +128,42 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
         verify(path, sha256)
         return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    part = f"{path}.part"
+    with _exclusive(path):  # several processes on one host (e.g. one per accelerator) download it once
+        if os.path.exists(path):  # another process finished it while this one waited
+            verify(path, sha256)
+            return path
+        part = f"{path}.part"
+        got = _transfer(url, part, path, timeout, how_to_get, label)
+        actual = sha256_of(part)
+        if sha256 and actual != sha256.lower():
+            os.remove(part)
+            raise DownloadError(
+                f"Downloaded {url} but its sha256 {actual} is not the publisher's {sha256}: removed. The file on "
+                f"the server changed or the transfer was corrupted; try again, or check the URL."
+            )
+        os.replace(part, path)
+        files.atomic_write_text(_sidecar(path), f"{actual}  {got}\n")
+    return path
+
+
+@contextlib.contextmanager
+def _exclusive(path):
+    """An advisory lock on `path.lock` (released by the OS if the process dies); a no-op without fcntl."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; concurrent downloads of one file are then the user's to avoid
+        yield
+        return
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _transfer(url, part, path, timeout, how_to_get, label):
+    """Appends the rest of `url` to `part` (all of it when the server ignores Range); returns its final size."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     request = urllib.request.Request(url, headers={"User-Agent": "keras-vit", "Accept-Encoding": "identity"})
     if have:
@@ -135,17 +171,18 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as err:
-        if err.code == 416 and have:  # our partial file is no prefix of the server's: start again
+        if err.code == 416 and have:  # our part is no prefix of the server's file: start again
             os.remove(part)
-            return download(url, path, sha256=sha256, timeout=timeout, how_to_get=how_to_get, label=label)
+            return _transfer(url, part, path, timeout, how_to_get, label)
         raise DownloadError(f"Cannot download {url}: HTTP {err.code} {err.reason}. Check the name or URL.") from err
     except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise _offline_error(url, path, reason, how_to_get) from err
+        raise _offline_error(url, path, getattr(err, "reason", err), how_to_get) from err
     with response:
-        resumed = response.status == 206 and have and _range_start(response) == have
-        if not resumed:
-            have = 0
+        resumed = bool(have) and response.status == 206 and _range_start(response) == have
+        if response.status == 206 and not resumed:  # a range we did not ask for: never mix it into the file
+            os.remove(part)
+            raise DownloadError(f"{url} answered with an unexpected byte range; run again to start afresh.")
+        have = have if resumed else 0
         length = response.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
         bar = _progress(total, have, label or os.path.basename(path))
@@ -155,7 +192,7 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
                 while True:
                     try:
                         block = response.read(CHUNK)
-                    except http.client.IncompleteRead as err:
+                    except http.client.IncompleteRead as err:  # the server closed before Content-Length
                         out.write(err.partial)
                         got += len(err.partial)
                         break
@@ -179,16 +216,7 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
             f"Download of {url} ended at {got} of {total} bytes (the connection closed early); run again to "
             f"resume it (the part is kept in {part}, never at {path})."
         )
-    actual = sha256_of(part)
-    if sha256 and actual != sha256.lower():
-        os.remove(part)
-        raise DownloadError(
-            f"Downloaded {url} but its sha256 {actual} is not the publisher's {sha256}: removed. The file on the "
-            f"server changed or the transfer was corrupted; try again, or check the URL."
-        )
-    os.replace(part, path)
-    files.atomic_write_text(_sidecar(path), f"{actual}  {got}\n")
-    return path
+    return got
 
 
 def _range_start(response):
