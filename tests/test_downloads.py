@@ -412,6 +412,24 @@ def test_cli_list_and_info_import_no_keras():
     assert bad.returncode == 2 and "not in the catalogue" in bad.stderr
 
 
+def test_cli_mode_still_offers_every_public_name():
+    # What `python -m keras_vit.weights` sees while it starts (sys.argv[0] is "-m" then): the packages skip Keras at
+    # import and give their names on first use.
+    code = (
+        "import sys; sys.argv = ['-m']; sys.orig_argv = [sys.executable, '-m', 'keras_vit.weights', 'list']\n"
+        "import keras_vit, keras_vit.weights\n"
+        "assert 'keras' not in sys.modules, 'keras imported at start'\n"
+        "assert keras_vit.load_npz is keras_vit.weights.load_npz and callable(keras_vit.create_model)\n"
+        "assert keras_vit.layers.__name__ == 'keras_vit.layers' and 'B/16' in keras_vit.VARIANTS\n"
+        "assert issubclass(keras_vit.weights.CheckpointError, ValueError)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "numpy"},  # the lightest backend to import
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_cli_download_prints_the_path(server, env):
     server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9)
     result = _cli(

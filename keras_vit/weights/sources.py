@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import os
 import re
+import urllib.parse
 
 from keras_vit import files
 from keras_vit.weights import catalogue, download
@@ -90,8 +91,6 @@ def _entry_for_url(url):
     prefixes = {catalogue.GCS_HTTPS, os.environ.get(catalogue.GCS_ENDPOINT_ENV, "").rstrip("/") or catalogue.GCS_HTTPS}
     for prefix in prefixes:
         if url.startswith(prefix + "/"):
-            import urllib.parse
-
             return catalogue.find(urllib.parse.unquote(url[len(prefix) + 1 :]))
     return None
 
@@ -165,7 +164,8 @@ def fetch_hub(source):
             if not required:
                 return None
             raise FileNotFoundError(
-                f"{source} has no {filename}: it is not a timm, transformers or keras-hub model repo."
+                f"{source} has no {filename}: keras-vit reads timm and transformers repos with safetensors weights "
+                f"and keras-hub presets; this repo is neither (or has only pytorch_model.bin)."
             ) from None
         except errors.RepositoryNotFoundError:
             raise FileNotFoundError(
