@@ -1,0 +1,111 @@
+"""Command line: the catalogue of released checkpoints, and downloads into the local caches.
+
+python -m keras_vit.weights list                                   # the catalogue as a table
+python -m keras_vit.weights list --family augreg                   # one publisher's checkpoints
+python -m keras_vit.weights info vit_base_patch16_224.orig_in21k   # one entry in full, and where it is cached
+python -m keras_vit.weights download ViT-B_16                      # prints the local path
+python -m keras_vit.weights download hf://timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k
+
+list, info and --help import neither Keras nor TensorFlow (keras_vit/_cli_mode.py).
+"""
+
+import argparse
+import os
+import sys
+
+from keras_vit.weights import catalogue, download, sources
+
+
+def _size(entry):
+    if entry.size_bytes:
+        return f"{entry.size_bytes / 2**20:.0f} MiB"
+    return f"~{entry.approx_size_mib} MiB" if entry.approx_size_mib else "?"
+
+
+def _table(entries):
+    header = ("name", "variant", "res", "classes", "size", "top-1")
+    rows = [
+        (e.name, e.variant, str(e.image_size), str(e.num_classes), _size(e), f"{e.top1:g}" if e.top1 else "-")
+        for e in entries
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:  # names and variants left-aligned, numbers right-aligned
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return "\n".join(lines)
+
+
+def markdown_table(entries):
+    """The catalogue as a Markdown table (docs/pretrained_catalogue.md is this output)."""
+    lines = [
+        "| name | variant | res | classes | size | top-1 | top-1 source |",
+        "| :--- | :--- | ---: | ---: | ---: | ---: | :--- |",
+    ]
+    for e in entries:
+        top1 = f"{e.top1:g}" if e.top1 else "-"
+        cells = [f"`{e.name}`", e.variant, e.image_size, e.num_classes, _size(e), top1, e.top1_source or "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _info(entry):
+    cached = sources.entry_cache_path(entry)
+    fields = [
+        ("name", entry.name),
+        ("variant", entry.variant),
+        ("image size", entry.image_size),
+        ("classes", f"{entry.num_classes} ({entry.label_space})"),
+        ("pre_logits", entry.representation_size or "none"),
+        ("pooling", entry.pooling),
+        ("position embedding", entry.position_embedding),
+        ("preprocessing", entry.preprocessing),
+        ("top-1", f"{entry.top1}% ({entry.top1_source})" if entry.top1 else "not reported"),
+        ("size", _size(entry) if entry.size_bytes or entry.approx_size_mib else "not published"),
+        ("sha256", entry.sha256 or "not published (recorded on first download)"),
+        ("url", entry.url),
+        ("gs", entry.gs_url),
+        ("hub copy (timm)", f"hf://{entry.hf_hub_id}" if entry.hf_hub_id else "-"),
+        ("cache path", f"{cached} ({'present' if os.path.exists(cached) else 'not downloaded'})"),
+        ("also found as", ", ".join(entry.aliases) or "-"),
+        ("note", entry.note or "-"),
+    ]
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_vit.weights",
+        description="List the released ViT checkpoints and download them (or any URL or Hub repo) into the cache.",
+        epilog=f"Cache: {download.CACHE_ENV} (default {download.cache_dir()}); Hub files: the huggingface_hub cache "
+        f"(HF_HOME). Offline: place a file by hand at the path `info NAME` prints.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="the catalogue as a table")
+    listing.add_argument("--family", choices=["vit_jax", "augreg", "big_vision"], help="only one publisher's")
+    listing.add_argument("--markdown", action="store_true", help="as a Markdown table")
+    info = sub.add_parser("info", help="one catalogue entry in full")
+    info.add_argument("name", help="a catalogue name or file name (ViT-B_16, imagenet21k/ViT-B_16.npz)")
+    fetch = sub.add_parser("download", help="download into the cache and print the local path")
+    fetch.add_argument("source", help="a catalogue name, https:// or gs:// URL, or hf://ORG/NAME[@REVISION]")
+    fetch.add_argument("--timeout", type=float, default=download.TIMEOUT_S, help="seconds per socket operation")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "list":
+            entries = [catalogue.CATALOGUE[n] for n in catalogue.names()]
+            entries = [e for e in entries if args.family in (None, e.family)]
+            print(markdown_table(entries) if args.markdown else _table(entries))
+        elif args.command == "info":
+            print(_info(catalogue.get(args.name)))
+        else:
+            print(sources.fetch(args.source, timeout=args.timeout).path)
+    except KeyError as err:
+        parser.exit(2, f"error: {err.args[0]}\n")
+    except (OSError, ValueError) as err:
+        parser.exit(1, f"error: {err}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

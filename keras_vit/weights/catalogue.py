@@ -1,0 +1,367 @@
+"""The released ViT checkpoints by name: what each file is, where it lives, and what its publisher reports.
+
+Names follow timm's `variant.tag` convention (`vit_base_patch16_384.orig_in21k_ft_in1k`). Where timm publishes the
+same file under a name, that name is used (`hf_hub_id` is then timm's Hub copy); where timm has no such name the
+convention is followed all the same. Every AugReg checkpoint that the AugReg README recommends is also reachable as
+`VARIANT.augreg_rec_in21k` / `VARIANT.augreg_rec_in21k_ft_in1k`: for several models timm's `augreg_*` tag points to
+another run of the same sweep (another augmentation or fine-tuning learning rate), so both are listed.
+
+Sources of the figures (read late 2026; nothing here was downloaded):
+- [VT] google-research/vision_transformer README.md: the bucket layout (`gs://vit_models/imagenet21k`,
+  `.../imagenet21k+imagenet2012`, `.../augreg`), the "-224" fine-tunes and their expected top-1 (update 29.10.2020),
+  the table of recommended AugReg checkpoints (file names, pre-trained sizes in MiB, ImageNet top-1 at 384 px).
+- [TIMM] huggingface/pytorch-image-models `timm/models/vision_transformer.py` default_cfgs (names, URLs, hf_hub_id,
+  crop_pct, num_classes) and `results/results-imagenet.csv` (top-1 timm measured with those settings). The in21k
+  originals' pre_logits width (= hidden size) is from timm's older `*_in21k` builders (`representation_size=768`...).
+- [BV] google-research/big_vision `big_vision/configs/vit_s16_i1k.py` (model: S/16, GAP, 2-D sin-cos position
+  embedding, rep_size=True; eval pre-processing resize_small(256)|central_crop(224)|value_range(-1,1); "reach 76.5%"
+  after 90 epochs) and the `i1k-s16-{90,150,300}ep` -> `gs://big_vision/vit_s16_i1k_*.npz` names of its loaders.
+No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
+download records both on first use (keras_vit/weights/download.py). `approx_size_mib` is the README's rounded MiB.
+"""
+
+import dataclasses
+import difflib
+import os
+import urllib.parse
+
+GCS_HTTPS = "https://storage.googleapis.com"
+# Tests (and mirrors) point the bucket's https form elsewhere; the gs:// form and the cache paths do not change.
+GCS_ENDPOINT_ENV = "KERAS_VIT_GCS_ENDPOINT"
+
+IMAGENET21K, IMAGENET1K = "imagenet21k", "imagenet1k"
+LABEL_SPACES = {IMAGENET21K: 21843, IMAGENET1K: 1000}
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One released checkpoint file.
+
+    Attributes:
+        name: the catalogue name (`vit_base_patch16_224.orig_in21k`).
+        variant: the keras_vit variant (`keras_vit.get_variant(variant)`), e.g. "B/16" or "R50+B/16".
+        image_size: the resolution it was trained / fine-tuned at.
+        label_space: "imagenet21k" (21843 classes) or "imagenet1k" (1000).
+        num_classes: the head's width.
+        representation_size: width of the `pre_logits` layer (tanh) before the head, None when there is none.
+        pooling: "token" (class token) or "gap".
+        position_embedding: "learned" or "sincos2d" (fixed, not stored in the file).
+        bucket, object: where it lives: `gs://{bucket}/{object}`.
+        top1: ImageNet-1k top-1 in % reported for it, None when not reported (e.g. pre-training only).
+        top1_source: who reported `top1`, and how.
+        approx_size_mib: the publisher's rounded size in MiB, when given.
+        size_bytes, sha256: exact size and hash when the publisher gives them (none does yet).
+        mean, std: per-channel normalisation of inputs in [0, 1] ((x - 127.5) / 127.5 for 0.5, 0.5).
+        crop_pct, interpolation: the evaluation resize (resize to image_size / crop_pct, centre crop).
+        hf_hub_id: the same weights on the Hugging Face Hub in timm's layout, where timm publishes them.
+        family: "vit_jax" (the paper's release), "augreg" ("How to train your ViT?") or "big_vision".
+        note: anything a user should know before using it.
+        aliases: other names that find it (file names, bucket paths).
+    """
+
+    name: str
+    variant: str
+    image_size: int
+    label_space: str
+    num_classes: int
+    representation_size: int | None
+    bucket: str
+    object: str
+    top1: float | None
+    top1_source: str | None
+    family: str
+    pooling: str = "token"
+    position_embedding: str = "learned"
+    approx_size_mib: int | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    mean: tuple = (0.5, 0.5, 0.5)
+    std: tuple = (0.5, 0.5, 0.5)
+    crop_pct: float = 1.0
+    interpolation: str = "bicubic"
+    hf_hub_id: str | None = None
+    note: str = ""
+    aliases: tuple = ()
+
+    @property
+    def gs_url(self):
+        return f"gs://{self.bucket}/{self.object}"
+
+    @property
+    def url(self):
+        """The https download URL (KERAS_VIT_GCS_ENDPOINT replaces https://storage.googleapis.com when set)."""
+        return gcs_https_url(self.bucket, self.object)
+
+    @property
+    def file_name(self):
+        return self.object.rsplit("/", 1)[-1]
+
+    @property
+    def preprocessing(self):
+        resize = round(self.image_size / self.crop_pct)
+        crop = f"resize to {resize}, centre-crop {self.image_size}" if resize != self.image_size else None
+        scale = "(x - 127.5) / 127.5" if self.mean == (0.5,) * 3 and self.std == (0.5,) * 3 else "mean/std"
+        return f"{crop or f'resize to {self.image_size}x{self.image_size}'} ({self.interpolation}), {scale}"
+
+
+def gcs_https_url(bucket, obj):
+    """The public https URL of a bucket object; '+' and other reserved characters are percent-encoded."""
+    endpoint = os.environ.get(GCS_ENDPOINT_ENV, "").rstrip("/") or GCS_HTTPS
+    return f"{endpoint}/{bucket}/{urllib.parse.quote(obj, safe='/')}"
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+
+_TIMM_NAMES = {
+    "Ti/16": "vit_tiny_patch16",
+    "S/16": "vit_small_patch16",
+    "S/32": "vit_small_patch32",
+    "B/8": "vit_base_patch8",
+    "B/16": "vit_base_patch16",
+    "B/32": "vit_base_patch32",
+    "L/16": "vit_large_patch16",
+    "L/32": "vit_large_patch32",
+    "H/14": "vit_huge_patch14",
+    "R50+B/16": "vit_base_r50_s16",
+    "R26+S/32": "vit_small_r26_s32",
+}
+_HIDDEN = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}
+
+_VT_README = "vision_transformer README (expected top-1 of the -224 fine-tunes)"
+_VT_AUGREG = "vision_transformer README, recommended AugReg checkpoints"
+_TIMM_CSV = "timm results-imagenet.csv (timm's evaluation)"
+
+
+def _name(variant, size, tag):
+    return f"{_TIMM_NAMES[variant]}_{size}.{tag}"
+
+
+def _crop(size):
+    return 0.9 if size == 224 else 1.0  # timm's _cfg: crop_pct .9 at 224, 1.0 for the 384 fine-tunes
+
+
+def _vit_jax():
+    """The paper's release: ImageNet-21k pre-training (with pre_logits) and 21k + ImageNet-2012 fine-tunes."""
+    out = []
+    # (variant, file stem, hf_hub_id in timm, note)
+    for variant, stem, hub in [
+        ("B/16", "ViT-B_16", None),
+        ("B/32", "ViT-B_32", None),
+        ("L/16", "ViT-L_16", None),
+        ("L/32", "ViT-L_32", "timm/vit_large_patch32_224.orig_in21k"),
+        ("H/14", "ViT-H_14", "timm/vit_huge_patch14_224.orig_in21k"),
+        ("R50+B/16", "R50+ViT-B_16", "timm/vit_base_r50_s16_224.orig_in21k"),
+    ]:
+        hidden = _HIDDEN[variant.split("+")[-1].split("/")[0]]
+        note = (
+            "the 21k head is all zeros in this file (timm's note); use it for fine-tuning" if stem == "ViT-H_14" else ""
+        )
+        out.append(
+            Checkpoint(
+                name=_name(variant, 224, "orig_in21k"),
+                variant=variant,
+                image_size=224,
+                label_space=IMAGENET21K,
+                num_classes=21843,
+                representation_size=hidden,
+                bucket="vit_models",
+                object=f"imagenet21k/{stem}.npz",
+                top1=None,
+                top1_source=None,
+                family="vit_jax",
+                crop_pct=0.9,
+                hf_hub_id=hub,
+                note=note,
+                aliases=(stem, f"{stem}.npz", f"imagenet21k/{stem}", f"imagenet21k/{stem}.npz"),
+            )
+        )
+    # (variant, size, file stem, top-1, source, hf_hub_id)
+    for variant, size, stem, top1, source, hub in [
+        ("B/16", 384, "ViT-B_16", 84.200, _TIMM_CSV, "timm/vit_base_patch16_384.orig_in21k_ft_in1k"),
+        ("B/16", 224, "ViT-B_16-224", 81.2, _VT_README, "timm/vit_base_patch16_224.orig_in21k_ft_in1k"),
+        ("B/32", 384, "ViT-B_32", None, None, None),
+        ("L/16", 384, "ViT-L_16", None, None, None),
+        ("L/16", 224, "ViT-L_16-224", 82.7, _VT_README, None),
+        ("L/32", 384, "ViT-L_32", 81.510, _TIMM_CSV, "timm/vit_large_patch32_384.orig_in21k_ft_in1k"),
+        ("R50+B/16", 384, "R50+ViT-B_16", 84.976, _TIMM_CSV, "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k"),
+    ]:
+        folder = "imagenet21k+imagenet2012"
+        aliases = (f"{folder}/{stem}", f"{folder}/{stem}.npz") + ((stem, f"{stem}.npz") if "-224" in stem else ())
+        out.append(
+            Checkpoint(
+                name=_name(variant, size, "orig_in21k_ft_in1k"),
+                variant=variant,
+                image_size=size,
+                label_space=IMAGENET1K,
+                num_classes=1000,
+                representation_size=None,
+                bucket="vit_models",
+                object=f"{folder}/{stem}.npz",
+                top1=top1,
+                top1_source=source,
+                family="vit_jax",
+                crop_pct=_crop(size),
+                hf_hub_id=hub,
+                aliases=aliases,
+            )
+        )
+    return out
+
+
+def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=False):
+    fine_tuned = "--imagenet2012" in stem
+    aliases = (f"augreg/{stem}", f"augreg/{stem}.npz", stem, f"{stem}.npz")
+    return Checkpoint(
+        name=name,
+        variant=variant,
+        image_size=size,
+        label_space=IMAGENET1K if fine_tuned else IMAGENET21K,
+        num_classes=1000 if fine_tuned else 21843,
+        representation_size=None,
+        bucket="vit_models",
+        object=f"augreg/{stem}.npz",
+        top1=top1,
+        top1_source=source,
+        family="augreg",
+        approx_size_mib=mib,
+        crop_pct=_crop(size),
+        hf_hub_id=f"timm/{name}" if hub else None,
+        aliases=aliases,
+    )
+
+
+_FT = "--imagenet2012-steps_20k-lr_{lr}-res_{res}"
+
+# The AugReg README's recommended checkpoints (models keras_vit builds): variant -> (pre-training run, its MiB,
+# fine-tuning lr of the 384 px fine-tune, its top-1). R50+L/32 and R+Ti/16 are left out: no keras_vit variant.
+_RECOMMENDED = {
+    "L/16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", 1243, "0.01", 85.59),
+    "B/16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", 391, "0.03", 85.49),
+    "S/16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", 115, "0.03", 83.73),
+    "R26+S/32": ("R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 170, "0.01", 83.85),
+    "Ti/16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", 37, "0.03", 78.22),
+    "B/32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 398, "0.01", 83.59),
+    "S/32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", 118, "0.01", 79.58),
+}
+
+# timm's augreg tags (its default_cfgs), named VARIANT_SIZE.augreg_in21k[_ft_in1k]: variant, size, pre-training run,
+# and for the fine-tunes the fine-tuning learning rate and timm's top-1 (results-imagenet.csv).
+_TIMM_AUGREG = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1
+R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0
+"""
+_TIMM_AUGREG_FT = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  75.454
+Ti/16     384  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  78.424
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  75.994
+S/32      384  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  80.486
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  81.384
+S/16      384  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  83.802
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0       0.03  80.716
+B/32      384  B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0         0.03  83.350
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  84.532
+B/16      384  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  85.996
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0         0.01  85.798
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  85.834
+L/16      384  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  87.084
+R26+S/32  384  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0   0.03  84.048
+"""
+
+
+def _rows(table):
+    return [line.split() for line in table.strip().splitlines()]
+
+
+def _augreg_all():
+    by_stem = {}
+    for variant, size, stem in _rows(_TIMM_AUGREG):
+        by_stem[stem] = _augreg(_name(variant, size, "augreg_in21k"), variant, int(size), stem, hub=True)
+    for variant, size, pre, lr, top1 in _rows(_TIMM_AUGREG_FT):
+        stem = pre + _FT.format(lr=lr, res=size)
+        name = _name(variant, size, "augreg_in21k_ft_in1k")
+        by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_TIMM_CSV, hub=True)
+    for variant, (pre, mib, lr, top1) in _RECOMMENDED.items():
+        pre_name = _name(variant, 224, "augreg_rec_in21k")
+        ft_stem = pre + _FT.format(lr=lr, res=384)
+        ft_name = _name(variant, 384, "augreg_rec_in21k_ft_in1k")
+        if pre in by_stem:  # timm publishes the recommended run: keep its name, add ours as an alias
+            old = by_stem[pre]
+            by_stem[pre] = dataclasses.replace(old, approx_size_mib=mib, aliases=(*old.aliases, pre_name))
+        else:
+            by_stem[pre] = _augreg(pre_name, variant, 224, pre, mib=mib)
+        if ft_stem in by_stem:  # the publisher's top-1 replaces timm's own measurement
+            old = by_stem[ft_stem]
+            by_stem[ft_stem] = dataclasses.replace(
+                old, top1=top1, top1_source=_VT_AUGREG, aliases=(*old.aliases, ft_name)
+            )
+        else:
+            by_stem[ft_stem] = _augreg(ft_name, variant, 384, ft_stem, top1=top1, source=_VT_AUGREG)
+    return list(by_stem.values())
+
+
+def _big_vision():
+    out = []
+    for epochs, top1 in [(90, 76.5), (150, None), (300, None)]:
+        stem = f"vit_s16_i1k_{epochs}ep"
+        out.append(
+            Checkpoint(
+                name=f"vit_small_patch16_224.big_vision_in1k_{epochs}ep",
+                variant="S/16",
+                image_size=224,
+                label_space=IMAGENET1K,
+                num_classes=1000,
+                representation_size=384,
+                bucket="big_vision",
+                object=f"{stem}.npz",
+                top1=top1,
+                top1_source="big_vision configs/vit_s16_i1k.py" if top1 else None,
+                family="big_vision",
+                pooling="gap",
+                position_embedding="sincos2d",
+                crop_pct=224 / 256,
+                interpolation="bilinear",
+                note="plain ViT baseline trained on ImageNet-1k only (arXiv 2205.01580)",
+                aliases=(stem, f"{stem}.npz", f"big_vision/{stem}.npz", f"i1k-s16-{epochs}ep"),
+            )
+        )
+    return out
+
+
+CATALOGUE = {c.name: c for c in [*_vit_jax(), *_augreg_all(), *_big_vision()]}
+_ALIASES = {alias: c.name for c in CATALOGUE.values() for alias in (*c.aliases, f"{c.bucket}/{c.object}")}
+
+
+def names():
+    """Every catalogue name, sorted."""
+    return sorted(CATALOGUE)
+
+
+def find(name):
+    """The `Checkpoint` of a name, alias (file name, bucket path) or gs:// URL; None when nothing matches."""
+    key = str(name).strip()
+    if key.startswith("gs://"):
+        key = key[len("gs://") :]
+    for table in (CATALOGUE, _ALIASES):
+        if key in table:
+            return CATALOGUE[table[key]] if table is _ALIASES else table[key]
+    lower = {k.lower(): v for k, v in _ALIASES.items()} | {k.lower(): k for k in CATALOGUE}
+    return CATALOGUE[lower[key.lower()]] if key.lower() in lower else None
+
+
+def get(name):
+    """The `Checkpoint` of a name or alias; a `KeyError` naming the closest names otherwise."""
+    entry = find(name)
+    if entry is None:
+        close = difflib.get_close_matches(str(name), [*CATALOGUE, *_ALIASES], n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise KeyError(
+            f"{name!r} is not in the catalogue.{hint} `python -m keras_vit.weights list` shows every name; a path, "
+            f"https:// or gs:// URL, or hf://ORG/NAME works too."
+        )
+    return entry

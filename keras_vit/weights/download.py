@@ -1,0 +1,228 @@
+"""HTTP(S) downloads into a local cache, the way `keras.utils.get_file` does them, with resumption and checksums.
+
+A file is fetched once into the cache (`KERAS_VIT_CACHE`, else `$KERAS_HOME/keras_vit`, else `~/.cache/keras_vit`)
+and every later call is answered from disk without a request. The bytes go to `NAME.part` beside the final path and
+are renamed to it only once complete and checked, so the final path never holds half a file; a download that
+stopped early keeps its `.part`, and the next call resumes it with an HTTP Range request (or starts again when the
+server ignores the range). The sha256 is checked against the publisher's when one is known, else recorded in
+`NAME.sha256` on first download and checked on every later use, so a file corrupted or replaced on disk is found
+before its weights are loaded. Only the standard library is used, so this imports without TensorFlow or Keras.
+"""
+
+import contextlib
+import hashlib
+import http.client
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from keras_vit import files
+
+CACHE_ENV = "KERAS_VIT_CACHE"
+CHUNK = 1 << 20
+TIMEOUT_S = 30.0
+
+
+class DownloadError(OSError):
+    """A download that failed (offline, truncated, wrong checksum, HTTP error); the message says what to do."""
+
+
+def cache_dir():
+    """The cache folder: KERAS_VIT_CACHE, else $KERAS_HOME/keras_vit, else ~/.cache/keras_vit."""
+    if os.environ.get(CACHE_ENV):
+        return os.path.abspath(os.path.expanduser(os.environ[CACHE_ENV]))
+    if os.environ.get("KERAS_HOME"):
+        return os.path.join(os.path.abspath(os.path.expanduser(os.environ["KERAS_HOME"])), "keras_vit")
+    return os.path.join(os.path.expanduser("~"), ".cache", "keras_vit")
+
+
+def url_cache_path(url):
+    """Where a URL's file lives in the cache: `urls/HOST/PATH` (the host's port, if any, joined with '_')."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.replace(":", "_")
+    path = [p for p in urllib.parse.unquote(parts.path).split("/") if p not in ("", ".", "..")]
+    if not host or not path:
+        raise ValueError(f"Cannot download {url!r}: it names no file. Give a URL ending in a file name.")
+    return os.path.join(cache_dir(), "urls", host, *path)
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar(path):
+    return f"{path}.sha256"
+
+
+def _read_sidecar(path):
+    try:
+        with open(_sidecar(path), encoding="utf-8") as f:
+            fields = f.read().split()
+    except FileNotFoundError:
+        return None
+    return fields[0] if fields else None
+
+
+def verify(path, sha256=None):
+    """Checks a cached file against `sha256` (the publisher's) or its recorded sidecar; records one if neither.
+
+    Returns the file's sha256. Raises `DownloadError` on a mismatch, naming both hashes and the fix.
+    """
+    actual = sha256_of(path)
+    expected, origin = (sha256, "the publisher's") if sha256 else (_read_sidecar(path), "the one recorded")
+    if expected is None:  # placed by hand, or the sidecar was lost: record it now
+        files.atomic_write_text(_sidecar(path), f"{actual}  {os.path.getsize(path)}\n")
+        return actual
+    if actual != expected.lower():
+        raise DownloadError(
+            f"{path} does not match {origin} sha256 ({actual} != {expected}): the file is corrupt or was "
+            f"replaced. Delete it (and {os.path.basename(_sidecar(path))}) and download it again."
+        )
+    if sha256 and _read_sidecar(path) is None:
+        files.atomic_write_text(_sidecar(path), f"{actual}  {os.path.getsize(path)}\n")
+    return actual
+
+
+def _progress(total, initial, label):
+    """A tqdm bar on an interactive stderr, else None (logs and CI stay quiet)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm.auto import tqdm  # a dependency of huggingface_hub
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=label, leave=False)
+
+
+def _offline_error(url, path, err, how_to_get=None):
+    how = how_to_get or f"curl -L -o {path} {url}"
+    return DownloadError(
+        f"Cannot download {os.path.basename(path)} from {url} ({err}). Offline? Fetch it elsewhere and place it "
+        f"by hand at {path} (e.g. `{how}`); it is used from there without a request."
+    )
+
+
+def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None, label=None):
+    """Downloads `url` to `path` (default: its place in the cache) unless it is already there; returns `path`.
+
+    Args:
+        url: an http:// or https:// URL.
+        path: the final local path; default `url_cache_path(url)`.
+        sha256: the publisher's hex digest, if known; otherwise the first download records one.
+        timeout: seconds any single socket operation may take.
+        how_to_get: the command shown in the offline message for fetching the file by other means.
+        label: the name shown on the progress bar.
+
+    Raises:
+        DownloadError: offline (names the file, URL and where to place it), HTTP errors, a download that ended
+            before its Content-Length (run again to resume), or a checksum mismatch. Nothing is left at `path`.
+    """
+    path = os.path.abspath(path or url_cache_path(url))
+    if os.path.exists(path):
+        verify(path, sha256)
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _exclusive(path):  # several processes on one host (e.g. one per accelerator) download it once
+        if os.path.exists(path):  # another process finished it while this one waited
+            verify(path, sha256)
+            return path
+        part = f"{path}.part"
+        got = _transfer(url, part, path, timeout, how_to_get, label)
+        actual = sha256_of(part)
+        if sha256 and actual != sha256.lower():
+            os.remove(part)
+            raise DownloadError(
+                f"Downloaded {url} but its sha256 {actual} is not the publisher's {sha256}: removed. The file on "
+                f"the server changed or the transfer was corrupted; try again, or check the URL."
+            )
+        os.replace(part, path)
+        files.atomic_write_text(_sidecar(path), f"{actual}  {got}\n")
+    return path
+
+
+@contextlib.contextmanager
+def _exclusive(path):
+    """An advisory lock on `path.lock` (released by the OS if the process dies); a no-op without fcntl."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; concurrent downloads of one file are then the user's to avoid
+        yield
+        return
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _transfer(url, part, path, timeout, how_to_get, label):
+    """Appends the rest of `url` to `part` (all of it when the server ignores Range); returns its final size."""
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    request = urllib.request.Request(url, headers={"User-Agent": "keras-vit", "Accept-Encoding": "identity"})
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # our part is no prefix of the server's file: start again
+            os.remove(part)
+            return _transfer(url, part, path, timeout, how_to_get, label)
+        raise DownloadError(f"Cannot download {url}: HTTP {err.code} {err.reason}. Check the name or URL.") from err
+    except (urllib.error.URLError, OSError) as err:
+        raise _offline_error(url, path, getattr(err, "reason", err), how_to_get) from err
+    with response:
+        resumed = bool(have) and response.status == 206 and _range_start(response) == have
+        if response.status == 206 and not resumed:  # a range we did not ask for: never mix it into the file
+            os.remove(part)
+            raise DownloadError(f"{url} answered with an unexpected byte range; run again to start afresh.")
+        have = have if resumed else 0
+        length = response.headers.get("Content-Length")
+        total = have + int(length) if length is not None else None
+        bar = _progress(total, have, label or os.path.basename(path))
+        got = have
+        try:
+            with open(part, "ab" if resumed else "wb") as out:
+                while True:
+                    try:
+                        block = response.read(CHUNK)
+                    except http.client.IncompleteRead as err:  # the server closed before Content-Length
+                        out.write(err.partial)
+                        got += len(err.partial)
+                        break
+                    if not block:
+                        break
+                    out.write(block)
+                    got += len(block)
+                    if bar is not None:
+                        bar.update(len(block))
+                out.flush()
+                os.fsync(out.fileno())
+        except (TimeoutError, ConnectionError) as err:
+            raise DownloadError(
+                f"Download of {url} stopped at {got} bytes ({err}); run again to resume it (kept in {part})."
+            ) from err
+        finally:
+            if bar is not None:
+                bar.close()
+    if total is not None and got != total:
+        raise DownloadError(
+            f"Download of {url} ended at {got} of {total} bytes (the connection closed early); run again to "
+            f"resume it (the part is kept in {part}, never at {path})."
+        )
+    return got
+
+
+def _range_start(response):
+    """The first byte of a 206 response's Content-Range ("bytes 100-199/200" -> 100), or None."""
+    value = response.headers.get("Content-Range", "")
+    try:
+        return int(value.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None

@@ -1,0 +1,450 @@
+"""Downloads against a real HTTP server on loopback that lays files out as the real hosts do.
+
+The server answers the bucket's object paths (`/vit_models/imagenet21k/ViT-B_16.npz`, reached through
+KERAS_VIT_GCS_ENDPOINT) and the Hub's `/{repo}/resolve/{revision}/{filename}` (reached through HF_ENDPOINT, with
+the headers `huggingface_hub.hf_hub_download` needs: X-Repo-Commit, ETag, Content-Length; 404 + X-Error-Code for a
+missing file). It counts every request, so a cache hit is shown to make none. Files are small synthetic ones made
+here, never real weights; every socket has a time-out.
+"""
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import urllib.parse
+
+import numpy as np
+import pytest
+
+from keras_vit.weights import catalogue, download, sources
+from tests.conftest import ROOT
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+TIMEOUT = 5.0
+
+
+def _npz_bytes(seed=0):
+    buffer = io.BytesIO()
+    rng = np.random.default_rng(seed)
+    np.savez(buffer, **{"cls": rng.normal(size=(1, 1, 8)), "head/kernel": rng.normal(size=(8, 3))})
+    return buffer.getvalue()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    timeout = TIMEOUT  # a client that stops talking cannot hold a server thread
+
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+    def do_HEAD(self):
+        self._answer(body=False)
+
+    def do_GET(self):
+        self._answer(body=True)
+
+    def _answer(self, body):
+        state = self.server.state
+        raw = self.path.split("?", 1)[0]
+        path = urllib.parse.unquote(raw)
+        state.requests.append((self.command, raw, dict(self.headers)))
+        hub = "/resolve/" in path
+        data = state.files.get(path)
+        if data is None:
+            self.send_response(404)
+            if hub:
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start = 0
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes=") and state.honour_range:
+            start = int(ranged[len("bytes=") :].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        if hub:
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        if not body:
+            return
+        payload = data[start:]
+        if state.delay:  # a slow transfer, so that concurrent clients overlap
+            import time
+
+            time.sleep(state.delay)
+        if path in state.truncate:  # promise the whole file, send half, hang up
+            state.truncate.discard(path)
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(payload)
+
+
+class _State:
+    def __init__(self):
+        self.files, self.requests, self.truncate, self.honour_range, self.delay = {}, [], set(), True, 0.0
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.state = _State()
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(TIMEOUT)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, server):
+    monkeypatch.setenv("KERAS_VIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, server.url)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path
+
+
+def _closed_port_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- the bucket ----------------------------------------------------------------------------------------------------
+
+
+def test_cold_download_then_cache_hit_without_a_request(server, env):
+    data = _npz_bytes()
+    server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = data
+    fetched = sources.fetch("ViT-B_16", timeout=TIMEOUT)
+    expected_path = env / "cache" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
+    assert fetched.path == str(expected_path)
+    assert fetched.entry.name == "vit_base_patch16_224.orig_in21k"
+    assert expected_path.read_bytes() == data
+    assert (env / "cache" / "vit_models" / "imagenet21k" / "ViT-B_16.npz.sha256").read_text().split() == [
+        hashlib.sha256(data).hexdigest(),
+        str(len(data)),
+    ]
+    assert [(m, p) for m, p, _ in server.state.requests] == [("GET", "/vit_models/imagenet21k/ViT-B_16.npz")]
+    # Every name of the same file is answered from the cache, with no request at all.
+    for name in [
+        "vit_base_patch16_224.orig_in21k",
+        "imagenet21k/ViT-B_16.npz",
+        "gs://vit_models/imagenet21k/ViT-B_16.npz",
+    ]:
+        assert sources.fetch(name, timeout=TIMEOUT).path == str(expected_path)
+    assert len(server.state.requests) == 1
+    assert not list(expected_path.parent.glob("*.part"))
+
+
+def test_reserved_characters_in_object_names_are_percent_encoded(server, env):
+    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1)
+    path = sources.fetch("vit_base_patch16_224.orig_in21k_ft_in1k", timeout=TIMEOUT).path
+    assert path.endswith(os.path.join("vit_models", "imagenet21k+imagenet2012", "ViT-B_16-224.npz"))
+    # A raw '+' in a URL path may be read as a space; the bucket's documented form encodes it.
+    assert server.state.requests[0][1] == "/vit_models/imagenet21k%2Bimagenet2012/ViT-B_16-224.npz"
+
+
+def test_truncated_download_leaves_nothing_at_the_final_path_and_resumes(server, env):
+    data = _npz_bytes(2) * 3
+    obj = "/vit_models/imagenet21k/ViT-L_16.npz"
+    server.state.files[obj] = data
+    server.state.truncate.add(obj)
+    final = env / "cache" / "vit_models" / "imagenet21k" / "ViT-L_16.npz"
+    with pytest.raises(download.DownloadError, match=r"ended at \d+ of \d+ bytes.*run again to resume") as err:
+        sources.fetch("ViT-L_16", timeout=TIMEOUT)
+    assert "\n" not in str(err.value)
+    assert not final.exists()
+    part = final.with_name(final.name + ".part")
+    assert part.read_bytes() == data[: len(data) // 2]
+    # The retry asks only for the rest, and the result is the whole file, byte for byte.
+    assert sources.fetch("ViT-L_16", timeout=TIMEOUT).path == str(final)
+    assert server.state.requests[-1][2].get("Range") == f"bytes={len(data) // 2}-"
+    assert final.read_bytes() == data
+    assert not part.exists()
+
+
+def test_a_server_that_ignores_range_gets_a_fresh_start(server, env):
+    data = _npz_bytes(3) * 2
+    obj = "/vit_models/imagenet21k/ViT-B_32.npz"
+    server.state.files[obj] = data
+    server.state.truncate.add(obj)
+    server.state.honour_range = False
+    with pytest.raises(download.DownloadError):
+        sources.fetch("ViT-B_32", timeout=TIMEOUT)
+    path = sources.fetch("ViT-B_32", timeout=TIMEOUT).path
+    with open(path, "rb") as f:
+        assert f.read() == data  # a 200 to a Range request replaced the part instead of being appended to it
+
+
+def test_concurrent_fetches_download_once(server, env):
+    server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = _npz_bytes(10)
+    server.state.delay = 0.5
+    results = []
+
+    def fetch():
+        results.append(sources.fetch("ViT-B_16", timeout=TIMEOUT).path)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3 * TIMEOUT)
+    assert len(results) == 2 and results[0] == results[1]
+    assert [m for m, _, _ in server.state.requests] == ["GET"]  # the second waited for the first, then used its file
+
+
+def test_wrong_publisher_checksum_is_an_error_and_leaves_nothing(server, env):
+    server.state.files["/files/x.npz"] = _npz_bytes(4)
+    target = env / "x.npz"
+    with pytest.raises(download.DownloadError, match="not the publisher's") as err:
+        download.download(f"{server.url}/files/x.npz", str(target), sha256="0" * 64, timeout=TIMEOUT)
+    assert "\n" not in str(err.value)
+    assert not target.exists() and not target.with_name("x.npz.part").exists()
+    right = hashlib.sha256(_npz_bytes(4)).hexdigest()
+    assert download.download(f"{server.url}/files/x.npz", str(target), sha256=right, timeout=TIMEOUT) == str(target)
+
+
+def test_recorded_checksum_catches_a_file_changed_in_the_cache(server, env):
+    server.state.files["/vit_models/imagenet21k/ViT-H_14.npz"] = _npz_bytes(5)
+    path = sources.fetch("ViT-H_14", timeout=TIMEOUT).path
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff\xfe")
+    with pytest.raises(download.DownloadError, match="does not match the one recorded sha256.*download it again"):
+        sources.fetch("ViT-H_14", timeout=TIMEOUT)
+    assert len(server.state.requests) == 1
+
+
+def test_a_file_placed_by_hand_is_used_without_a_request(server, env):
+    entry = catalogue.get("ViT-L_32")
+    path = sources.entry_cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(_npz_bytes(6))
+    assert sources.fetch("ViT-L_32", timeout=TIMEOUT).path == path
+    assert server.state.requests == []
+    with open(path + ".sha256") as f:
+        assert f.read().split()[0] == hashlib.sha256(_npz_bytes(6)).hexdigest()
+
+
+def test_offline_names_the_file_the_url_and_where_to_place_it(env, monkeypatch):
+    url = _closed_port_url()
+    monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, url)
+    entry = catalogue.get("vit_small_patch16_384.augreg_in21k_ft_in1k")
+    with pytest.raises(download.DownloadError) as err:
+        sources.fetch(entry.name, timeout=TIMEOUT)
+    message = str(err.value)
+    assert "\n" not in message
+    assert entry.file_name in message
+    assert f"{url}/vit_models/augreg/{entry.file_name}" in message
+    assert f"place it by hand at {sources.entry_cache_path(entry)}" in message
+    assert f"gsutil cp {entry.gs_url}" in message
+
+
+def test_any_url_and_gs_url_land_in_the_cache(server, env):
+    server.state.files["/some/dir/model.npz"] = _npz_bytes(7)
+    server.state.files["/my-bucket/run/ckpt.npz"] = _npz_bytes(8)
+    path = sources.fetch(f"{server.url}/some/dir/model.npz", timeout=TIMEOUT).path
+    assert path == str(env / "cache" / "urls" / f"127.0.0.1_{server.server_address[1]}" / "some" / "dir" / "model.npz")
+    gs = sources.fetch("gs://my-bucket/run/ckpt.npz", timeout=TIMEOUT)
+    assert gs.entry is None and gs.path == str(env / "cache" / "my-bucket" / "run" / "ckpt.npz")
+    assert server.state.requests[-1][1] == "/my-bucket/run/ckpt.npz"
+
+
+def test_local_paths_and_unknown_names(env, tmp_path):
+    local = tmp_path / "mine.npz"
+    local.write_bytes(b"x")
+    assert sources.fetch(str(local)).path == str(local)
+    with pytest.raises(FileNotFoundError, match="Did you mean 'vit_base_patch16_224.orig_in21k"):
+        sources.fetch("vit_base_patch16_224.orig_in21")
+
+
+# --- the Hub -------------------------------------------------------------------------------------------------------
+
+
+def _hub_files(server, repo, revision, files):
+    for name, data in files.items():
+        server.state.files[f"/{repo}/resolve/{revision}/{name}"] = data
+
+
+def test_hub_download_then_offline(server, env, monkeypatch):
+    files = {
+        "config.json": json.dumps({"architecture": "vit_tiny_patch16_224"}).encode(),
+        "model.safetensors": b"s" * 300,
+    }
+    _hub_files(server, "timm/tiny", "main", files)
+    folder = sources.fetch("hf://timm/tiny", timeout=TIMEOUT).path
+    for name, data in files.items():
+        with open(os.path.join(folder, name), "rb") as f:
+            assert f.read() == data
+    assert os.path.basename(folder) == COMMIT and str(env / "hub") in folder  # the Hub's own snapshot layout
+    seen = [(m, p) for m, p, _ in server.state.requests]
+    for name in files:  # what hf_hub_download does for each file: HEAD for the metadata, then GET
+        assert ("HEAD", f"/timm/tiny/resolve/main/{name}") in seen
+        assert ("GET", f"/timm/tiny/resolve/main/{name}") in seen
+    assert ("HEAD", "/timm/tiny/resolve/main/preprocessor_config.json") in seen  # optional: 404, skipped
+    count = len(server.state.requests)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert sources.fetch("hf://timm/tiny").path == folder
+    assert len(server.state.requests) == count
+    monkeypatch.setenv("HF_HUB_CACHE", str(env / "empty-hub"))
+    with pytest.raises(download.DownloadError, match="config.json of hf://timm/tiny is not in the Hub cache") as err:
+        sources.fetch("hf://timm/tiny")
+    assert "\n" not in str(err.value) and len(server.state.requests) == count
+
+
+def test_hub_keras_hub_preset_and_revision(server, env):
+    files = {name: name.encode() * 10 for name in ["config.json", "metadata.json", "model.weights.h5", "task.json"]}
+    _hub_files(server, "keras/vit_tiny", "v1", files)
+    folder = sources.fetch("hf://keras/vit_tiny@v1", timeout=TIMEOUT).path
+    assert sorted(n for n in os.listdir(folder)) == sorted(files)
+    assert ("GET", "/keras/vit_tiny/resolve/v1/model.weights.h5") in [(m, p) for m, p, _ in server.state.requests]
+
+
+def test_hub_repo_without_weights_and_bad_ids(server, env):
+    _hub_files(server, "someone/notes", "main", {"config.json": b"{}"})
+    with pytest.raises(FileNotFoundError, match="has no model.safetensors"):
+        sources.fetch("hf://someone/notes", timeout=TIMEOUT)
+    with pytest.raises(ValueError, match="hf://ORG/NAME"):
+        sources.fetch("hf://just-a-name")
+
+
+def test_hub_unreachable_is_the_offline_message(env, monkeypatch):
+    import time
+    import types
+
+    from huggingface_hub.utils import _http
+
+    # hf_hub_download retries a refused connection 5 times with back-off (about 30 s) when nothing is cached;
+    # the test skips the waits, not the retries.
+    fake_time = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
+    fake_time.sleep = lambda seconds: None
+    monkeypatch.setattr(_http, "time", fake_time)
+    monkeypatch.setenv("HF_ENDPOINT", _closed_port_url())
+    with pytest.raises(download.DownloadError, match="not in the Hub cache .* and cannot be downloaded"):
+        sources.fetch("hf://timm/tiny", timeout=TIMEOUT)
+
+
+# --- the catalogue -------------------------------------------------------------------------------------------------
+
+
+def test_catalogue_entries_are_consistent():
+    from keras_vit.models.configs import get_variant
+
+    seen_aliases = {}
+    for name, entry in catalogue.CATALOGUE.items():
+        assert name == entry.name
+        assert entry.url == f"https://storage.googleapis.com/{entry.bucket}/{urllib.parse.quote(entry.object)}"
+        assert entry.gs_url == f"gs://{entry.bucket}/{entry.object}" and entry.object.endswith(".npz")
+        assert entry.bucket in ("vit_models", "big_vision")
+        if entry.bucket == "vit_models":
+            assert entry.object.split("/")[0] in ("imagenet21k", "imagenet21k+imagenet2012", "augreg")
+        assert catalogue.LABEL_SPACES[entry.label_space] == entry.num_classes
+        # Fine-tuned on ImageNet-1k <=> a 1000-class head; timm's tag says which.
+        assert ("_ft_in1k" in name or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
+        config = get_variant(entry.variant)
+        assert entry.image_size % (config.patch_size * config.feature_stride) == 0, name
+        assert f"_{entry.image_size}." in name, name
+        assert (entry.top1 is None) == (entry.top1_source is None), name
+        assert entry.top1 is None or 70 < entry.top1 < 90
+        assert entry.hf_hub_id in (None, f"timm/{name}")
+        assert entry.sha256 is None or len(entry.sha256) == 64
+        for alias in entry.aliases:
+            assert alias not in catalogue.CATALOGUE and seen_aliases.setdefault(alias, name) == name, alias
+            assert catalogue.find(alias) is entry
+    # Every family the issue asks for is there, the hybrid and the big_vision baseline included.
+    assert {e.family for e in catalogue.CATALOGUE.values()} == {"vit_jax", "augreg", "big_vision"}
+    assert catalogue.get("R50+ViT-B_16").representation_size == 768
+    assert catalogue.get("imagenet21k+imagenet2012/R50+ViT-B_16.npz").variant == "R50+B/16"
+
+
+def test_catalogue_url_respects_the_endpoint_variable(monkeypatch):
+    monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, "http://mirror.example:8080/")
+    assert catalogue.get("ViT-B_16").url == "http://mirror.example:8080/vit_models/imagenet21k/ViT-B_16.npz"
+
+
+# --- the command line ----------------------------------------------------------------------------------------------
+
+
+def _cli(*args, env=None):
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "keras_vit.weights", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_cli_list_and_info_import_no_keras():
+    for args in (["list"], ["info", "ViT-B_16"], ["--help"]):
+        result = _cli(*args)
+        assert result.returncode == 0, result.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+        assert not {"keras", "tensorflow", "jax"} & imported, args
+    listing = _cli("list").stdout
+    assert "vit_base_r50_s16_384.orig_in21k_ft_in1k" in listing and "84.976" in listing
+    assert "~1243 MiB" in listing  # the AugReg README's size of the recommended L/16
+    info = _cli("info", "ViT-B_16").stdout
+    assert "gs://vit_models/imagenet21k/ViT-B_16.npz" in info and "pre_logits          768" in info
+    bad = _cli("info", "ViT-B_99")
+    assert bad.returncode == 2 and "not in the catalogue" in bad.stderr
+
+
+def test_cli_mode_still_offers_every_public_name():
+    # What `python -m keras_vit.weights` sees while it starts (sys.argv[0] is "-m" then): the packages skip Keras at
+    # import and give their names on first use.
+    code = (
+        "import sys; sys.argv = ['-m']; sys.orig_argv = [sys.executable, '-m', 'keras_vit.weights', 'list']\n"
+        "import keras_vit, keras_vit.weights\n"
+        "assert 'keras' not in sys.modules, 'keras imported at start'\n"
+        "assert keras_vit.load_npz is keras_vit.weights.load_npz and callable(keras_vit.create_model)\n"
+        "assert keras_vit.layers.__name__ == 'keras_vit.layers' and 'B/16' in keras_vit.VARIANTS\n"
+        "assert issubclass(keras_vit.weights.CheckpointError, ValueError)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "numpy"},  # the lightest backend to import
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_cli_download_prints_the_path(server, env):
+    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9)
+    result = _cli(
+        "download", "i1k-s16-90ep", env={k: os.environ[k] for k in ("KERAS_VIT_CACHE", catalogue.GCS_ENDPOINT_ENV)}
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(env / "cache" / "big_vision" / "vit_s16_i1k_90ep.npz")
+
+
+def test_docs_catalogue_tables_are_the_cli_output():
+    from keras_vit.weights.__main__ import markdown_table
+
+    doc = (ROOT / "docs" / "pretrained_catalogue.md").read_text()
+    for family in ("vit_jax", "augreg", "big_vision"):
+        entries = [catalogue.CATALOGUE[n] for n in catalogue.names() if catalogue.CATALOGUE[n].family == family]
+        assert markdown_table(entries) in doc, (
+            f"regenerate with: python -m keras_vit.weights list --markdown --family {family}"
+        )
