@@ -15,7 +15,7 @@ _tpu_runtime.disable_libtpu_without_tpu()
 
 from keras_vit import layers
 from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
-from keras_vit.weights import CheckpointError, load_npz
+from keras_vit.weights import CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained
 
 __version__ = "0.1.0"
 
@@ -25,7 +25,10 @@ __all__ = [
     "ViTConfig",
     "VisionTransformer",
     "create_model",
+    "from_pretrained",
     "get_variant",
     "layers",
     "load_npz",
+    "load_weights",
+    "save_pretrained",
 ]
