@@ -85,7 +85,8 @@ def _read_h5(path):
         with h5py.File(files.absolute(path), "r") as f:
             f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
     except OSError as err:
-        raise CheckpointError(f"Cannot read {path!r} as a Keras weights file ({err}); it is truncated or corrupt.")
+        message = f"Cannot read {path!r} as a Keras weights file ({err}); it is truncated or corrupt."
+        raise CheckpointError(message) from err
     return out
 
 

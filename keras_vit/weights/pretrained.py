@@ -85,7 +85,7 @@ def from_pretrained(source, **overrides):
     Raises:
         CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides.
     """
-    from keras_vit.models import ViTConfig, VisionTransformer
+    from keras_vit.models import VisionTransformer, ViTConfig
 
     ckpt = read_checkpoint(source)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}

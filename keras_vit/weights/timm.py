@@ -182,7 +182,7 @@ def to_original(state, num_heads, *, source, no_embed_class=None):
 
 def _is_square(num_rows):
     """With a class token, a square number of rows means there is no class row (g * g + 1 is never square)."""
-    side = int(round(num_rows**0.5))
+    side = round(num_rows**0.5)
     return side * side == num_rows
 
 
