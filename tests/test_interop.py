@@ -131,10 +131,22 @@ def test_save_pretrained_writes_the_fixture_tensors(tmp_path, folder, fmt):
 
 @pytest.mark.parametrize("fmt", ["timm", "transformers"])
 def test_keras_hub_weights_out_to_pytorch_formats(tmp_path, fmt):
-    """keras-hub has no way back out to PyTorch; a keras-hub preset written as timm or transformers keeps its logits."""
+    """keras-hub has no way back out to PyTorch; its preset written as timm or transformers keeps its logits."""
     ref = io(KERAS_HUB)
     out = keras_vit.save_pretrained(loaded(KERAS_HUB), tmp_path / fmt, format=fmt)
     assert max_diff(keras_vit.from_pretrained(out).predict(ref["images"], verbose=0), ref["logits"]) < TOL
+
+
+def test_transformers_to_timm_keeps_names_and_warns_about_epsilon(tmp_path):
+    """timm's ViT has LayerNorm epsilon 1e-6 fixed (a config cannot state 1e-12): written with a warning, the
+    logits then move by about 2e-5; transformers' class names become timm's label_names."""
+    ref = io(HF_CLS)
+    with pytest.warns(UserWarning, match="timm's ViT uses LayerNorm epsilon 1e-6; this model uses 1e-12"):
+        out = keras_vit.save_pretrained(loaded(HF_CLS), tmp_path / "timm", format="timm")
+    again = keras_vit.from_pretrained(out)
+    assert again.class_names == loaded(HF_CLS).class_names
+    assert again.config.layer_norm_epsilon == 1e-6
+    assert max_diff(again.predict(ref["images"], verbose=0), ref["logits"]) < 1e-4
 
 
 def test_npz_round_trip_loads_with_load_npz(tmp_path):
