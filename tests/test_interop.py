@@ -129,6 +129,35 @@ def test_save_pretrained_writes_the_fixture_tensors(tmp_path, folder, fmt):
     assert max_diff(again.predict(ref["images"], verbose=0), ref[key]) < TOL
 
 
+def _h5_tree(path):
+    import h5py
+
+    tree = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: tree.__setitem__(n, o[()] if isinstance(o, h5py.Dataset) else dict(o.attrs)))
+    return tree
+
+
+def test_save_pretrained_keras_hub_writes_the_fixture_preset(tmp_path):
+    out = keras_vit.save_pretrained(loaded(KERAS_HUB), tmp_path / "preset", format="keras_hub")
+    for name in ("model.weights.h5", "task.weights.h5"):
+        written, original = _h5_tree(os.path.join(out, name)), _h5_tree(os.path.join(KERAS_HUB, name))
+        assert sorted(written) == sorted(original), name
+        for key, value in original.items():
+            if isinstance(value, dict):
+                assert written[key] == value, key  # the groups' layer-name attributes
+            else:
+                assert written[key].dtype == value.dtype and written[key].shape == value.shape, key
+                np.testing.assert_array_equal(written[key], value, err_msg=key)
+    for name in ("config.json", "task.json"):
+        assert read_json(os.path.join(out, name)) == read_json(os.path.join(KERAS_HUB, name)), name
+    metadata, ref_metadata = (read_json(os.path.join(p, "metadata.json")) for p in (out, KERAS_HUB))
+    for key in ("keras_hub_version", "parameter_count", "tasks"):
+        assert metadata[key] == ref_metadata[key], key
+    ref = io(KERAS_HUB)
+    assert max_diff(keras_vit.from_pretrained(out).predict(ref["images"], verbose=0), ref["logits"]) < TOL
+
+
 @pytest.mark.parametrize("fmt", ["timm", "transformers"])
 def test_keras_hub_weights_out_to_pytorch_formats(tmp_path, fmt):
     """keras-hub has no way back out to PyTorch; its preset written as timm or transformers keeps its logits."""
@@ -406,5 +435,7 @@ def test_formats_without_an_equivalent_are_refused(tmp_path):
         keras_vit.save_pretrained(gap, tmp_path / "hf", format="transformers")
     with pytest.raises(keras_vit.CheckpointError, match="no pre_logits"):
         keras_vit.save_pretrained(loaded(HF_POOLER), tmp_path / "timm", format="timm")
+    with pytest.raises(keras_vit.CheckpointError, match="plain class-token ViTs only"):
+        keras_vit.save_pretrained(gap, tmp_path / "kh", format="keras_hub")
     with pytest.raises(ValueError, match="Unknown format 'onnx'"):
         keras_vit.save_pretrained(gap, tmp_path / "x", format="onnx")

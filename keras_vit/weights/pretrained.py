@@ -22,7 +22,7 @@ from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.loading import CheckpointError, checkpoint_variables, load_params
 from keras_vit.weights.npz import read_npz, to_original_layout
 
-FORMATS = ("timm", "transformers", "npz")
+FORMATS = ("timm", "transformers", "keras_hub", "npz")
 _LOAD_OPTIONS = ("resize_method",)
 
 
@@ -170,7 +170,9 @@ def save_pretrained(model, folder, format="timm"):
         folder: the output folder (created); for "npz", a path ending in `.npz` is the file itself, else the
             file is `folder/model.npz`.
         format: "timm" (config.json + model.safetensors), "transformers" (config.json + model.safetensors +
-            preprocessor_config.json) or "npz" (the original vit_jax layout, which `load_npz` reads).
+            preprocessor_config.json), "keras_hub" (a preset folder: config.json, model.weights.h5, metadata.json,
+            and task.json + task.weights.h5 with a head) or "npz" (the original vit_jax layout, which `load_npz`
+            reads).
 
     The written configs state mean = std = 0.5, keras-vit's contract, which the weights already fit.
 
@@ -189,6 +191,8 @@ def save_pretrained(model, folder, format="timm"):
         return timm.write(folder, params, config, class_names)
     if format == "transformers":
         return transformers.write(folder, params, config, class_names)
+    if format == "keras_hub":
+        return keras_hub.write(folder, params, config, class_names)
     path = folder if folder.endswith(".npz") else os.path.join(folder, "model.npz")
 
     def write(f):
