@@ -193,6 +193,20 @@ def test_npz_round_trip_loads_with_load_npz(tmp_path):
     )
 
 
+def test_an_unused_pooler_in_a_transformers_classifier_is_not_applied(tmp_path):
+    """ViTForImageClassification never calls a pooler its file may carry; neither does the loaded model."""
+    folder = tmp_path / "with_pooler"
+    shutil.copytree(HF_CLS, folder)
+    state = load_file(folder / "model.safetensors")
+    state["vit.pooler.dense.weight"] = np.eye(48, dtype=np.float32) * 3
+    state["vit.pooler.dense.bias"] = np.ones(48, np.float32)
+    save_file(state, folder / "model.safetensors")
+    model = keras_vit.from_pretrained(folder)
+    assert model.config.representation_size is None
+    ref = io(HF_CLS)
+    assert max_diff(model.predict(ref["images"], verbose=0), ref["logits"]) < TOL
+
+
 def test_tanh_gelu_and_generic_labels_survive_transformers(tmp_path):
     model = keras_vit.create_model("testing", num_classes=3)
     rng = np.random.default_rng(0)

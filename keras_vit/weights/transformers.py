@@ -67,6 +67,10 @@ def read(folder):
         raise CheckpointError(f"{folder!r} uses hidden_act={act!r}; keras-vit has GELU only ({sorted(_ACT)}).")
     heads = int(cfg.get("num_attention_heads", 12))
     params = to_original(read_safetensors(weights), heads, source=folder)
+    if "ViTForImageClassification" in cfg.get("architectures", []):
+        # Its classifier reads the class token itself; a pooler some repos still carry is never applied there.
+        for key in ("pre_logits/kernel", "pre_logits/bias"):
+            params.pop(key, None)
     size = cfg.get("image_size", 224)
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = int(cfg.get("patch_size", 16))
