@@ -402,6 +402,34 @@ def test_infer_options_of_a_hybrid_with_pre_logits():
     assert (options["num_classes"], options["representation_size"], options["pooling"]) == (7, 16, "token")
 
 
+def test_big_vision_sincos_npz_builds_a_sincos_model(tmp_path):
+    """big_vision's plain ViT stores no position embedding (a fixed 2-D sin-cos table): from_pretrained builds that."""
+    from keras_vit.layers import sincos_2d_table
+
+    rng = np.random.default_rng(5)
+    ckpt = vit_checkpoint(rng, hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=3, cls=False)
+    ckpt.pop("Transformer/posembed_input/pos_embedding")
+    np.savez(tmp_path / "bv.npz", **{f"params/{k}": v for k, v in ckpt.items()})
+    model = keras_vit.from_pretrained(tmp_path / "bv.npz", image_size=32)
+    assert (model.config.position_embedding, model.config.pooling, model.config.class_token) == (
+        "sincos2d",
+        "gap",
+        False,
+    )
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    reference = dict(ckpt, **{"Transformer/posembed_input/pos_embedding": sincos_2d_table((4, 4), 32)[None]})
+    expected = numpy_vit.vit_forward(images, reference, 2, pooling="gap")
+    assert max_diff(model.predict(images, verbose=0), expected) < TOL * max(1, np.abs(expected).max())
+
+
+def test_npz_saved_into_a_folder_is_found_there(tmp_path):
+    path = keras_vit.save_pretrained(loaded(HF_POOLER), tmp_path / "folder", format="npz")
+    assert path == str(tmp_path / "folder" / "model.npz")
+    model = keras_vit.from_pretrained(tmp_path / "folder", gelu="exact", layer_norm_epsilon=1e-12)
+    ref = io(HF_POOLER)
+    assert max_diff(model.predict(ref["images"], verbose=0), ref["pooler_output"]) < TOL
+
+
 # ----- errors -----
 
 

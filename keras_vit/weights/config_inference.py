@@ -1,7 +1,8 @@
 """The model a checkpoint describes, read from its tensors' shapes (original vit_jax layout).
 
-A bare `.npz` carries no configuration: the variant, image size, head, representation layer, class token and a
-hybrid's ResNet stages all follow from which tensors exist and how they are shaped. The other formats call this
+A bare `.npz` carries no configuration: the variant, image size, head, representation layer, class token, a
+hybrid's ResNet stages and the kind of position embedding (none stored: big_vision's fixed sin-cos table) all follow
+from which tensors exist and how they are shaped. The other formats call this
 too and then add what only their config files say (GELU form, LayerNorm epsilon, class names).
 """
 
@@ -23,7 +24,7 @@ def infer_options(params, *, source="checkpoint", grid=None):
         A dict of `ViTConfig` fields. GELU and LayerNorm epsilon are the released checkpoints' (tanh, 1e-6);
         the callers for other formats replace them with what the format's config states.
     """
-    for key in ("embedding/kernel", POSEMB_KEY, "Transformer/encoder_norm/scale"):
+    for key in ("embedding/kernel", "Transformer/encoder_norm/scale"):
         if key not in params:
             raise CheckpointError(
                 f"{source!r} is not a ViT checkpoint: it has no {key!r} (found {len(params)} tensors, e.g. "
@@ -61,6 +62,13 @@ def infer_options(params, *, source="checkpoint", grid=None):
         options["resnet_layers"] = tuple(stages)
         options["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
         stride = 4 * 2 ** (len(stages) - 1)
+    step = stride * options["patch_size"]
+    if POSEMB_KEY not in params:
+        # big_vision's fixed 2-D sin-cos embedding is computed, not stored: any grid fits it exactly, so the image
+        # size is the config's, else ImageNet's usual 224 (override it freely).
+        options["position_embedding"] = "sincos2d"
+        options["image_size"] = (grid[0] * step, grid[1] * step) if grid else (224, 224)
+        return options
     tokens = int(params[POSEMB_KEY].shape[1]) - (1 if class_token else 0)
     if grid is None:
         try:
@@ -69,6 +77,5 @@ def infer_options(params, *, source="checkpoint", grid=None):
             raise CheckpointError(f"{source!r}: {err} The image size cannot be read from the checkpoint.") from err
     if grid[0] * grid[1] != tokens:
         raise CheckpointError(f"{source!r}: the patch grid {tuple(grid)} does not match {tokens} position rows.")
-    step = stride * options["patch_size"]
     options["image_size"] = (int(grid[0]) * step, int(grid[1]) * step)
     return options

@@ -159,7 +159,8 @@ def fold_normalisation(params, mean, std, *, source="checkpoint"):
 
 def model_params(model):
     """The model's weights as {original key: numpy array}."""
-    return {key: np.asarray(variable.numpy()) for key, variable in checkpoint_variables(model).items()}
+    # float32 whatever the dtype policy: every format here stores float32 (bfloat16 has no numpy/.npz type).
+    return {key: np.asarray(variable.numpy(), np.float32) for key, variable in checkpoint_variables(model).items()}
 
 
 def save_pretrained(model, folder, format="timm"):

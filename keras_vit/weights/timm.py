@@ -77,7 +77,9 @@ def read(folder):
     act = args.get("act_layer")
     if act not in _ACT:
         raise CheckpointError(f"{folder!r} uses act_layer={act!r}; keras-vit has GELU only ('gelu', 'gelu_tanh').")
-    hidden = int(state["patch_embed.proj.weight"].shape[0]) if "patch_embed.proj.weight" in state else 0
+    if "patch_embed.proj.weight" not in state:
+        raise CheckpointError(f"{folder!r} ({arch}) is not a timm ViT: it has no patch_embed.proj.weight.")
+    hidden = int(state["patch_embed.proj.weight"].shape[0])
     params = to_original(
         state, _num_heads(args, arch, hidden, folder), source=folder, no_embed_class=args.get("no_embed_class")
     )
