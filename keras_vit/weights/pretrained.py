@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from keras_vit import files
+from keras_vit.models import VisionTransformer, ViTConfig
 from keras_vit.weights import keras_hub, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
@@ -85,8 +86,6 @@ def from_pretrained(source, **overrides):
     Raises:
         CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides.
     """
-    from keras_vit.models import VisionTransformer, ViTConfig
-
     ckpt = read_checkpoint(source)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
     name = overrides.pop("name", "vit")
@@ -102,12 +101,13 @@ def from_pretrained(source, **overrides):
 def load_weights(model, source, *, resize_method="zoom"):
     """Loads any supported checkpoint into a model the caller built (`create_model` / `VisionTransformer`).
 
-    Warns when the model's GELU form or LayerNorm epsilon differ from the checkpoint's (the outputs then differ
-    slightly from the original library's). Returns the `LoadReport` of `load_params`.
+    Warns when the model's GELU form or LayerNorm epsilon differ from what the checkpoint's config states (the
+    outputs then differ slightly from the original library's); an `.npz` states neither. Returns the `LoadReport`
+    of `load_params`.
     """
     ckpt = read_checkpoint(source)
     config = model.config
-    for field in ("gelu", "layer_norm_epsilon"):
+    for field in ("gelu", "layer_norm_epsilon") if ckpt.format != "npz" else ():
         want = ckpt.options[field]
         if getattr(config, field) != want:
             warnings.warn(
@@ -121,8 +121,6 @@ def load_weights(model, source, *, resize_method="zoom"):
 
 def _load(model, ckpt, *, caller, resize_method="zoom"):
     params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source)
-    from keras_vit.models import ViTConfig
-
     grid = ViTConfig(**ckpt.options).grid_size  # the checkpoint's own grid, which may not be square
     return load_params(
         model, params, source=ckpt.source, resize_method=resize_method, checkpoint_grid=grid, caller=caller
