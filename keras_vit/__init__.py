@@ -13,27 +13,25 @@ from keras_vit import _cli_mode, _tpu_runtime
 
 _tpu_runtime.disable_libtpu_without_tpu()
 
-if not _cli_mode.weights_cli_running():
+if not _cli_mode.weights_cli_running():  # importing the models registers the layers for keras.saving.load_model
     from keras_vit import layers
     from keras_vit.labels import decode_predictions, imagenet_class_names, imagenet_synsets
     from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
-    from keras_vit.weights import CheckpointError, load_npz
+    from keras_vit.weights import CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained
 else:  # `python -m keras_vit.weights`: the same names, imported on first use (keras_vit/_cli_mode.py says why)
 
     def __getattr__(name):
-        import importlib
-
-        if name == "layers":
-            return importlib.import_module("keras_vit.layers")
-        if name not in __all__:
-            raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
-        homes = {"CheckpointError": "keras_vit.weights", "load_npz": "keras_vit.weights"}
-        homes.update(
-            dict.fromkeys(("decode_predictions", "imagenet_class_names", "imagenet_synsets"), "keras_vit.labels")
-        )
-        return getattr(importlib.import_module(homes.get(name, "keras_vit.models")), name)
+        return _cli_mode.lazy_attribute("keras_vit", name, __all__, _HOMES, "keras_vit.models")
 
 
+# Where each public name lives, for the lazy path.
+_HOMES = {
+    "layers": "keras_vit.layers",
+    **dict.fromkeys(("decode_predictions", "imagenet_class_names", "imagenet_synsets"), "keras_vit.labels"),
+    **dict.fromkeys(
+        ("CheckpointError", "from_pretrained", "load_npz", "load_weights", "save_pretrained"), "keras_vit.weights"
+    ),
+}
 __version__ = "0.1.0"
 
 __all__ = [
@@ -43,9 +41,12 @@ __all__ = [
     "VisionTransformer",
     "create_model",
     "decode_predictions",
+    "from_pretrained",
     "get_variant",
     "imagenet_class_names",
     "imagenet_synsets",
     "layers",
     "load_npz",
+    "load_weights",
+    "save_pretrained",
 ]

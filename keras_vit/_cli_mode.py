@@ -17,3 +17,14 @@ def weights_cli_running():
     if sys.argv[:1] != ["-m"] or "-m" not in argv[:-1]:
         return False
     return argv[argv.index("-m") + 1] in WEIGHTS_CLI
+
+
+def lazy_attribute(package, name, public, homes, default_home):
+    """A package's public `name`, imported on first use from `homes[name]` (else `default_home`): its `__getattr__`."""
+    import importlib
+
+    if name not in public:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    home = homes.get(name, default_home)
+    module = importlib.import_module(home)
+    return module if home == f"{package}.{name}" else getattr(module, name)

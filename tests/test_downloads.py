@@ -448,3 +448,48 @@ def test_docs_catalogue_tables_are_the_cli_output():
         assert markdown_table(entries) in doc, (
             f"regenerate with: python -m keras_vit.weights list --markdown --family {family}"
         )
+
+
+# --- from_pretrained end to end: a name or a Hub id, downloaded from the loopback server, built and loaded -----------
+
+INTEROP = ROOT / "tests" / "fixtures" / "interop"
+
+
+def test_from_pretrained_of_a_catalogue_name_downloads_once_and_names_the_classes(server, env, tmp_path):
+    import keras_vit
+
+    entry = catalogue.get("vit_base_patch16_224.orig_in21k_ft_in1k")
+    # A tiny model with the entry's 1000-class head stands in for the real file (same layout, same key names).
+    model = keras_vit.create_model("testing", num_classes=1000)
+    rng = np.random.default_rng(0)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.1, w.shape).astype("float32"))
+    npz = keras_vit.save_pretrained(model, tmp_path / "tiny.npz", format="npz")
+    with open(npz, "rb") as f:
+        server.state.files["/" + entry.bucket + "/" + entry.object] = f.read()
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+
+    loaded = keras_vit.from_pretrained(entry.name)
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6)
+    assert loaded.class_names[:2] == ("tench", "goldfish") and len(loaded.class_names) == 1000
+    assert len(server.state.requests) == 1
+    again = keras_vit.from_pretrained("imagenet21k+imagenet2012/ViT-B_16-224.npz", num_classes=10)
+    assert len(server.state.requests) == 1  # the cache answered
+    assert again.class_names is None and again.get_layer("head").kernel.shape == (32, 10)
+
+
+@pytest.mark.parametrize(
+    ("repo", "fixture", "output"),
+    [
+        ("timm/vit_tiny_test", "timm_vit_tiny", "logits"),
+        ("google/vit-tiny-test", "hf_vit_for_image_classification", "logits"),
+    ],
+)
+def test_from_pretrained_of_a_hub_repo_gives_the_library_outputs(server, env, repo, fixture, output):
+    import keras_vit
+
+    folder = INTEROP / fixture
+    _hub_files(server, repo, "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"})
+    model = keras_vit.from_pretrained(f"hf://{repo}")
+    io_npz = np.load(folder / "io.npz")
+    np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)

@@ -102,7 +102,7 @@ def test_bad_init_and_non_divisible_image_size(tmp_path):
     with pytest.raises(FileNotFoundError, match="--init checkpoint not found"):
         build_model(_finetune_config(tmp_path / "missing.npz"), 3)
     (tmp_path / "weights.h5").write_bytes(b"x")
-    with pytest.raises(ValueError, match="expects a .npz or .keras"):
+    with pytest.raises(ValueError, match="is a file keras-vit does not read on its own; pass a .npz checkpoint"):
         build_model(_finetune_config(tmp_path / "weights.h5"), 3)
     with pytest.raises(ValueError, match="multiple of 8.*Nearest valid sizes: 48 or 56"):
         training.train(TrainConfig(dataset="synthetic", image_size=50, strategy="default"), str(tmp_path / "r"))

@@ -20,7 +20,11 @@ def _train_parser():
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, help="global batch size")
     parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"))
-    parser.add_argument("--init", help=".npz or .keras checkpoint to fine-tune from (a path or a gs:// URL)")
+    parser.add_argument(
+        "--init",
+        help="checkpoint to fine-tune from: a catalogue name (python -m keras_vit.weights list), hf://ORG/NAME, "
+        "an https:// or gs:// URL, or a .npz, .keras or timm/transformers/keras-hub folder",
+    )
     parser.add_argument("--data-dir", help="TFDS data directory (a path or a gs:// URL)")
     parser.add_argument("--dataset", help="digits, synthetic, tfds:NAME or folder:PATH")
     parser.add_argument(

@@ -35,7 +35,8 @@ class TrainConfig:
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
-        init: a `.npz` (original or big_vision layout) or `.keras` checkpoint to fine-tune from; position
+        init: the checkpoint to fine-tune from, any source `keras_vit.load_weights` takes (a catalogue name,
+            `hf://ORG/NAME`, a URL, a `.npz`, `.keras` or timm / transformers / keras-hub folder); position
             embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
             references' fine-tuning, unless `init_head` is set.
         init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 
 import keras
@@ -20,7 +19,6 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.models import flops
-from keras_vit.weights import checkpoint_variables
 from training import advice
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
@@ -377,28 +375,18 @@ def build_model(config, num_classes, class_names=None):
     return model
 
 
-def initialise_from(model, path):
-    """Loads a `.npz` (original/big_vision layout) or a `.keras` ViT into `model` for fine-tuning.
+def initialise_from(model, source):
+    """Loads the `--init` checkpoint into `model` for fine-tuning: the one place `--init` is read.
 
-    The one place `--init` is read: every checkpoint source the trainer accepts goes through here.
-
-    Position embeddings are interpolated to the model's patch grid and a head with another class count is left
-    at its fresh zero initialisation (`keras_vit.load_npz`'s rules); a `.keras` model goes through the same table.
+    Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
+    folder of timm / transformers / keras-hub layout. Position embeddings are interpolated to the model's patch
+    grid and a head with another class count is left at its fresh zero initialisation (`keras_vit.load_npz`'s
+    rules). Downloads are cached, so a resumed run does not fetch the checkpoint again.
     """
-    if not files.exists(path):
-        raise FileNotFoundError(f"--init checkpoint not found: {path!r}. Pass a .npz or .keras file.")
-    if path.endswith(".npz"):
-        return keras_vit.load_npz(model, path)
-    if path.endswith(".keras"):
-        source = keras.saving.load_model(path, compile=False)
-        if not isinstance(source, keras_vit.VisionTransformer):
-            raise ValueError(f"--init {path!r} is a {type(source).__name__}, not a keras_vit VisionTransformer.")
-        arrays = {key: np.asarray(v.numpy()) for key, v in checkpoint_variables(source).items()}
-        with tempfile.TemporaryDirectory() as tmp:
-            npz = os.path.join(tmp, "init.npz")
-            np.savez(npz, **arrays)
-            return keras_vit.load_npz(model, npz, checkpoint_grid=source.config.grid_size)
-    raise ValueError(f"--init expects a .npz or .keras file. Received: {path!r}")
+    try:
+        return keras_vit.load_weights(model, source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
 
 
 def evaluate(

@@ -122,6 +122,8 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
             skipped[key] = "the model has no head (num_classes=0)"
         elif key in table and key not in params:
             skipped[key] = "the checkpoint has no head; kept the zero-initialised head"
+    if POSEMB_KEY not in params and model.get_layer("posembed_input").kind == "sincos2d":
+        skipped[POSEMB_KEY] = "a fixed sin-cos table, computed by the model (big_vision stores none)"
     for key in ("pre_logits/kernel", "pre_logits/bias"):
         if key in params and key not in table:
             skipped[key] = "the model has no pre_logits layer (representation_size=None); dropped, as for fine-tuning"

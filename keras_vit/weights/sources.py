@@ -8,7 +8,7 @@
   installed;
 - `hf://ORG/NAME[@REVISION]` -> the repo's files through `huggingface_hub` into the Hub's own cache (HF_HOME,
   HF_HUB_CACHE, HF_ENDPOINT and HF_HUB_OFFLINE are read at call time) -> the local snapshot folder;
-- an existing local file or folder -> itself.
+- an existing local file or folder, or another `tf.io.gfile` URL (`ram://`, `s3://`) -> itself.
 Nothing here imports TensorFlow or Keras.
 """
 
@@ -56,8 +56,10 @@ def fetch(source, *, timeout=download.TIMEOUT_S):
         )
     if text.startswith("gs://"):
         return Fetched(_fetch_gcs(text, timeout), catalogue.find(text), text)
-    if files.is_remote(text):
-        raise ValueError(f"Cannot fetch {text!r}: only https://, http://, gs:// and hf:// URLs are downloaded.")
+    if files.is_remote(text):  # another tf.io.gfile scheme (ram://, s3://, ...): read where it is, never copied
+        if not files.exists(text):
+            raise FileNotFoundError(f"No such file: {text!r}.")
+        return Fetched(text, None, text)
     if os.path.exists(text):
         return Fetched(text, None, text)
     entry = catalogue.find(text)

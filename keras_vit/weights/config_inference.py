@@ -1,0 +1,81 @@
+"""The model a checkpoint describes, read from its tensors' shapes (original vit_jax layout).
+
+A bare `.npz` carries no configuration: the variant, image size, head, representation layer, class token, a
+hybrid's ResNet stages and the kind of position embedding (none stored: big_vision's fixed sin-cos table) all follow
+from which tensors exist and how they are shaped. The other formats call this
+too and then add what only their config files say (GELU form, LayerNorm epsilon, class names).
+"""
+
+import re
+
+from keras_vit.layers.position_embedding import infer_grid
+from keras_vit.weights.loading import POSEMB_KEY, CheckpointError
+
+
+def infer_options(params, *, source="checkpoint", grid=None):
+    """`ViTConfig` fields (as a dict) for original-layout `params`.
+
+    Args:
+        params: {original key: array}.
+        source: for messages.
+        grid: the patch grid (gh, gw) when the position embedding's is not square (a config file may say).
+
+    Returns:
+        A dict of `ViTConfig` fields. GELU and LayerNorm epsilon are the released checkpoints' (tanh, 1e-6);
+        the callers for other formats replace them with what the format's config states.
+    """
+    for key in ("embedding/kernel", "Transformer/encoder_norm/scale"):
+        if key not in params:
+            raise CheckpointError(
+                f"{source!r} is not a ViT checkpoint: it has no {key!r} (found {len(params)} tensors, e.g. "
+                f"{sorted(params)[:3]})."
+            )
+    kernel = params["embedding/kernel"]
+    hidden = int(kernel.shape[-1])
+    blocks = sorted({int(m.group(1)) for k in params if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    if not blocks:
+        raise CheckpointError(f"{source!r} has no encoder blocks (Transformer/encoderblock_0/...).")
+    query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+    mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"]
+    class_token = "cls" in params
+    options = dict(
+        patch_size=int(kernel.shape[0]),
+        channels=int(kernel.shape[2]),
+        hidden_size=hidden,
+        num_layers=len(blocks),
+        num_heads=int(query.shape[1]),
+        mlp_dim=int(mlp.shape[1]),
+        num_classes=int(params["head/bias"].shape[0]) if "head/bias" in params else 0,
+        representation_size=int(params["pre_logits/bias"].shape[0]) if "pre_logits/bias" in params else None,
+        class_token=class_token,
+        pooling="token" if class_token else "gap",
+        position_embedding="learned",
+        layer_norm_epsilon=1e-6,
+        gelu="tanh",
+    )
+    stride = 1
+    if "conv_root/kernel" in params:
+        stages = []
+        while any(k.startswith(f"block{len(stages) + 1}/") for k in params):
+            prefix = f"block{len(stages) + 1}/"
+            stages.append(len({k.split("/")[1] for k in params if k.startswith(prefix)}))
+        options["resnet_layers"] = tuple(stages)
+        options["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
+        stride = 4 * 2 ** (len(stages) - 1)
+    step = stride * options["patch_size"]
+    if POSEMB_KEY not in params:
+        # big_vision's fixed 2-D sin-cos embedding is computed, not stored: any grid fits it exactly, so the image
+        # size is the config's, else ImageNet's usual 224 (override it freely).
+        options["position_embedding"] = "sincos2d"
+        options["image_size"] = (grid[0] * step, grid[1] * step) if grid else (224, 224)
+        return options
+    tokens = int(params[POSEMB_KEY].shape[1]) - (1 if class_token else 0)
+    if grid is None:
+        try:
+            grid = infer_grid(tokens)
+        except ValueError as err:
+            raise CheckpointError(f"{source!r}: {err} The image size cannot be read from the checkpoint.") from err
+    if grid[0] * grid[1] != tokens:
+        raise CheckpointError(f"{source!r}: the patch grid {tuple(grid)} does not match {tokens} position rows.")
+    options["image_size"] = (int(grid[0]) * step, int(grid[1]) * step)
+    return options
