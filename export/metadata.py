@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import io
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,8 @@ LABELS_FILE = "labels.txt"
 # TENSOR_AXIS_LABELS, Stats), so any metadata parser can read it.
 MIN_PARSER_VERSION = "1.0.0"
 OUTPUT_KINDS = ("probabilities", "logits")
+# The largest associated file read from a model's metadata: 21,843 ImageNet-21k class names take under 1 MB.
+MAX_ASSOCIATED_FILE_BYTES = 16 * 2**20
 
 
 @functools.lru_cache(maxsize=1)
@@ -250,10 +253,10 @@ def read_metadata(flatbuffer):
     )
     labels = None
     if labels_file is not None:
-        files = associated_files(flatbuffer)
-        if labels_file not in files:
-            raise ExportError(f"The metadata names {labels_file!r}, which is not in the model's associated files.")
-        labels = files[labels_file].decode("utf-8").splitlines()
+        try:
+            labels = read_associated_file(flatbuffer, labels_file).decode("utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise ExportError(f"The labels file {labels_file!r} is not UTF-8 ({err}); re-export the model.") from err
         while labels and not labels[-1].strip():
             labels.pop()
     out_name = _text(out.name)
@@ -294,12 +297,49 @@ def read_metadata(flatbuffer):
 
 
 def associated_files(flatbuffer):
-    """{name: bytes} of the zip appended to a TFLite model (empty when there is none)."""
+    """{name: bytes} of the zip appended to a TFLite model (empty when there is none). Decompresses every entry:
+    for this project's own models only; `read_associated_file` reads one entry of an untrusted model."""
     try:
         with zipfile.ZipFile(io.BytesIO(bytes(flatbuffer))) as zf:
             return {info.filename: zf.read(info) for info in zf.infolist()}
     except zipfile.BadZipFile:
         return {}
+
+
+def read_associated_file(flatbuffer, name, max_bytes=MAX_ASSOCIATED_FILE_BYTES):
+    """The bytes of the associated file `name` of a TFLite model, the only entry of its zip that is opened.
+
+    A model from elsewhere may carry a zip bomb (a few MB that decompress to GBs) in any entry: the others are
+    never decompressed, and this one is refused when its declared size is over `max_bytes` and read as a stream
+    of at most `max_bytes + 1` bytes (in case the declared size lies).
+
+    Raises:
+        ExportError: no such entry, or one over `max_bytes`, naming it and the fix.
+    """
+    too_big = (
+        f"The model's associated file {name!r} is over the {max_bytes}-byte limit for metadata files; it is not "
+        f"read. Re-export the model with `python -m export` (its metadata then holds one labels file)."
+    )
+    try:
+        with zipfile.ZipFile(io.BytesIO(bytes(flatbuffer))) as zf:
+            try:
+                info = zf.getinfo(name)
+            except KeyError:
+                raise ExportError(
+                    f"The metadata names {name!r}, which is not in the model's associated files."
+                ) from None
+            if info.file_size > max_bytes:
+                raise ExportError(too_big)
+            with zf.open(info) as entry:
+                data = entry.read(max_bytes + 1)
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as err:
+        raise ExportError(
+            f"Cannot read the associated file {name!r} of the model ({type(err).__name__}: {err}). Re-export the "
+            f"model with `python -m export`."
+        ) from err
+    if len(data) > max_bytes:
+        raise ExportError(too_big)
+    return data
 
 
 def with_metadata(flatbuffer, labels, image_size, input_dtype, output_kind, **descriptive):

@@ -7,6 +7,10 @@ decoded by Pillow, which reads far more formats than TensorFlow's decoders (TIFF
 
 What the reader does, in this order:
 
+- **Reads only regular files, and at most `MAX_IMAGE_BYTES`** (`read_file`): a FIFO or a device (a link to
+  /dev/zero) is refused without being opened, and the size is checked before reading, so an untrusted folder
+  cannot block the reader or fill the memory. Pillow's pixel limit (`PIL.Image.MAX_IMAGE_PIXELS`) then applies
+  to what is decoded.
 - **Reads every pixel** (`Image.load`): a truncated or corrupt file is an `ImageReadError` naming the file;
   Pillow's `LOAD_TRUNCATED_IMAGES` is never turned on. Animated GIF/WebP/APNG and multi-page TIFF give their
   first frame, as `tf.io.decode_image(..., expand_animations=False)` does.
@@ -27,6 +31,7 @@ Pillow is imported when a picture is read, so `import keras_vit` does not need i
 import concurrent.futures
 import io
 import os
+import stat
 
 import numpy as np
 
@@ -40,6 +45,12 @@ DEFAULT_BACKGROUND = "white"
 # with no decoder, WMF/EMF on Windows only, EPS/PS through Ghostscript): files with their extensions are not
 # pictures of a data set, so listing them would only fail the scan.
 _NOT_PICTURES = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF", "EPS"})
+
+# Bytes read of one image file at most (`read_file`): far above any photo a ViT is trained on (a 100-megapixel
+# PNG is about 60 MB), and small enough that eight parallel readers cannot exhaust a machine's memory.
+MAX_IMAGE_BYTES = 64 * 2**20
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device"}  # fmt: skip
 
 
 class ImageReadError(ValueError):
@@ -158,47 +169,99 @@ def decode_image(data, *, background=DEFAULT_BACKGROUND, channels=3, name="image
     return rgb
 
 
-def read_image(path, *, background=DEFAULT_BACKGROUND, channels=3):
-    """Reads one picture from a local path or a `tf.io.gfile` URL; see `decode_image`.
+def read_image(path, *, background=DEFAULT_BACKGROUND, channels=3, max_bytes=None):
+    """Reads one picture from a local path or a `tf.io.gfile` URL; see `decode_image` and `read_file`.
 
     Raises:
         FileNotFoundError: there is no file at `path`.
-        ImageReadError: the file is not a readable picture (the message names it).
+        ImageReadError: the file is not a readable picture, not a regular file, or larger than `max_bytes`
+            (the message names it).
     """
     path = os.fspath(path)
-    return decode_image(_read_file(path), background=background, channels=channels, name=path)
+    return decode_image(read_file(path, max_bytes), background=background, channels=channels, name=path)
 
 
-def _read_file(path):
-    try:
-        return files.read_bytes(path)  # no separate existence check: this runs once per image per epoch
-    except (FileNotFoundError, IsADirectoryError) as err:
-        raise FileNotFoundError(f"No image file at {path!r}.") from err
-    except Exception as err:
-        if not files.is_remote(path) or files.isfile(path):  # gfile raises NotFoundError for a missing URL
-            raise
-        raise FileNotFoundError(f"No image file at {path!r}.") from err
+def _size_error(path, size, limit):
+    reason = f"{size} bytes, over the {limit}-byte limit per image"
+    return ImageReadError(
+        f"The image file {path!r} holds {reason}; it is read only up to that limit. Shrink the file, or raise the "
+        f"limit (--set max_image_bytes=N for training, keras_vit.images.MAX_IMAGE_BYTES) if it is trusted.",
+        reason,
+    )
 
 
-def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None):
+def read_file(path, max_bytes=None):
+    """The bytes of an image file, read only if it is a regular file of at most `max_bytes` bytes.
+
+    A FIFO, socket or device (a link to /dev/zero, say) would block the reader or never end, and a huge file
+    would be read whole before Pillow's pixel limit could refuse it: so the file's type and size are checked
+    before it is opened, and at most `max_bytes + 1` bytes are read (a file that grows meanwhile is still caught).
+
+    Args:
+        path: a local path or a `tf.io.gfile` URL (an object store holds only regular files).
+        max_bytes: the size limit; None for `MAX_IMAGE_BYTES`.
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        ImageReadError: not a regular file, or over the limit (the message names the file).
+    """
+    limit = MAX_IMAGE_BYTES if max_bytes is None else int(max_bytes)
+    path = os.fspath(path)
+    if files.is_remote(path):  # an object store holds regular files only; the read is bounded all the same
+        try:
+            with files.open(path, "rb") as f:  # no separate existence check: this runs once per image per epoch
+                data = f.read(limit + 1)
+        except Exception as err:
+            if files.isfile(path):  # gfile raises NotFoundError for a missing URL
+                raise
+            raise FileNotFoundError(f"No image file at {path!r}.") from err
+    else:
+        try:
+            info = os.stat(path)  # follows links: the type and size of what would be read
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"No image file at {path!r}.") from err
+        if not stat.S_ISREG(info.st_mode):
+            if stat.S_ISDIR(info.st_mode):
+                raise FileNotFoundError(f"No image file at {path!r} (it is a directory).")
+            kind = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            raise ImageReadError(
+                f"{path!r} is {kind}, not a regular file; it is not opened (reading it could block or never end). "
+                f"Remove it, or replace it with the image file itself.",
+                f"{kind}, not a regular file",
+            )
+        if info.st_size > limit:
+            raise _size_error(path, info.st_size, limit)
+        # O_NONBLOCK: if a FIFO replaced the file since the stat, opening it still returns at once.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ImageReadError(f"{path!r} is not a regular file; it is not read.", "not a regular file")
+            data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _size_error(path, f"more than {limit}", limit)
+    return data
+
+
+def find_unreadable(paths, *, background=DEFAULT_BACKGROUND, workers=None, max_bytes=None):
     """[(path, reason)] of the files `read_image` rejects, in the order of `paths`.
 
     Every file is read and decoded in full, so whatever passes here also decodes during training. Pillow
     decodes outside the GIL, so the files are read by a pool of threads (`workers`, default: the CPU count).
     """
-    return [(path, reason) for path, (reason, _) in zip(paths, scan_images(paths, background=background,
-                                                                           workers=workers)) if reason]  # fmt: skip
+    scan = scan_images(paths, background=background, workers=workers, max_bytes=max_bytes)
+    return [(path, reason) for path, (reason, _) in zip(paths, scan) if reason]
 
 
-def scan_images(paths, *, background=DEFAULT_BACKGROUND, workers=None):
-    """[(reason or None, kind)] for each of `paths`, in order: `find_unreadable`'s check, and the file's kind:
+def scan_images(paths, *, background=DEFAULT_BACKGROUND, workers=None, max_bytes=None):
+    """[(reason or None, kind)] for each of `paths`, in order: `find_unreadable`'s check (files are read through
+    `read_file`, so a FIFO, a device or a file over `max_bytes` is a reason, never a hang), and the file's kind:
     "plain_jpeg" (TensorFlow's JPEG decoder reads it to the same pixels as `read_image`: see `plain_jpeg`),
     "jpeg" (JPEG bytes that only `read_image` reads right) or "other"."""
     resolve_background(background)  # a bad option is one error, not one per file
 
     def check(path):
         try:
-            data = _read_file(os.fspath(path))
+            data = read_file(os.fspath(path), max_bytes)
             decode_image(data, background=background, name=path)
         except ImageReadError as err:
             return err.reason, "other"

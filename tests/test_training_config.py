@@ -64,9 +64,9 @@ def test_bad_overrides_say_what_is_known():
         get_config("nope")
     with pytest.raises(ValueError, match="Unknown optimizer 'adam'"):
         TrainConfig(optimizer="adam")
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         TrainConfig(batch_size=0)
-    with pytest.raises(ValueError, match="num_calibration must be <= 512"):
+    with pytest.raises(ValueError, match="num_calibration must be an integer >= 1 and <= 512"):
         TrainConfig(num_calibration=1000)
 
 

@@ -13,6 +13,8 @@ import types
 import typing
 from typing import Literal, Union
 
+from training.ranges import check_range
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -32,6 +34,10 @@ class TrainConfig:
             an (R, G, B) triple (see `keras_vit.images`; predict and inspect take the same option).
         skip_unreadable_images: a `folder:` dataset is decoded in full before training; False stops with the
             list of unreadable files, True leaves them out with a warning that counts and names them.
+        follow_symlinks: follow symbolic links of a `folder:` dataset that point outside its folder (links
+            inside it are always followed; without this, one pointing outside stops the run before training).
+        max_image_bytes: the largest image file of a `folder:` dataset read, in bytes; a larger one (or a FIFO or
+            device, whatever its size) is unreadable, so a link to /dev/zero cannot fill the memory.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
         image_size: model input size in pixels (images are resized to it).
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
@@ -102,6 +108,8 @@ class TrainConfig:
     shuffle_buffer: int | None = None
     image_background: object = "white"  # "white", "black" or (R, G, B)
     skip_unreadable_images: bool = False
+    follow_symlinks: bool = False
+    max_image_bytes: int = 64 * 2**20  # keras_vit.images.MAX_IMAGE_BYTES
     variant: str = "testing"
     image_size: int = 32
     model: dict = dataclasses.field(default_factory=dict)
@@ -155,29 +163,13 @@ class TrainConfig:
             raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
         _check_field_types(self)  # before the range checks below, which would fail on a string with a TypeError
         _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
-        for name in ("batch_size", "epochs", "image_size", "steps_per_execution"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
-        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
-            raise ValueError(f"steps_per_epoch must be positive or None. Received: {self.steps_per_epoch!r}")
+        for field in dataclasses.fields(self):
+            check_range(field.name, getattr(self, field.name))
+        for key, value in self.model.items():
+            check_range(f"model.{key}", value)
         from keras_vit.images import resolve_background  # here: the config module imports nothing heavy
 
         resolve_background(self.image_background)
-        if not isinstance(self.skip_unreadable_images, bool):
-            raise ValueError(f"skip_unreadable_images must be True or False. Received: {self.skip_unreadable_images!r}")
-        if not 0.0 < self.holdout_fraction < 1.0:
-            raise ValueError(f"holdout_fraction must be in (0, 1). Received: {self.holdout_fraction}")
-        if not (isinstance(self.mixup_alpha, (int, float)) and self.mixup_alpha >= 0.0):
-            raise ValueError(
-                f"mixup_alpha is a Dirichlet concentration >= 0 (0.2 in big_vision's ImageNet "
-                f"recipes, 0 for no Mixup). Received: mixup_alpha={self.mixup_alpha!r}"
-            )
-        if not isinstance(self.mixup_images, int) or self.mixup_images < 2:
-            raise ValueError(
-                f"mixup_images must be an integer >= 2 (2 for standard Mixup). "
-                f"Received: mixup_images={self.mixup_images!r}"
-            )
         if self.eval_resize_small is not None and (
             not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size
         ):
@@ -185,23 +177,11 @@ class TrainConfig:
                 f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
                 f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}"
             )
-        if self.randaugment is not None and (
-            len(tuple(self.randaugment)) != 2
-            or not isinstance(self.randaugment[0], int)
-            or self.randaugment[0] < 1
-            or self.randaugment[1] < 0
-        ):
-            raise ValueError(
-                f"randaugment is (num_layers >= 1, magnitude >= 0) on big_vision's 0-10 level "
-                f"scale, e.g. (2, 10), or None. Received: randaugment={self.randaugment!r}"
-            )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
             raise ValueError(
                 f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
                 f"split. Received: extra_evals={self.extra_evals!r}; use extra_evals={{}}."
             )
-        if self.num_calibration > 512:
-            raise ValueError(f"num_calibration must be <= 512. Received: {self.num_calibration}")
         object.__setattr__(self, "model", dict(self.model))
         object.__setattr__(self, "extra_evals", dict(self.extra_evals))
         object.__setattr__(self, "crop_area", tuple(self.crop_area))
@@ -475,4 +455,6 @@ def parse_overrides(items):
                 f"Unknown training option {key!r} in --set {item}. Known options: "
                 f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override."
             )
+    for key, value in overrides.items():  # at parse time: a bad value stops the run before any work
+        check_range(key, value)
     return overrides

@@ -12,6 +12,7 @@ Augmentation lives here, never in the model (TPU-friendly).
 """
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable
 
@@ -69,10 +70,13 @@ def load_source(
     seed=0,
     image_background=keras_vit.images.DEFAULT_BACKGROUND,
     skip_unreadable_images=False,
+    follow_symlinks=False,
+    max_image_bytes=None,
 ):
     """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input.
 
-    `image_background` and `skip_unreadable_images` apply to `folder:` datasets (see `TrainConfig`).
+    `image_background`, `skip_unreadable_images`, `follow_symlinks` and `max_image_bytes` apply to `folder:`
+    datasets (see `TrainConfig`).
     """
     if dataset == "digits":
         return _digits(holdout_fraction)
@@ -81,7 +85,14 @@ def load_source(
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
         return _tfds(dataset[len("tfds:") :], data_dir, train_split, eval_split)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
-        return _folder(dataset[len("folder:") :], holdout_fraction, image_background, skip_unreadable_images)
+        return _folder(
+            dataset[len("folder:") :],
+            holdout_fraction,
+            image_background,
+            skip_unreadable_images,
+            follow_symlinks,
+            max_image_bytes,
+        )
     raise ValueError(f"Unknown dataset {dataset!r}. Use {_DATASET_FORMS}.")
 
 
@@ -235,7 +246,7 @@ def _bytes_decoder(background):
     return decode
 
 
-def _path_decoder(background):
+def _path_decoder(background, max_bytes=None):
     """path tensor -> uint8 (H, W, 3), decoded by `keras_vit.images.read_image`: the pixels predict sees.
 
     tf.io.decode_image would be faster but reads fewer formats (no TIFF; it sniffs the content, so a TIFF
@@ -245,7 +256,7 @@ def _path_decoder(background):
     """
 
     def read(path):
-        return keras_vit.images.read_image(_path_text(path), background=background)
+        return keras_vit.images.read_image(_path_text(path), background=background, max_bytes=max_bytes)
 
     def decode(path):
         image = tf.numpy_function(read, [path], tf.uint8, stateful=False, name="read_image")
@@ -302,11 +313,14 @@ def _tfds(name, data_dir, train_split, eval_split):
     return Source(train, heldout, num_train, num_heldout, class_names, _decode_encoded, decode_window=_window_encoded)
 
 
-def list_image_folder(path):
+def list_image_folder(path, follow_symlinks=False):
     """(paths, labels, class names) of a folder with one sub-folder of images per class.
 
     Every file whose extension is a format Pillow reads is listed (`keras_vit.images.image_suffixes()`:
-    .jpg, .png, .webp, .tif(f), .bmp, .gif, .ppm, ...); other files are ignored.
+    .jpg, .png, .webp, .tif(f), .bmp, .gif, .ppm, ...); other files are ignored. Class names are checked first
+    (`check_class_name`). A symbolic link (a class folder or a file) is followed when its target lies inside
+    `path`; one pointing outside it is refused unless `follow_symlinks`, so a data set cannot pull in files from
+    elsewhere on the machine (their pixels would land in samples/*.npz).
     """
     if not keras_vit.files.isdir(path):  # a local path or a gs:// URL
         raise FileNotFoundError(
@@ -314,6 +328,8 @@ def list_image_folder(path):
             f"(PATH/cat/1.jpg, PATH/dog/2.png, ...)."
         )
     class_names = [d for d in keras_vit.files.listdir(path) if keras_vit.files.isdir(keras_vit.files.join(path, d))]
+    for name in class_names:
+        check_class_name(name, path)
     suffixes = keras_vit.images.image_suffixes()
     paths, labels = [], []
     for label, name in enumerate(class_names):
@@ -321,6 +337,8 @@ def list_image_folder(path):
             if keras_vit.images.is_image_path(file, suffixes):
                 paths.append(file)
                 labels.append(label)
+    if not follow_symlinks and not keras_vit.files.is_remote(path):
+        _check_links_inside(path, [keras_vit.files.join(path, name) for name in class_names], paths)
     if not paths:
         raise ValueError(
             f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
@@ -329,12 +347,52 @@ def list_image_folder(path):
     return paths, np.asarray(labels, np.int64), class_names
 
 
-def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False):
+def check_class_name(name, path="."):
+    """Refuses a class folder name that cannot be one line of a labels file, naming it and the fix.
+
+    Labels files (the export's labels.txt, TFLite metadata) hold one name per line, so a name that
+    `str.splitlines` splits (a newline, U+2028, ...), a blank name, or one that is not UTF-8 (the file system's
+    bytes, which os.listdir hands back as surrogate escapes) would come back as other labels than were trained.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"The class folder {name!r} in {path!r} has a name that is not UTF-8 (its bytes: "
+            f"{os.fsencode(name)!r}); class names become labels. Rename the folder to a UTF-8 name."
+        ) from None
+    if name.splitlines() != [name] or not name.strip():
+        raise ValueError(
+            f"The class folder {name!r} in {path!r} has a name with a line break (or no visible character); class "
+            f"names are written one per line to labels files. Rename the folder to a one-line name."
+        )
+
+
+def _check_links_inside(root, class_dirs, paths):
+    """Raises if a class folder or a file listed under the local folder `root` resolves outside it."""
+    real_root = os.path.realpath(root)
+    outside = []
+    # os.walk follows no link below a class folder, so only class folders and links among the files can lead out.
+    for p in class_dirs + [p for p in paths if os.path.islink(p)]:
+        target = os.path.realpath(p)
+        if os.path.commonpath([real_root, target]) != real_root:
+            outside.append(f"{p!r} -> {target!r}")
+    if outside:
+        shown = ", ".join(outside[:3]) + (f" and {len(outside) - 3} more" if len(outside) > 3 else "")
+        raise ValueError(
+            f"{len(outside)} symbolic link(s) in {root!r} point outside it ({shown}); they are not followed. Copy "
+            f"the files into the folder, or, if their targets are trusted, allow them with "
+            f"--set follow_symlinks=True."
+        )
+
+
+def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False,
+            follow_symlinks=False, max_bytes=None):  # fmt: skip
     keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
-    paths, labels, class_names = list_image_folder(path)
+    paths, labels, class_names = list_image_folder(path, follow_symlinks)
     # Each file is decoded in full through the pipeline's reader, so a file that passes cannot fail mid-epoch
     # (unless it changes on disk in between); a bad one is named before training.
-    scan = keras_vit.images.scan_images(paths, background=background)
+    scan = keras_vit.images.scan_images(paths, background=background, max_bytes=max_bytes)
     bad = [(p, reason) for p, (reason, _) in zip(paths, scan) if reason]
     # JPEGs by their bytes that Pillow reads differently from TensorFlow: these few stay on the Pillow path.
     pillow_jpegs = [p for p, (reason, kind) in zip(paths, scan) if not reason and kind == "jpeg"]
@@ -370,7 +428,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
         num_train=len(train),
         num_heldout=len(heldout),
         class_names=class_names,
-        decode=_path_decoder(background),
+        decode=_path_decoder(background, max_bytes),
         train_arrays=(paths[train], labels[train]),
         decode_window=_path_window_decoder(background, pillow_jpegs),
     )

@@ -342,6 +342,8 @@ def source_of(config):
         seed=config.seed,
         image_background=config.image_background,
         skip_unreadable_images=config.skip_unreadable_images,
+        follow_symlinks=config.follow_symlinks,
+        max_image_bytes=config.max_image_bytes,
     )
 
 
