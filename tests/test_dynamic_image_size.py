@@ -137,12 +137,13 @@ def test_bilinear_option_equals_a_model_rebuilt_with_tf_resize():
     np.testing.assert_allclose(np.asarray(model(x)), np.asarray(rebuilt_at(model, (40, 56), reference)(x)), atol=1e-5)
 
 
-def test_fit_one_step_trains_the_stored_embedding():
+def test_fit_trains_the_stored_embedding_at_any_size():
     model = dynamic_model()
     before = stored_posemb(model).copy()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True))
     history = model.fit(images((40, 56), n=4), np.arange(4), batch_size=4, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+    assert np.isfinite(model.train_on_batch(images((48, 48), n=2), np.arange(2)))  # another size, same model
     assert stored_posemb(model).shape == before.shape and np.abs(stored_posemb(model) - before).max() > 0
 
 
@@ -187,16 +188,21 @@ def test_hybrid_uses_the_resnet_stride():
 def test_tflite_export_is_at_the_stored_size(tmp_path):
     import export
     from export.runners import TFLiteRunner
+    from export.saved_model import build_serving_module
 
     model = dynamic_model()
     report = export.export_model(model, tmp_path, formats=("tflite",), quantize=("float32",), tflite_output="logits",
                                  latency_runs=1, latency_warmup=0, max_verify_images=4)  # fmt: skip
     assert report["passed"] and report["model"]["image_size"] == [32, 32]
+    assert [a["name"] for a in report["artifacts"]] == ["model_float32.tflite"]
     assert any("dynamic_image_size=True" in note and "exported at 32x32" in note for note in report["notes"])
     runner = TFLiteRunner(path=tmp_path / "model_float32.tflite")
     assert list(runner.input["shape_signature"]) == [1, 32, 32, 3]
     x = images((32, 32), n=3)
     np.testing.assert_allclose(runner.outputs(x), np.asarray(model(x)), atol=1e-5, rtol=0)
+    # The SavedModel's signatures are traced at that size too (their serving signature resizes to it).
+    _, signatures = build_serving_module(model, [str(i) for i in range(10)])
+    assert signatures["model_space"].structured_input_signature[0][0].shape.as_list() == [None, 32, 32, 3]
 
 
 JAX_CHECK = textwrap.dedent("""

@@ -273,7 +273,8 @@ def create_model(variant="B/16", **overrides):
             8, 14, 16 or 32), "R50+B/16", "R26+S/32" (hybrids), "testing" (tiny), or a `ViTConfig`.
         **overrides: any `ViTConfig` field, e.g. `image_size=384` or `(h, w)`, `num_classes=10`,
             `pooling="gap"`, `representation_size=768`, `dropout_rate=0.1`, `stochastic_depth_rate=0.1`,
-            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, plus `name` and `class_names`
+            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, `dynamic_image_size=True` (any
+            image size, position embeddings interpolated at run time), plus `name` and `class_names`
             (one name per output class, kept in the model's config and `model.class_names`).
 
     Returns:
