@@ -185,6 +185,31 @@ def test_hybrid_uses_the_resnet_stride():
         model(np.zeros((1, 80, 128, 3), "float32"))
 
 
+def test_training_evaluate_takes_a_dynamic_model(tmp_path):
+    import json
+
+    import training
+    from training.trainer import build_model, source_of
+
+    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=8, num_samples=8,
+                                  model={"dynamic_image_size": True})  # fmt: skip
+    model = build_model(config, source_of(config).num_classes)
+    assert model.input_shape == (None, None, None, 3)
+    model.save(tmp_path / "model.keras")
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+    metrics = training.evaluate(str(tmp_path))
+    assert 0.0 <= metrics["top1"] <= 1.0 and np.isfinite(metrics["loss"])
+
+
+def test_inspection_runs_on_the_stored_grid():
+    from keras_vit.inspect.attention import attention_weights
+
+    model = dynamic_model()
+    fixed = rebuilt_at(model, (32, 32), stored_posemb(model))
+    x = images((32, 32))
+    np.testing.assert_allclose(attention_weights(model, x), attention_weights(fixed, x), atol=1e-6, rtol=0)
+
+
 def test_tflite_export_is_at_the_stored_size(tmp_path):
     import export
     from export.runners import TFLiteRunner
