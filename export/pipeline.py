@@ -22,6 +22,7 @@ from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
 from export.verify import BUDGETS, check_budget, compare
 from keras_vit import files
+from keras_vit.models.vision_transformer import fixed_size_model
 
 FORMATS = ("saved_model", "tflite")
 RANDOM_VERIFICATION_IMAGES = 32
@@ -109,6 +110,14 @@ def export_model(
     ):
         check_count(name, value, minimum, flag)
     notes = []
+    fixed = fixed_size_model(model)
+    if fixed is not model:
+        model = fixed
+        size = "x".join(str(d) for d in model.config.image_size)
+        notes.append(
+            f"exported at {size}, the model's image_size: it was built with dynamic_image_size=True, and TFLite "
+            "and the metadata need one input size (the SavedModel's serving signature resizes to it)"
+        )
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
         quantize = [q for q in tflite.QUANTIZATION_MODES if q not in tflite.CALIBRATED_MODES or has_representative]

@@ -7,6 +7,7 @@ from pathlib import Path
 from export import preprocessing
 from export.io import replace_path
 from keras_vit import files
+from keras_vit.models.vision_transformer import fixed_size_model
 
 SERVING_KEY = "serving_default"
 MODEL_SPACE_KEY = "model_space"
@@ -23,12 +24,14 @@ def build_serving_module(model, labels, top_k=5):
     `probabilities`.
 
     Args:
-        model: a Keras classifier with a static (H, W, 3) input and logits output.
+        model: a Keras classifier with a static (H, W, 3) input and logits output; a keras_vit model built with
+            `dynamic_image_size=True` is served at its `image_size` (the signature resizes every image to it).
         labels: class names, one per model output.
         top_k: how many classes the serving signature returns (capped at the class count).
     """
     import tensorflow as tf
 
+    model = fixed_size_model(model)
     height, width, channels = model.input_shape[1:]
     num_classes = int(model.output_shape[-1])
     if len(labels) != num_classes:

@@ -19,6 +19,7 @@ from export import metadata as tflite_metadata
 from export import preprocessing
 from export.errors import ExportError, check_choices
 from export.flatbuffer import non_builtin_ops, read_ops
+from keras_vit.models.vision_transformer import fixed_size_model
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul")
 # The modes whose activation ranges are calibrated on representative images.
@@ -52,16 +53,19 @@ def check_output(output):
 def frozen_function(model, dynamic_batch=False, output="logits"):
     """Traces `model` at its input size (batch 1, or dynamic) and freezes its variables into constants.
 
-    `output="probabilities"` appends a softmax over the logits (one SOFTMAX op in the TFLite model).
+    `output="probabilities"` appends a softmax over the logits (one SOFTMAX op in the TFLite model). A keras_vit
+    model built with `dynamic_image_size=True` is traced at its stored `image_size` (`fixed_size_model`).
     """
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+    model = fixed_size_model(model)
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])
     if any(d is None for d in shape[1:]):
         raise ExportError(
             f"TFLite export needs a static image size; the model's input shape is {model.input_shape}. "
-            "Build the model with a fixed image_size."
+            "Build the model with a fixed image_size (a keras_vit model with dynamic_image_size=True is exported "
+            "at its image_size)."
         )
 
     @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
@@ -88,7 +92,8 @@ def convert(
     """Converts a Keras model to a TFLite flatbuffer with builtin ops only, with TFLite metadata embedded.
 
     Args:
-        model: Keras model, NHWC float input in [-1, 1] at a static size, logits out.
+        model: Keras model, NHWC float input in [-1, 1] at a static size, logits out; a keras_vit model built
+            with `dynamic_image_size=True` is exported at its `image_size`.
         quantize: "float32", "float16" (float16 weights), "dynamic_int8" (int8 weights, float activations),
             "int8" (full integer: int8 weights and activations, calibrated on `representative_images`; for
             integer-only accelerators), or "int8_matmul" (calibrated int8 matmuls and convolutions, float
@@ -114,6 +119,8 @@ def convert(
     """
     import tensorflow as tf
 
+    # TFLite needs one input size, and the metadata states it: a dynamic-size model is exported at its image_size.
+    model = fixed_size_model(model)
     (quantize,) = check_quantization([quantize])
     check_output(output)
     num_classes = int(model.output_shape[-1])

@@ -436,7 +436,8 @@ def evaluate(
         print(f"[training] {placement.describe()}", flush=True)
     with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
-    config = config.replace(image_size=int(model.input_shape[1]))
+    if model.input_shape[1] is not None:  # a dynamic_image_size model is evaluated at its run's image_size
+        config = config.replace(image_size=int(model.input_shape[1]))
     source = source_of(config)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(

@@ -57,6 +57,9 @@ def token_layout(model):
     posemb = model.get_layer("posembed_input")
     grid = tuple(int(g) for g in posemb.grid_size)
     _, height, width, channels = model.input_shape
+    config = getattr(model, "config", None)
+    if (height is None or width is None) and getattr(config, "dynamic_image_size", False):
+        height, width = config.image_size  # inspected on the grid its position embeddings are stored for
     if height is None or width is None:
         raise ValueError(f"The model's input size must be fixed; received input_shape={model.input_shape}.")
     return TokenLayout(

@@ -63,10 +63,14 @@ class PatchEmbedding(keras.layers.Layer):
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
         x = x + self.bias
         _, gh, gw, d = x.shape
+        if gh is None or gw is None:  # an image size known only at run time (dynamic_image_size)
+            return ops.reshape(x, (ops.shape(x)[0], -1, d))
         return ops.reshape(x, (-1, gh * gw, d))
 
     def compute_output_shape(self, input_shape):
         b, h, w, _ = input_shape
+        if h is None or w is None:
+            return (b, None, self.hidden_size)
         return (b, (h // self.patch_size[0]) * (w // self.patch_size[1]), self.hidden_size)
 
     def get_config(self):

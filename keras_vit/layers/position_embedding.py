@@ -15,22 +15,45 @@ class PositionEmbedding(keras.layers.Layer):
     The paper's learned 1-D embedding is the default (initialised N(0, 0.02)). `kind="sincos2d"` gives
     big_vision's fixed 2-D sine-cosine table instead (not trained); its prefix (class) row is zero.
 
+    With `resize_method` set, the layer also takes images of other sizes: `call(tokens, images)` interpolates
+    the stored table from `grid_size` to the images' grid (height and width divided by `patch_stride`) inside
+    the graph, with the same weights `resize_position_embedding(..., method=resize_method)` computes offline,
+    so the result equals a model built at that size whose embedding was resized when loading. On the stored
+    grid the stored table is used as it is.
+
     Args:
         grid_size: (gh, gw), the patch grid the embedding is laid out on; kept so that a checkpoint
             made for another grid can be resized (`resize_position_embedding`).
         num_prefix_tokens: tokens before the patch tokens (1 for the class token, else 0).
         kind: "learned" or "sincos2d".
         initializer: initialiser of the learned table.
+        resize_method: None (a fixed grid) or one of RESIZE_METHODS: interpolate to the input's grid at run time.
+        patch_stride: (sh, sw), pixels of the `images` passed to `call` per patch; needed with `resize_method`.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", initializer=None, **kwargs):
+    def __init__(
+        self,
+        grid_size,
+        num_prefix_tokens=1,
+        kind="learned",
+        initializer=None,
+        resize_method=None,
+        patch_stride=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if kind not in ("learned", "sincos2d"):
             raise ValueError(f"kind must be 'learned' or 'sincos2d'. Received: kind={kind!r}")
+        if resize_method is not None and resize_method not in RESIZE_METHODS:
+            raise ValueError(f"resize_method must be None or one of {RESIZE_METHODS}. Received: {resize_method!r}")
+        if resize_method is not None and patch_stride is None:
+            raise ValueError("resize_method needs patch_stride, the pixels per patch of the images given to call().")
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.kind = kind
         self.initializer = keras.initializers.get(initializer or keras.initializers.RandomNormal(stddev=0.02))
+        self.resize_method = resize_method
+        self.patch_stride = None if patch_stride is None else _pair(patch_stride)
 
     def build(self, input_shape):
         num_tokens = self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
@@ -54,8 +77,27 @@ class PositionEmbedding(keras.layers.Layer):
             trainable=self.kind == "learned",
         )
 
-    def call(self, tokens):
-        return tokens + keras.ops.cast(self.pos_embedding, tokens.dtype)
+    def call(self, tokens, images=None):
+        table = self.pos_embedding
+        if images is not None and self.resize_method is not None:
+            table = self.table_for(images)
+        return tokens + keras.ops.cast(table, tokens.dtype)
+
+    def compute_output_shape(self, input_shape):
+        # Declared rather than traced: a symbolic trace (JAX's) cannot see that the image grid and the
+        # token count agree.
+        return input_shape
+
+    def table_for(self, images):
+        """The embedding (1, prefix + gh' * gw', D) for the patch grid of `images` (B, H, W, C)."""
+        shape = keras.ops.shape(images)
+        grid = (shape[1] // self.patch_stride[0], shape[2] // self.patch_stride[1])
+        # Static sizes (eager, JAX, a fixed-size trace) on the stored grid: the variable itself, bit for bit.
+        if all(isinstance(g, int) for g in grid) and tuple(grid) == self.grid_size:
+            return self.pos_embedding
+        return resize_position_embedding_in_graph(
+            self.pos_embedding, grid, self.grid_size, self.num_prefix_tokens, self.resize_method
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -65,7 +107,16 @@ class PositionEmbedding(keras.layers.Layer):
             kind=self.kind,
             initializer=keras.initializers.serialize(self.initializer),
         )
+        if self.resize_method is not None:
+            config.update(resize_method=self.resize_method, patch_stride=list(self.patch_stride))
         return config
+
+
+def _pair(value):
+    pair = (value, value) if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(pair) != 2 or min(pair) <= 0:
+        raise ValueError(f"patch_stride must be a positive int or a pair of them. Received: {value!r}")
+    return pair
 
 
 def sincos_2d_table(grid_size, width, temperature=10_000.0):
@@ -163,3 +214,70 @@ def _keys_cubic(t, a=-0.5):
         (a + 2) * t**3 - (a + 3) * t**2 + 1,
         np.where(t < 2, a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a, 0.0),
     )
+
+
+def resize_position_embedding_in_graph(posemb, new_grid, old_grid, num_prefix_tokens=1, method="zoom"):
+    """`resize_position_embedding` with keras.ops, for a target grid known only at run time.
+
+    Each axis is resampled as a sum over a few taps, `take(grid, index) * weight`, whose indices and weights are
+    the non-zero entries of the offline interpolation matrix; gathers and elementwise products rather than
+    matrix products keep the result at float32 rounding of the offline one on every device (a matmul may run
+    in TF32 or bfloat16 on accelerators), and reproduce the table exactly where the grid is unchanged.
+
+    Args:
+        posemb: tensor (1, prefix + gh * gw, D).
+        new_grid: (gh', gw'), Python ints or scalar int tensors.
+        old_grid: (gh, gw), Python ints.
+        num_prefix_tokens: rows kept as they are (the class token).
+        method: one of RESIZE_METHODS.
+
+    Returns:
+        float32 tensor (1, prefix + gh' * gw', D).
+    """
+    ops = keras.ops
+    posemb = ops.cast(posemb, "float32")
+    width = posemb.shape[-1]
+    prefix = posemb[:, :num_prefix_tokens]
+    grid = ops.reshape(posemb[0, num_prefix_tokens:], (old_grid[0], old_grid[1], width))
+    for axis in (0, 1):
+        taps = _taps(old_grid[axis], new_grid[axis], method)
+        shape = (-1, 1, 1) if axis == 0 else (1, -1, 1)
+        resampled = None
+        for index, weight in taps:
+            term = ops.take(grid, index, axis=axis) * ops.reshape(weight, shape)
+            resampled = term if resampled is None else resampled + term
+        grid = resampled
+    return ops.concatenate([prefix, ops.reshape(grid, (1, -1, width))], axis=1)
+
+
+def _taps(n_in, n_out, method):
+    """[(index int32 (n_out,), weight float32 (n_out,))]: the rows of `_interpolation_matrix` as taps."""
+    ops = keras.ops
+    out = ops.cast(ops.arange(n_out), "float32")
+    if method == "zoom":
+        src = out * float(n_in - 1) / ops.cast(ops.maximum(n_out - 1, 1), "float32")
+    else:
+        src = (out + 0.5) * float(n_in) / ops.cast(n_out, "float32") - 0.5
+    if method == "bicubic":
+        base = ops.floor(src)
+        taps = []
+        for offset in (-1, 0, 1, 2):
+            index = base + offset
+            inside = ops.logical_and(index >= 0, index <= n_in - 1)
+            weight = ops.where(inside, _keys_cubic_ops(src - index), 0.0)
+            taps.append((ops.cast(ops.clip(index, 0, n_in - 1), "int32"), weight))
+        total = taps[0][1] + taps[1][1] + taps[2][1] + taps[3][1]
+        return [(index, weight / total) for index, weight in taps]
+    src = ops.clip(src, 0.0, float(n_in - 1))
+    lo = ops.floor(src)
+    frac = src - lo
+    lo = ops.cast(lo, "int32")
+    hi = ops.minimum(lo + 1, n_in - 1)
+    return [(lo, 1.0 - frac), (hi, frac)]
+
+
+def _keys_cubic_ops(t, a=-0.5):
+    t = keras.ops.abs(t)
+    near = (a + 2) * t**3 - (a + 3) * t**2 + 1
+    far = a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a
+    return keras.ops.where(t <= 1, near, keras.ops.where(t < 2, far, 0.0))

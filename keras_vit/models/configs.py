@@ -38,6 +38,11 @@ class ViTConfig:
         resnet_layers: stage depths of a hybrid's ResNet stem, e.g. (3, 4, 9); None for a plain ViT.
         resnet_width: width factor of the ResNet stem.
         dtype: a Keras dtype policy name such as "mixed_bfloat16"; None for the global policy.
+        dynamic_image_size: take images of any size whose sides are multiples of the patch (the input is
+            (None, None, C)); the position embeddings, stored for `image_size`, are interpolated to each input's
+            patch grid inside the graph. Learned position embeddings only.
+        dynamic_resize_method: the interpolation used then: "zoom" (corner-aligned linear, what the original
+            code and `load_npz` use when fine-tuning at another size), "bilinear" or "bicubic" (half-pixel).
     """
 
     image_size: tuple = (224, 224)
@@ -61,6 +66,8 @@ class ViTConfig:
     resnet_layers: tuple | None = None
     resnet_width: int = 1
     dtype: str | None = None
+    dynamic_image_size: bool = False
+    dynamic_resize_method: str = "zoom"
 
     def __post_init__(self):
         size = self.image_size

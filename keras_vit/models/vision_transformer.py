@@ -7,7 +7,7 @@ from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.position_embedding import RESIZE_METHODS, PositionEmbedding
 from keras_vit.layers.resnet import ResNetStage, StdConv2D
 from keras_vit.models.configs import ViTConfig, get_variant
 
@@ -54,6 +54,8 @@ class VisionTransformer(keras.Model):
         resnet_layers=None,
         resnet_width=1,
         dtype=None,
+        dynamic_image_size=False,
+        dynamic_resize_method="zoom",
         class_names=None,
         name="vit",
         **kwargs,
@@ -68,12 +70,14 @@ class VisionTransformer(keras.Model):
             attention_dropout_rate=attention_dropout_rate, stochastic_depth_rate=stochastic_depth_rate,
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, head_bias_init=head_bias_init,
             resnet_layers=resnet_layers, resnet_width=resnet_width, dtype=dtype,
+            dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method,
         )  # fmt: skip
         _validate(config)
         class_names = _check_class_names(class_names, config.num_classes)
         policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
 
-        images = keras.Input(shape=(*config.image_size, config.channels), name="images")
+        spatial = (None, None) if config.dynamic_image_size else config.image_size
+        images = keras.Input(shape=(*spatial, config.channels), name="images")
         x = images
         if config.resnet_layers is not None:
             x = _resnet_stem(x, config, policy)
@@ -81,9 +85,16 @@ class VisionTransformer(keras.Model):
         prefix = 1 if config.class_token else 0
         if config.class_token:
             x = ClassToken(name="cls", dtype=policy)(x)
-        x = PositionEmbedding(
-            config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy
-        )(x)
+        if config.dynamic_image_size:
+            step = config.feature_stride * config.patch_size
+            x = PositionEmbedding(
+                config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy,
+                resize_method=config.dynamic_resize_method, patch_stride=step,
+            )(x, images=images)  # fmt: skip
+        else:
+            x = PositionEmbedding(
+                config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy
+            )(x)
         x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
         for i in range(config.num_layers):
             x = EncoderBlock(
@@ -144,7 +155,12 @@ def _check_images(images, config, name):
     """Fails early, with the fix, on images the model would reject deep inside (or silently misread)."""
     shape = tuple(images.shape)
     want = (*config.image_size, config.channels)
-    expected = f"images shaped (batch, {want[0]}, {want[1]}, {want[2]}), NHWC float in [-1, 1]"
+    step = config.feature_stride * config.patch_size
+    if config.dynamic_image_size:
+        expected = f"images shaped (batch, height, width, {want[2]}), height and width multiples of {step}"
+    else:
+        expected = f"images shaped (batch, {want[0]}, {want[1]}, {want[2]})"
+    expected += ", NHWC float in [-1, 1]"
     if len(shape) != 4:
         raise ValueError(f"Model '{name}' expects {expected}. Received a tensor of rank {len(shape)}: {shape}.")
     if shape[3] is not None and shape[3] != want[2]:
@@ -153,11 +169,21 @@ def _check_images(images, config, name):
             f"Model '{name}' expects {want[2]} channels but received {shape[3]}: shape {shape}{fix}. "
             f"Expected {expected}."
         )
-    if shape[1:3] != want[:2] and None not in shape[1:3]:
+    if config.dynamic_image_size:
+        bad = [s for s in shape[1:3] if s is not None and (s <= 0 or s % step)]
+        if bad:
+            near = [max(step, s // step * step) for s in shape[1:3]]
+            raise ValueError(
+                f"Model '{name}' (dynamic_image_size=True) takes images whose height and width are multiples of "
+                f"{step} ({_step_reason(config)}), but received {shape[1]}x{shape[2]} (shape {shape}). "
+                f"Resize or crop them, e.g. to {near[0]}x{near[1]}."
+            )
+    elif shape[1:3] != want[:2] and None not in shape[1:3]:
         raise ValueError(
             f"Model '{name}' was built for {want[0]}x{want[1]} images but received {shape[1]}x{shape[2]} "
             f"(shape {shape}). Resize the images, or build a model for this size "
-            f"(create_model(..., image_size={shape[1:3]}) and load_npz, which interpolates position embeddings)."
+            f"(create_model(..., image_size={shape[1:3]}) and load_npz, which interpolates position embeddings), "
+            f"or one that takes any size (create_model(..., dynamic_image_size=True))."
         )
     dtype = keras.backend.standardize_dtype(images.dtype)
     if "int" in dtype or dtype == "bool":
@@ -165,6 +191,12 @@ def _check_images(images, config, name):
             f"Model '{name}' received {dtype} images; it expects float images scaled to [-1, 1]. "
             f"Convert first: images = (images.astype('float32') - 127.5) / 127.5."
         )
+
+
+def _step_reason(config):
+    if config.feature_stride == 1:
+        return f"patch_size={config.patch_size}"
+    return f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}"
 
 
 def _validate(config):
@@ -185,13 +217,8 @@ def _validate(config):
     step = config.feature_stride * config.patch_size
     for size, what in zip(config.image_size, ("height", "width")):
         if size <= 0 or size % step:
-            hint = (
-                f"patch_size={config.patch_size}"
-                if config.feature_stride == 1
-                else (f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}")
-            )
             raise ValueError(
-                f"The image {what} must be a positive multiple of {step} ({hint}). Received: "
+                f"The image {what} must be a positive multiple of {step} ({_step_reason(config)}). Received: "
                 f"image_size={config.image_size}. Nearest valid sizes: {max(step, size // step * step)} "
                 f"or {(size // step + 1) * step}."
             )
@@ -201,6 +228,16 @@ def _validate(config):
             raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
     if config.pooling == "token" and not config.class_token:
         raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
+    if config.dynamic_resize_method not in RESIZE_METHODS:
+        raise ValueError(
+            f"dynamic_resize_method must be one of {RESIZE_METHODS}. Received: {config.dynamic_resize_method!r}"
+        )
+    if config.dynamic_image_size and config.position_embedding != "learned":
+        raise ValueError(
+            f"dynamic_image_size=True interpolates learned position embeddings; position_embedding="
+            f"{config.position_embedding!r} is a fixed table. Build a model per image size "
+            f"(create_model(..., image_size=(h, w))) instead."
+        )
 
 
 def _check_class_names(class_names, num_classes):
@@ -236,7 +273,8 @@ def create_model(variant="B/16", **overrides):
             8, 14, 16 or 32), "R50+B/16", "R26+S/32" (hybrids), "testing" (tiny), or a `ViTConfig`.
         **overrides: any `ViTConfig` field, e.g. `image_size=384` or `(h, w)`, `num_classes=10`,
             `pooling="gap"`, `representation_size=768`, `dropout_rate=0.1`, `stochastic_depth_rate=0.1`,
-            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, plus `name` and `class_names`
+            `layer_norm_epsilon=1e-6`, `gelu="exact"`, `dtype="mixed_bfloat16"`, `dynamic_image_size=True` (any
+            image size, position embeddings interpolated at run time), plus `name` and `class_names`
             (one name per output class, kept in the model's config and `model.class_names`).
 
     Returns:
@@ -252,3 +290,17 @@ def create_model(variant="B/16", **overrides):
     class_names = overrides.pop("class_names", None)
     config = get_variant(variant).replace(**overrides)
     return VisionTransformer(**config.to_dict(), class_names=class_names, name=name)
+
+
+def fixed_size_model(model):
+    """`model` with a fixed (H, W, C) input at its `image_size`, for what needs static shapes (TFLite).
+
+    A model built with `dynamic_image_size=True` is rebuilt without it and given a copy of its weights; on its
+    stored grid it computes exactly what the dynamic model computes. Any other model is returned as it is.
+    """
+    config = getattr(model, "config", None)
+    if not isinstance(model, VisionTransformer) or not config.dynamic_image_size:
+        return model
+    fixed = VisionTransformer.from_config({**model.get_config(), "dynamic_image_size": False})
+    fixed.set_weights(model.get_weights())
+    return fixed
