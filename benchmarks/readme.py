@@ -77,7 +77,8 @@ def render(report):
         if ms:
             lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
-    for split in report.get("step_split", [])[-1:]:
+    splits = sorted(report.get("step_split", []), key=lambda split: split["bf16_speedup"])
+    for split in splits[(len(splits) - 1) // 2 :][:1]:  # the round of the median step speed-up, all its figures
         f32, bf16 = split["float32"], split["mixed_bfloat16"]
         lines += [
             "",
@@ -87,7 +88,13 @@ def render(report):
             f"{_num(f32['rest_ms'], 0)} ms; mixed_bfloat16 {_num(bf16['step_ms'], 0)} ms = matmuls "
             f"{_num(bf16['matmul_ms'], 0)} ms ({_num(bf16['matmul_gflops'], 0)} GFLOP/s) + the rest "
             f"{_num(bf16['rest_ms'], 0)} ms. bfloat16 speeds the matmuls up {_num(split['bf16_matmul_speedup'])}x and "
-            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x.",
+            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x"
+            + (
+                f" (the median round of {len(splits)}; the step's speed-up ranged "
+                f"{_num(splits[0]['bf16_speedup'])}-{_num(splits[-1]['bf16_speedup'])}x)."
+                if len(splits) > 1
+                else "."
+            ),
         ]
     missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
                if not info.get("available")]  # fmt: skip
