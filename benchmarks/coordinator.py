@@ -221,8 +221,8 @@ def phase_of(task, args):
 
 
 def _start_workers(impls, spec, options, report, unavailable, progress, phase):
-    # All of a phase's workers start at once: their imports (TensorFlow, JAX, torch: 5-15 s each) overlap instead
-    # of queueing, which on 2 cores saves about a minute per phase. Nothing is timed before every worker is idle.
+    # All of a phase's workers start at once: their imports (TensorFlow, JAX, torch: seconds each, mostly one core)
+    # overlap instead of queueing. Nothing is timed before every worker has said hello and sits idle.
     started = {}
     for impl in impls:
         log = os.path.join(options.out, f"worker_{impl.replace('-', '_')}_{phase.replace('/', '_')}.log")
