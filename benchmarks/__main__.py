@@ -6,19 +6,23 @@ timm DataLoader on the same synthetic JPEGs) and the input-wait share of a train
 are missing (torch, timm, keras-hub) are reported as not measured, with the reason. The run goes in phases
 (training, inference, TFLite, input pipeline, input wait), each with fresh workers and its own interleaved
 rounds, so only one phase's models are in memory at a time.
-Default: ViT-Ti/16, 224 px, batch 32, 2 rounds of short alternating measurements. Without BF16 instructions
-mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme README.md` rewrites the README's table from
-the run's report; `--advice training/backend_advice.json` records the training figures the trainer's backend
-advice reads (training/advice.py). A quick look:
+Default: ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements; every ratio is reported as its
+median with the min-max over rounds, and a target counts as met only when every round meets it. Without BF16
+instructions mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme docs/performance.md` rewrites the
+table between the benchmark-table markers of that file from the run's report; `--advice
+training/backend_advice.json` records the training figures the trainer's backend advice reads (training/advice.py).
+A quick look:
 `python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
 """
 
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from benchmarks import coordinator, readme, report
+from benchmarks.worker import IMPLS
 from keras_vit.files import atomic_write_text
 
 
@@ -36,7 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; ratios are taken per round")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds per phase; ratios are taken per round and reported as median (min-max), "
+                        "and a target is met only when every round meets it")  # fmt: skip
     p.add_argument(
         "--train-steps",
         type=int,
@@ -55,8 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
     p.add_argument(
         "--impls",
-        default=",".join(coordinator.IMPLS),
-        help="comma-separated subset of " + ",".join(coordinator.IMPLS) + " (keras-vit-jax and "
+        default=",".join(IMPLS),
+        help="comma-separated subset of " + ",".join(IMPLS) + " (keras-vit-jax and "
         "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)",
     )
     p.add_argument(
@@ -70,8 +76,8 @@ def parse_args(argv=None):
                    help="timed steps of a training run on the recipe's input stream (a keras-vit worker of its own) "
                         "that measures the share of step time spent waiting for input; 0 skips it")  # fmt: skip
     p.add_argument("--readme", default=None,
-                   help="rewrite the performance table between the benchmark-table markers of this README from "
-                        "the run's report")  # fmt: skip
+                   help="rewrite the performance table between the benchmark-table markers of this Markdown file "
+                        "(e.g. docs/performance.md) from the run's report")  # fmt: skip
     p.add_argument("--advice", default=None,
                    help="merge this run's training figures per keras-vit form into this advice file (the trainer "
                         "reads training/backend_advice.json to recommend a backend and resolve jit_compile='auto' "
@@ -97,15 +103,15 @@ def parse_args(argv=None):
         args.variant, args.image_size, args.batch = recipe.variant, recipe.image_size, recipe.batch_size
         args.model_overrides = dict(recipe.model)
     args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    unknown = [i for i in args.impls if i not in coordinator.IMPLS]
+    unknown = [i for i in args.impls if i not in IMPLS]
     if unknown or not args.impls:
-        p.error(f"--impls takes a subset of {','.join(coordinator.IMPLS)}; received {unknown or 'nothing'}")
+        p.error(f"--impls takes a subset of {','.join(IMPLS)}; received {unknown or 'nothing'}")
     if min(args.rounds, args.train_steps, args.infer_reps, args.latency_reps, args.tflite_reps, args.threads) < 1:
         p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
     if min(args.pipeline_batches, args.input_wait_steps) < 0:
         p.error("--pipeline-batches and --input-wait-steps must be >= 0 (0 skips that measurement)")
     if args.readme:
-        readme.check_markers(args.readme)  # a README without markers fails now, not after a 15-minute run
+        readme.check_markers(args.readme)  # a file without markers fails now, not after a 15-minute run
     return args
 
 
@@ -128,8 +134,10 @@ def record_advice(path, result):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     result = coordinator.run(args, progress=lambda line: print(line, flush=True))
+    result["command"] = shlex.join(["python", "-m", "benchmarks", *argv])  # what the table says it came from
     text = report.table(result)
     print("\n" + text)
     path = os.path.join(args.out, "report.json")

@@ -66,6 +66,7 @@ class KerasBench:
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
         self._pipeline, self._wait_state = None, {}
+        self._peak_state, self._split_state = {}, {}
         self.tflite_info = {}
 
     def float_model(self):
@@ -201,7 +202,7 @@ class KerasBench:
     def tflite_peak(self, threads):
         from benchmarks import tflite
 
-        return tflite.matmul_peak(threads)
+        return tflite.matmul_peak(threads, state=self._peak_state)
 
     def tflite_latency(self, mode, reps, warmup):
         return {"latency_ms": self._latency[mode].measure(reps, warmup), "threads": self._latency[mode].threads}
@@ -225,9 +226,9 @@ class KerasBench:
 
         if self.backend != "tensorflow":
             raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {self.backend}")
-        return split(
-            self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps, self.spec.get("overrides")
-        )
+        # This worker's own training models and the traced matmuls serve every round: only the first compiles.
+        return split(self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps,
+                     self.spec.get("overrides"), bench=self, state=self._split_state)  # fmt: skip
 
     def sizes(self):
         model = self.float_model()

@@ -1,14 +1,15 @@
-"""The README's performance table, rendered from a benchmark report and written between two marker comments.
+"""The performance table, rendered from a benchmark report and written between two marker comments of a Markdown file.
 
-`python -m benchmarks --readme README.md` runs the benchmark and rewrites the table; `python -m benchmarks.readme
-benchmark_results/report.json README.md` rewrites it from an existing report. Nothing in the table is typed by
-hand: every figure comes from the report's JSON.
+`python -m benchmarks --readme docs/performance.md` runs the benchmark and rewrites the table in that file;
+`python -m benchmarks.readme benchmark_results/report.json docs/performance.md` rewrites it from an existing report.
+Any file with the markers will do. Nothing in the table is typed by hand: every figure comes from the report's JSON.
 """
 
 import argparse
 import json
 import sys
 
+from benchmarks.report import target_state, with_spread
 from keras_vit.files import atomic_write_text
 
 START = "<!-- benchmark-table:start -->"
@@ -36,15 +37,17 @@ def _versions(report):
 
 
 def render(report):
-    """Markdown for the README: the machine, the fastest keras-vit form per measurement, the targets."""
+    """Markdown: the machine, the fastest keras-vit form per measurement, the ratios with their spread, the targets."""
     s, m, batch = report["settings"], report["machine"], report["spec"]["batch"]
     lines = [
-        f"Measured by `python -m benchmarks --readme README.md`: ViT {s['variant']} at {s['image_size']} px, "
+        f"Measured by `{report.get('command', 'python -m benchmarks')}`: ViT {s['variant']} at {s['image_size']} px, "
         f"batch {batch}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, on "
         f"{m.get('cpu_model', 'unknown')} ({m.get('usable_cpus', m.get('cpus'))} cores usable, {m['threads']} threads; "
         f"ISA {', '.join(m.get('isa_flags', [])) or 'none of note'}); load average {m['loadavg_start'][0]:.1f} at "
-        f"the start, {m['loadavg_end'][0]:.1f} at the end. Ratios are medians of per-round ratios; read them, not "
-        f"the absolute figures, on a shared machine. {_versions(report)}.",
+        f"the start, {m['loadavg_end'][0]:.1f} at the end. Each ratio is taken within a round and shown as the "
+        f"median over the rounds with their min-max in brackets; a target is met only when every round meets it "
+        f'("median only": the median does, some round does not). Read the ratios, not the absolute figures, on a '
+        f"shared machine. {_versions(report)}.",
         "",
         "| measurement | fastest keras-vit form (median) | other keras-vit forms | best keras-vit / keras-hub "
         "| best keras-vit / timm |",
@@ -57,7 +60,7 @@ def render(report):
             continue
         f = fastest[key]
         others = ", ".join(f"{name} {_num(v, 1)}" for name, v in f["all"].items() if name != f["form"]) or "-"
-        ratios = [_num(best.get(key, {}).get(o, {}).get("median")) for o in ("keras-hub", "timm")]
+        ratios = [with_spread(best.get(key, {}).get(o)) for o in ("keras-hub", "timm")]
         lines.append(f"| {title} | {f['form']} {_num(f['median'], 1)} | {others} | {ratios[0]} | {ratios[1]} |")
     median = report.get("median", {})
     pipe = median.get("pipeline/imagenet", {})
@@ -74,7 +77,8 @@ def render(report):
         if ms:
             lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
-    for split in report.get("step_split", [])[-1:]:
+    splits = sorted(report.get("step_split", []), key=lambda split: split["bf16_speedup"])
+    for split in splits[(len(splits) - 1) // 2 :][:1]:  # the round of the median step speed-up, all its figures
         f32, bf16 = split["float32"], split["mixed_bfloat16"]
         lines += [
             "",
@@ -84,7 +88,13 @@ def render(report):
             f"{_num(f32['rest_ms'], 0)} ms; mixed_bfloat16 {_num(bf16['step_ms'], 0)} ms = matmuls "
             f"{_num(bf16['matmul_ms'], 0)} ms ({_num(bf16['matmul_gflops'], 0)} GFLOP/s) + the rest "
             f"{_num(bf16['rest_ms'], 0)} ms. bfloat16 speeds the matmuls up {_num(split['bf16_matmul_speedup'])}x and "
-            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x.",
+            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x"
+            + (
+                f" (the median round of {len(splits)}; the step's speed-up ranged "
+                f"{_num(splits[0]['bf16_speedup'])}-{_num(splits[-1]['bf16_speedup'])}x)."
+                if len(splits) > 1
+                else "."
+            ),
         ]
     missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
                if not info.get("available")]  # fmt: skip
@@ -97,10 +107,9 @@ def render(report):
             "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
             "before: " + "; ".join(died) + ".",
         ]
-    lines += ["", "| target (issue 14) | bound | measured | met |", "|---|---|---|---|"]
+    lines += ["", "| target (issue 14) | bound | measured, median (min-max) | met (every round) |", "|---|---|---|---|"]
     for name, t in report.get("targets", {}).items():
-        state = "n/a" if t["met"] is None else ("yes" if t["met"] else "no")
-        lines.append(f"| {name} | {t['target']} | {_num(t['measured'], 3)} | {state} |")
+        lines.append(f"| {name} | {t['target']} | {with_spread(t, 3, key='measured')} | {target_state(t)} |")
     return "\n".join(lines)
 
 
@@ -127,7 +136,7 @@ def update(path, report):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.readme", description=__doc__.splitlines()[0])
     p.add_argument("report", help="a report.json written by `python -m benchmarks`")
-    p.add_argument("readme", help="the README.md whose table to rewrite")
+    p.add_argument("readme", help="the Markdown file (e.g. docs/performance.md) whose table to rewrite")
     args = p.parse_args(argv)
     with open(args.report, encoding="utf-8") as f:
         update(args.readme, json.load(f))

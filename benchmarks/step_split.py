@@ -48,8 +48,25 @@ def step_flops(shapes):
     return 3 * total
 
 
-def time_matmuls(shapes, dtype, reps):
-    """Median seconds of every forward and backward product of the step, run as one tf.function."""
+def time_matmuls(shapes, dtype, reps, state=None):
+    """Median seconds of every forward and backward product of the step, run as one tf.function.
+
+    `state` (a dict) keeps the operands and the traced function per dtype between calls.
+    """
+    state = {} if state is None else state
+    if dtype not in state:
+        state[dtype] = _matmul_function(shapes, dtype)
+    products, operands = state[dtype]
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        products(operands).numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _matmul_function(shapes, dtype):
+    """(traced function, its operands) computing every product of `shapes`; called once untimed."""
     import tensorflow as tf
 
     operands = []  # distinct tensors for every product: identical ones would be merged by grappler's CSE
@@ -75,12 +92,7 @@ def time_matmuls(shapes, dtype, reps):
         return tf.add_n(corners)
 
     products(operands).numpy()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        products(operands).numpy()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return products, operands
 
 
 def time_step(bench, precision, reps):
@@ -90,19 +102,27 @@ def time_step(bench, precision, reps):
     return bench.spec["batch"] / images_per_second
 
 
-def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None):
+def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None, bench=None, state=None):
+    """The split in float32 and mixed_bfloat16.
+
+    `bench` (a keras-vit `KerasBench` of the same model) and `state` (a dict) are kept between calls by the
+    benchmark's worker, so its later rounds reuse the compiled steps and the traced matmuls.
+    """
     from benchmarks.keras_impl import KerasBench
     from keras_vit.models import get_variant
 
+    if bench is None:
+        spec = {"variant": variant, "image_size": image_size, "batch": batch, "num_classes": 1000,
+                "overrides": overrides or {}}  # fmt: skip
+        bench = KerasBench("keras-vit", spec)
+    classes = bench.spec["num_classes"]
     c = get_variant(variant).replace(**(overrides or {}))
-    shapes = matmul_shapes(batch, image_size, c.patch_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_dim, 1000)
+    shapes = matmul_shapes(batch, image_size, c.patch_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_dim,
+                           classes)  # fmt: skip
     out = {"variant": variant, "image_size": image_size, "batch": batch, "matmul_flops": step_flops(shapes)}
-    spec = {"variant": variant, "image_size": image_size, "batch": batch, "num_classes": 1000,
-            "overrides": overrides or {}}  # fmt: skip
-    bench = KerasBench("keras-vit", spec)
     for precision, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
         step = time_step(bench, precision, reps)
-        matmuls = time_matmuls(shapes, dtype, reps)
+        matmuls = time_matmuls(shapes, dtype, reps, state)
         out[precision] = {
             "step_ms": step * 1e3,
             "matmul_ms": matmuls * 1e3,
