@@ -7,17 +7,48 @@ keras_vit.load_npz(model, "ViT-B_16.npz")
 ```
 """
 
+import importlib
+
+from keras_vit import _startup, _tpu_runtime
+
 # Before Keras imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
 # (keras_vit/_tpu_runtime.py). `python -m keras_vit.inspect` comes through here first too.
-from keras_vit import _tpu_runtime
-
 _tpu_runtime.disable_libtpu_without_tpu()
 
-from keras_vit import layers
-from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
-from keras_vit.weights import CheckpointError, load_npz
-
 __version__ = "0.1.0"
+
+
+def _load():
+    """Imports the public API (and with it Keras); registers the layers for `keras.saving.load_model`."""
+    # import_module, not `from keras_vit import layers`, which would ask __getattr__ below first.
+    layers = importlib.import_module("keras_vit.layers")
+    from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
+    from keras_vit.weights import CheckpointError, load_npz
+
+    globals().update(
+        layers=layers,
+        VARIANTS=VARIANTS,
+        VisionTransformer=VisionTransformer,
+        ViTConfig=ViTConfig,
+        create_model=create_model,
+        get_variant=get_variant,
+        CheckpointError=CheckpointError,
+        load_npz=load_npz,
+    )
+
+
+# `python -m training` and `python -m export` parse their arguments before Keras loads (keras_vit/_startup.py) and
+# call _load() after; every other import loads it all now.
+if not _startup.parses_first():
+    _load()
+
+
+def __getattr__(name):
+    if name in __all__:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+
 
 __all__ = [
     "VARIANTS",
