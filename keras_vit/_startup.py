@@ -8,6 +8,7 @@ line is starting and which one. The packages named in PARSE_FIRST then leave the
 """
 
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -40,8 +41,13 @@ def command_line():
     return None
 
 
+@functools.cache
 def parses_first():
-    """Whether a command line that parses its arguments before importing Keras is starting."""
+    """Whether this process is a command line that parses its arguments before importing Keras.
+
+    Decided once, by the first call (keras_vit/__init__, while `-m` locates the module), and remembered: the
+    packages imported later, from the command line's __main__, defer the same way until it loads them.
+    """
     name = command_line()
     return name is not None and name.split(".")[0] in PARSE_FIRST
 
