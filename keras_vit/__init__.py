@@ -8,9 +8,14 @@ keras_vit.load_npz(model, "ViT-B_16.npz")
 """
 
 import importlib
+import sys
 
 from keras_vit import _startup, _tpu_runtime
 
+# A command line of this project is starting (`python -m keras_vit.inspect`, `python -m training`, ...): its quiet
+# defaults (keras_vit/_startup.py) must be in place before Keras imports TensorFlow below. Imports never do this.
+if _startup.command_line() is not None:
+    _startup.configure(sys.argv[1:])
 # Before Keras imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
 # (keras_vit/_tpu_runtime.py). `python -m keras_vit.inspect` comes through here first too.
 _tpu_runtime.disable_libtpu_without_tpu()
