@@ -8,8 +8,9 @@ Examples:
 """
 
 import argparse
-import os
 import sys
+
+from keras_vit import _startup
 
 
 def _export_parser():
@@ -17,7 +18,8 @@ def _export_parser():
         prog="python -m export",
         description="Export a .keras model or a training workdir to SavedModel and TFLite, verify every "
         "artifact against the Keras model, and write report.json. "
-        "(`python -m export predict ARTIFACT IMAGE...` classifies images with any artifact.)",
+        "Subcommand: `python -m export predict ARTIFACT IMAGE...` classifies images with any artifact (see "
+        "`python -m export predict --help`).",
     )
     p.add_argument(
         "source",
@@ -58,7 +60,17 @@ def _export_parser():
     p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
     p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
+    _verbose_flag(p, "; the TFLite converter's output goes to the terminal instead of report.json")
     return p
+
+
+def _verbose_flag(parser, more=""):
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help=f"show TensorFlow's own log lines and Python's full warnings (hidden by default){more}",
+    )
 
 
 def _background(text):
@@ -84,23 +96,39 @@ def _predict_parser():
         help="colour transparent pixels are composited onto: white (default), black or R,G,B; use the "
         "training run's image_background",
     )
+    _verbose_flag(p)
     return p
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import export
+    _startup.configure(argv)
+    # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
+    from export.errors import ExportError
 
     try:
         if argv[:1] == ["predict"]:
             args = _predict_parser().parse_args(argv[1:])
+        else:
+            args = _export_parser().parse_args(argv)
+            if args.quantize is not None:
+                from export.tflite import check_quantization
+
+                check_quantization(args.quantize)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import export
+
+    export._load()
+    _startup.find_devices_quietly(sys.modules["tensorflow"])
+    try:
+        if argv[:1] == ["predict"]:
             results = export.predict(
                 args.artifact, args.images, args.top_k, args.labels, args.num_threads, args.background
             )
             print(export.format_predictions(results))
             return 0
-        args = _export_parser().parse_args(argv)
         report = export.export_path(
             args.source,
             out=args.out,
@@ -126,11 +154,9 @@ def main(argv=None):
                 )
                 if value is not None
             },
+            converter_output="terminal" if args.verbose else "report",
         )
-    except export.VerificationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except export.ExportError as exc:
+    except ExportError as exc:  # VerificationError included: its message holds the table
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a read-only or full disk: artifacts are staged, so the previous export is intact

@@ -18,7 +18,12 @@ def check_choices(values, allowed, what, example):
     values = list(values)
     unknown = [v for v in values if v not in allowed]
     if unknown or not values:
-        raise ExportError(f"Unknown {what} {unknown or values}. Choose from {', '.join(allowed)} (e.g. {example}).")
+        from keras_vit._names import did_you_mean
+
+        hints = "".join(did_you_mean(v, allowed) for v in unknown)
+        raise ExportError(
+            f"Unknown {what} {unknown or values}.{hints} Choose from {', '.join(allowed)} (e.g. {example})."
+        )
     return values
 
 

@@ -6,6 +6,7 @@ is built in a staging directory and then swapped in as a whole (`export.commit`)
 exports, interrupted or not, `out` holds exactly what its `report.json` lists.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from export.report import format_table
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from export.saved_model import save_saved_model
 from export.verify import BUDGETS, check_budget, compare
-from keras_vit import files
+from keras_vit import _startup, files
 from keras_vit.models.vision_transformer import fixed_size_model
 
 FORMATS = ("saved_model", "tflite")
@@ -56,6 +57,7 @@ def export_model(
     verification_set=None,
     tflite_output="probabilities",
     metadata=None,
+    converter_output="report",
 ):
     """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
 
@@ -83,6 +85,9 @@ def export_model(
             Library expect) or "logits".
         metadata: descriptive fields of the TFLite metadata: a dict with any of name, description, version,
             license, author (defaults in `export.metadata.build_metadata`).
+        converter_output: "report" keeps what the TFLite converter prints (from C++, on file descriptors 1 and
+            2: dozens of lines per model) in each artifact's "converter_output" in report.json; "terminal"
+            lets it through.
 
     Returns:
         The report dict (also written to `out/report.json`).
@@ -101,6 +106,7 @@ def export_model(
             f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
         )
     formats = check_formats(formats)
+    check_choices([converter_output], ("report", "terminal"), "converter_output", 'converter_output="terminal"')
     for name, value, minimum, flag in (
         ("num_threads", num_threads, 1, "--num-threads"),
         ("latency_runs", latency_runs, 1, "--latency-runs"),
@@ -194,10 +200,12 @@ def export_model(
             entry["passed"] = not entry["failures"]
             artifacts.append(entry)
         for mode in quantize:
-            flatbuffer = tflite.convert(
-                model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
-                metadata={"name": f"keras-vit {model.name}", **(metadata or {})},
-            )  # fmt: skip
+            keep = converter_output == "report"
+            with _startup.captured_native_output() if keep else contextlib.nullcontext([""]) as printed:
+                flatbuffer = tflite.convert(
+                    model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
+                    metadata={"name": f"keras-vit {model.name}", **(metadata or {})},
+                )  # fmt: skip
             name = f"model_{mode}.tflite"
             path = staging / name
             commit.write_staged(path, flatbuffer)
@@ -214,6 +222,7 @@ def export_model(
                 else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
             )  # fmt: skip
             entry["project_preprocessing"] = project
+            entry["converter_output"] = printed[0].splitlines()
             entry["failures"] += [f"project preprocessing: {f}" for f in check_budget(project, entry["budget"])]
             entry["passed"] = not entry["failures"]
             # The metadata as read back from the file; its labels are the report's own, so not repeated.

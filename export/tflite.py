@@ -19,7 +19,6 @@ from export import metadata as tflite_metadata
 from export import preprocessing
 from export.errors import ExportError, check_choices
 from export.flatbuffer import non_builtin_ops, read_ops
-from keras_vit.models.vision_transformer import fixed_size_model
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul")
 # The modes whose activation ranges are calibrated on representative images.
@@ -59,7 +58,7 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    model = fixed_size_model(model)
+    model = _fixed_size(model)
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])
     if any(d is None for d in shape[1:]):
         raise ExportError(
@@ -120,7 +119,7 @@ def convert(
     import tensorflow as tf
 
     # TFLite needs one input size, and the metadata states it: a dynamic-size model is exported at its image_size.
-    model = fixed_size_model(model)
+    model = _fixed_size(model)
     (quantize,) = check_quantization([quantize])
     check_output(output)
     num_classes = int(model.output_shape[-1])
@@ -250,3 +249,10 @@ def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io, output=
         "output": dict(tensor(out), meaning=output),
         "metadata": tflite_metadata.read_metadata(flatbuffer) is not None,
     }
+
+
+def _fixed_size(model):
+    # Imported here: `python -m export` checks --quantize with this module before Keras loads (keras_vit/_startup.py).
+    from keras_vit.models.vision_transformer import fixed_size_model
+
+    return fixed_size_model(model)

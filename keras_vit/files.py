@@ -270,6 +270,10 @@ _WRITE_PROBLEMS = {
 }
 
 
+def _is_local_file(path):
+    return isinstance(path, (str, os.PathLike)) and not is_remote(os.fspath(path)) and os.path.isfile(path)
+
+
 def describe_os_error(err, fix, full_disk_fix=None):
     """One line for an `OSError`: what failed, on which path, and `fix` (what the user can do about it).
 
@@ -282,6 +286,8 @@ def describe_os_error(err, fix, full_disk_fix=None):
     if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
         return str(err)
     path = err.filename if err.filename is not None else "?"
+    if err.errno in (errno.EEXIST, errno.ENOTDIR) and err.filename2 is None and _is_local_file(path):
+        return f"{path} is a file, not a directory: pass a directory path (or move the file away) and run again."
     problem = _WRITE_PROBLEMS.get(err.errno, err.strerror or str(err))
     line = f"{problem}: {path}"
     if err.filename2 is not None:

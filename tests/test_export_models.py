@@ -1,5 +1,7 @@
 """export/ on untrained models of two sizes, the TFLite options, and the flatbuffer readers."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -29,13 +31,28 @@ def check_report(report, expected_names):
             assert a["non_builtin_ops"] == [] and a["ops"]
 
 
-def test_testing_variant_float32_and_dynamic_int8(tmp_path):
+def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     model = fx.random_classifier("testing", head_scale=4.0)
     images = random_images(64, 32)
+    convert = export.tflite.convert
+
+    def convert_printing(*args, **kwargs):  # prints from below Python, as the C++ converter does
+        os.write(2, b"converter line on fd 2\n")
+        os.write(1, b"converter line on fd 1\n")
+        return convert(*args, **kwargs)
+
+    monkeypatch.setattr(export.tflite, "convert", convert_printing)
+    capfd.readouterr()
     report = export.export_model(
         model, tmp_path, quantize=("float32", "dynamic_int8"), heldout=(images, None), latency_runs=5
     )
     check_report(report, ["saved_model", "model_float32.tflite", "model_dynamic_int8.tflite"])
+    # What the converter prints from C++ (fds 1 and 2) is in the report, not on the terminal.
+    out, err = capfd.readouterr()
+    printed = [line for a in report["artifacts"] if a["format"] == "tflite" for line in a["converter_output"]]
+    assert printed.count("converter line on fd 2") == printed.count("converter line on fd 1") == 2
+    assert "converter line" not in out + err
+    assert not [line for line in printed if line.strip() and line in out + err]
     # The verification is independent of the report's own code path: rerun the written file.
     tflite = TFLiteRunner(path=tmp_path / "model_float32.tflite")
     x = export.to_model_space(images, (32, 32))

@@ -50,7 +50,7 @@ def test_colab_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, fixtures_dir,
     # of the kernel's process) would not reach. URL workdirs are covered by tests/test_remote_paths.py.
     workdir = str(tmp_path / "runs" / "cifar10")
     injected = nbformat.v4.new_code_cell(
-        f"SMOKE = True\nROUTE = {route!r}\nREPO_DIR = {str(ROOT)!r}\nWORKDIR = {workdir!r}\n"
+        f"SMOKE = True\nROUTE = {route!r}\nPACKAGE = {str(ROOT)!r}\nWORKDIR = {workdir!r}\n"
         f"DATA_DIR = {str(data_dir)!r}\nINIT = {str(fixtures_dir / 'vit_tiny_official.npz')!r}\nINSTALL = False\n",
         metadata={"tags": ["injected-parameters"]},
     )
@@ -66,3 +66,5 @@ def test_colab_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, fixtures_dir,
     assert "'top1':" in text and "'num_heldout': 24" in text  # the evaluate cell
     assert "status: PASSED" in text and "model_int8_matmul.tflite" in text
     assert images >= 4  # the inspection figures, read back from the workdir
+    # The notebook ran on the package pip installed (with its data files), not on the checkout.
+    assert (tmp_path / "smoke-site-packages" / "training" / "backend_advice.json").is_file()

@@ -66,6 +66,7 @@ def test_train_and_resume_on_a_url_equal_the_same_on_a_local_disk(remote_run, tm
         "model.keras",
         "samples/calibration.npz",
         "samples/heldout.npz",
+        "samples/example.png",
         "checkpoints/ckpt-00000006.npz",
         "checkpoints/ckpt-00000008.npz",
         *(f"plots/{name}.png" for name in metrics["plots"]),

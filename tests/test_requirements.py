@@ -28,3 +28,25 @@ def test_tpu_install_check_script_is_valid_bash():
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "requirements-tpu.txt" in script.read_text()
+
+
+def _pyproject():
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_pyproject_declares_what_requirements_txt_installs():
+    project = _pyproject()
+    extras = project["optional-dependencies"]
+    declared = project["dependencies"] + extras["jax"] + extras["test"]
+    assert len(declared) == len(set(declared)), "a requirement declared twice"
+    assert sorted(declared) == sorted(_requirements("requirements.txt"))
+    # The test tools and JAX are extras, not what `pip install keras-vit` pulls in.
+    assert not {r.split(">")[0].split("=")[0] for r in project["dependencies"]} & {"pytest", "jax", "nbclient"}
+
+
+def test_benchmarks_extra_is_benchmarks_requirements_txt():
+    assert sorted(_pyproject()["optional-dependencies"]["benchmarks"]) == sorted(
+        _requirements("benchmarks/requirements.txt")
+    )

@@ -8,6 +8,7 @@ import sys
 
 import keras
 import numpy as np
+import PIL.Image
 import pytest
 
 import keras_vit  # noqa: F401  (registers the layers: model.keras loads without importing training)
@@ -50,6 +51,9 @@ def test_digits_workdir_follows_the_contract(digits_run):
     with np.load(workdir / "samples" / "heldout.npz") as held:
         images, labels = held["images"], held["labels"]
     assert images.shape == (360, 16, 16, 3) and images.dtype == np.uint8 and labels.dtype == np.int64
+    # The example image the docs' predict command uses: the first held-out sample, as a PNG.
+    with PIL.Image.open(workdir / "samples" / "example.png") as example:
+        np.testing.assert_array_equal(np.asarray(example.convert("RGB")), images[0])
     # The saved model scores on the saved held-out samples what metrics.json says (same preprocessing contract).
     logits = model.predict((images.astype("float32") - 127.5) / 127.5, verbose=0)
     metrics = json.loads((workdir / "metrics.json").read_text())

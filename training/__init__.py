@@ -9,17 +9,52 @@ training.evaluate("runs/digits")
 From a shell: `python -m training --config digits --workdir runs/digits` (see `python -m training --help`).
 """
 
-# First, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
-# (keras_vit/_tpu_runtime.py). Importing keras_vit runs this too, before it imports Keras.
-from keras_vit import _tpu_runtime
+# `python -m training` parses its arguments before importing Keras (keras_vit/_startup.py), so that --help and typos
+# answer at once; its __main__ calls _load() after. Every other import loads everything now.
+from keras_vit import _startup, _tpu_runtime
+
+
+def _load():
+    """Imports the trainer (and with it Keras and TensorFlow)."""
+    # First, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
+    # (keras_vit/_tpu_runtime.py). Then keras_vit's layers, which `keras.saving.load_model` needs registered.
+    _tpu_runtime.disable_libtpu_without_tpu()
+    import keras_vit
+
+    keras_vit._load()
+    from training.checkpointing import NonFiniteLossError, Preempted
+    from training.config import TrainConfig, available_configs, get_config
+    from training.distribution import Placement, select_placement
+    from training.strategy import StrategyError, select_strategy
+    from training.trainer import TrainResult, evaluate, train
+
+    globals().update(
+        NonFiniteLossError=NonFiniteLossError,
+        Placement=Placement,
+        Preempted=Preempted,
+        StrategyError=StrategyError,
+        TrainConfig=TrainConfig,
+        TrainResult=TrainResult,
+        available_configs=available_configs,
+        evaluate=evaluate,
+        get_config=get_config,
+        select_placement=select_placement,
+        select_strategy=select_strategy,
+        train=train,
+    )
+
 
 _tpu_runtime.disable_libtpu_without_tpu()
+if not _startup.parses_first():
+    _load()
 
-from training.checkpointing import NonFiniteLossError, Preempted
-from training.config import TrainConfig, available_configs, get_config
-from training.distribution import Placement, select_placement
-from training.strategy import StrategyError, select_strategy
-from training.trainer import TrainResult, evaluate, train
+
+def __getattr__(name):
+    if name in __all__:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module 'training' has no attribute {name!r}")
+
 
 __all__ = [
     "NonFiniteLossError",

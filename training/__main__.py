@@ -8,12 +8,25 @@ python -m training evaluate --workdir runs/digits
 
 import argparse
 import json
+import os
 import sys
+
+from keras_vit import _startup
+from training import config as config_module
 
 
 def _train_parser():
-    parser = argparse.ArgumentParser(prog="python -m training", description="Train or fine-tune a ViT.")
-    parser.add_argument("--config", default="digits", help="recipe in training/configs/ (default: digits)")
+    parser = argparse.ArgumentParser(
+        prog="python -m training",
+        description="Train or fine-tune a ViT. Subcommand: `python -m training evaluate --workdir DIR` evaluates a "
+        "trained run (see `python -m training evaluate --help`).",
+        epilog=f"recipes (--config): {', '.join(config_module.available_configs())}",
+    )
+    parser.add_argument(
+        "--config",
+        default="digits",
+        help="recipe in training/configs/ (default: digits; the list is below)",
+    )
     parser.add_argument(
         "--workdir", help="output directory or URL (gs://BUCKET/run); re-running with it resumes (default: runs/CONFIG)"
     )
@@ -34,7 +47,17 @@ def _train_parser():
         metavar="KEY=VALUE",
         help="override any TrainConfig field, e.g. learning_rate=1e-3 or model.dropout_rate=0.1",
     )
+    _verbose_flag(parser)
     return parser
+
+
+def _verbose_flag(parser):
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's own log lines and Python's full warnings (hidden by default)",
+    )
 
 
 def _evaluate_parser():
@@ -49,22 +72,47 @@ def _evaluate_parser():
         choices=("auto", "tpu", "multi_worker", "mirrored", "default"),
         help="as for training (default: the run's strategy setting)",
     )
+    _verbose_flag(parser)
     return parser
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    # Imported late so that --help is instant.
-    from training import config as config_module
-    from training.checkpointing import NonFiniteLossError, Preempted
-    from training.strategy import StrategyError
-
+    _startup.configure(argv)
+    # Arguments, recipe names and --set keys are checked before Keras and TensorFlow load (seconds), so --help and
+    # typos answer at once (keras_vit/_startup.py).
     try:
-        if argv[:1] == ["evaluate"]:
-            args = _evaluate_parser().parse_args(argv[1:])
-            from training.trainer import evaluate
+        run = _parse(argv)
+    except (ValueError, KeyError) as err:
+        return _error(err)
+    import training
 
-            metrics = evaluate(
+    training._load()
+    _startup.find_devices_quietly(sys.modules["tensorflow"])
+    try:
+        run(training)
+        return 0
+    except training.Preempted as err:
+        print(f"[training] {err}", file=sys.stderr)
+        return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
+    except training.NonFiniteLossError as err:
+        print(f"[training] error: {err}", file=sys.stderr)
+        return 3
+    except (training.StrategyError, ValueError, KeyError) as err:
+        return _error(err)
+    except OSError as err:  # a missing file, a read-only or full disk (checkpoints are atomic: none is damaged)
+        print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _parse(argv):
+    """The command line checked (without Keras), as a function of the imported `training` package."""
+    if argv[:1] == ["evaluate"]:
+        args = _evaluate_parser().parse_args(argv[1:])
+        _check_workdir(args.workdir)
+
+        def run_evaluate(training):
+            metrics = training.evaluate(
                 args.workdir,
                 dataset=args.dataset,
                 data_dir=args.data_dir,
@@ -73,33 +121,34 @@ def main(argv=None):
                 strategy=args.strategy,
             )
             print(json.dumps(metrics, indent=2))
-            return 0
-        args = _train_parser().parse_args(argv)
-        overrides = config_module.parse_overrides(args.set)
-        for flag, key in (
-            ("epochs", "epochs"),
-            ("batch_size", "batch_size"),
-            ("strategy", "strategy"),
-            ("init", "init"),
-            ("data_dir", "data_dir"),
-            ("dataset", "dataset"),
-        ):
-            if getattr(args, flag) is not None:
-                overrides[key] = getattr(args, flag)
-        from training.trainer import train
 
-        train(args.config, args.workdir, **overrides)
-        return 0
-    except Preempted as err:
-        print(f"[training] {err}", file=sys.stderr)
-        return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
-    except (NonFiniteLossError, StrategyError, ValueError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err  # str(KeyError) adds quotes
-        print(f"[training] error: {message}", file=sys.stderr)
-        return 2 if not isinstance(err, NonFiniteLossError) else 3
-    except OSError as err:  # a missing file, a read-only or full disk (checkpoints are atomic: none is damaged)
-        print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
-        return 2
+        return run_evaluate
+    args = _train_parser().parse_args(argv)
+    config_module.check_config_name(args.config)
+    overrides = config_module.parse_overrides(args.set)
+    for flag, key in (
+        ("epochs", "epochs"),
+        ("batch_size", "batch_size"),
+        ("strategy", "strategy"),
+        ("init", "init"),
+        ("data_dir", "data_dir"),
+        ("dataset", "dataset"),
+    ):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    _check_workdir(args.workdir)
+    return lambda training: training.train(args.config, args.workdir, **overrides)
+
+
+def _error(err):
+    message = err.args[0] if isinstance(err, KeyError) and err.args else err  # str(KeyError) adds quotes
+    print(f"[training] error: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_workdir(workdir):
+    if workdir and os.path.isfile(workdir):
+        raise ValueError(f"--workdir {workdir} is a file, not a directory: pass a directory path (new or existing).")
 
 
 def _os_error_line(err):

@@ -199,8 +199,11 @@ class TrainConfig:
             elif key in fields:
                 plain[key] = value
             else:
+                from keras_vit._names import did_you_mean
+
                 raise KeyError(
-                    f"Unknown training option {key!r}. Known options: {', '.join(sorted(fields))}, "
+                    f"Unknown training option {key!r}.{did_you_mean(key, fields)} Known options: "
+                    f"{', '.join(sorted(fields))}, "
                     f"or model.NAME for a keras_vit.create_model override."
                 )
         if "model" not in plain:
@@ -247,6 +250,15 @@ def available_configs():
     return sorted(m.name for m in pkgutil.iter_modules(configs.__path__) if not m.name.startswith("_"))
 
 
+def check_config_name(name):
+    """Raises a `ValueError` with the recipes' names (and the closest one) unless `name` is a recipe."""
+    from keras_vit._names import did_you_mean
+
+    names = available_configs()
+    if name not in names:
+        raise ValueError(f"Unknown config {name!r}.{did_you_mean(name, names)} Available configs: {', '.join(names)}.")
+
+
 def get_config(name_or_config="digits"):
     """The `TrainConfig` of a recipe name ("digits", "cifar10_finetune", ...), or the config itself."""
     if isinstance(name_or_config, TrainConfig):
@@ -254,8 +266,7 @@ def get_config(name_or_config="digits"):
     if isinstance(name_or_config, dict):
         return TrainConfig(**name_or_config)
     name = str(name_or_config)
-    if name not in available_configs():
-        raise ValueError(f"Unknown config {name!r}. Available configs: {', '.join(available_configs())}.")
+    check_config_name(name)
     return importlib.import_module(f"training.configs.{name}").get_config()
 
 
@@ -346,6 +357,8 @@ def _type_error(name, annotation, received):
 
 
 def _check_field_types(config):
+    from keras_vit._names import did_you_mean
+
     hints = field_types()
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -360,7 +373,8 @@ def _check_field_types(config):
             raise ValueError(f"model.{key} cannot be overridden: {_MODEL_KEYS_SET_ELSEWHERE[key]}.")
         if key not in model_hints:
             raise ValueError(
-                f"Unknown model option model.{key}. Known model options: {', '.join(sorted(model_hints))} "
+                f"Unknown model option model.{key}.{did_you_mean(key, model_hints)} Known model options: "
+                f"{', '.join(sorted(model_hints))} "
                 f"(keras_vit.create_model's overrides)."
             )
         if not _matches(value, model_hints[key]):
@@ -431,6 +445,8 @@ def parse_overrides(items):
     Each value is converted to its `TrainConfig` field's type (`model.NAME`: its `keras_vit.ViTConfig` field's),
     so `jit_compile=false` is False and `epochs=ten` is an error that names the field and the type expected.
     """
+    from keras_vit._names import did_you_mean
+
     hints = field_types()
     overrides = {}
     for item in items or ():
@@ -443,8 +459,9 @@ def parse_overrides(items):
                 raise ValueError(f"--set {key}: {_MODEL_KEYS_SET_ELSEWHERE[option]}.")
             model_hints = model_option_types()
             if option not in model_hints:
+                hint = did_you_mean(key, [f"model.{k}" for k in model_hints])
                 raise ValueError(
-                    f"Unknown model option {key!r} in --set {item}. Known model options: "
+                    f"Unknown model option {key!r} in --set {item}.{hint} Known model options: "
                     f"{', '.join(sorted(model_hints))}."
                 )
             overrides[key] = parse_typed(value, model_hints[option], key)
@@ -452,7 +469,7 @@ def parse_overrides(items):
             overrides[key] = parse_typed(value, hints[key], key)
         else:
             raise ValueError(
-                f"Unknown training option {key!r} in --set {item}. Known options: "
+                f"Unknown training option {key!r} in --set {item}.{did_you_mean(key, hints)} Known options: "
                 f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override."
             )
     for key, value in overrides.items():  # at parse time: a bad value stops the run before any work

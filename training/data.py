@@ -342,7 +342,8 @@ def list_image_folder(path, follow_symlinks=False):
     if not paths:
         raise ValueError(
             f"No images found in {path!r} (found sub-folders: {class_names or 'none'}). Expected one sub-folder per "
-            f"class holding image files (any format Pillow reads: .jpg, .png, .webp, .tiff, .bmp, .gif, ...)."
+            f"class holding image files (any format Pillow reads: .jpg, .png, .webp, .tiff, .bmp, .gif, ...): put each "
+            f"class's images into {path}/CLASS_NAME/ and run again."
         )
     return paths, np.asarray(labels, np.int64), class_names
 
@@ -418,7 +419,8 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
     if counts.min() < 2:
         few = [class_names[i] for i in np.flatnonzero(counts < 2)]
         raise ValueError(
-            f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs at least 2."
+            f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs at least 2. "
+            f"Add images to those sub-folders (2 or more each) or remove the sub-folders, and run again."
         )
     train, heldout = _stratified_split(labels, fraction)
     paths = np.asarray(paths)

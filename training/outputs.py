@@ -56,11 +56,23 @@ def write_labels(path, class_names):
     atomic_write_text(path, "".join(f"{name}\n" for name in class_names))
 
 
+EXAMPLE_IMAGE = "example.png"
+
+
 def write_samples(workdir, source, config):
-    """samples/heldout.npz (held-out split) and samples/calibration.npz (training split), uint8 at model size."""
+    """samples/heldout.npz (held-out split) and samples/calibration.npz (training split), uint8 at model size.
+
+    Also samples/example.png, the first held-out image as a file, so that `python -m export predict` and
+    `python -m keras_vit.inspect` have an image to show on any run (its class is heldout.npz's labels[0]).
+    """
     size = config.image_size
     images, labels = uint8_images(source.heldout, source.decode, size, config.num_samples)
     _savez(files.join(workdir, "samples", "heldout.npz"), images=images, labels=labels)
+    if len(images):
+        from PIL import Image  # late: only this function needs Pillow
+
+        example = Image.fromarray(np.asarray(images[0], np.uint8))
+        atomic_write(files.join(workdir, "samples", EXAMPLE_IMAGE), lambda f: example.save(f, format="PNG"))
     pool = source.train.shuffle(min(source.num_train, 10_000), seed=config.seed, reshuffle_each_iteration=False)
     images, labels = uint8_images(pool, source.decode, size, config.num_calibration)
     _savez(files.join(workdir, "samples", "calibration.npz"), images=images, labels=labels)

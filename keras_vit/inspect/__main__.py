@@ -55,6 +55,12 @@ def main(argv=None):
         type=_background,
         help="colour transparent pixels are composited onto: white (default), black or R,G,B",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's own log lines and Python's full warnings (hidden by default)",
+    )
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -3,6 +3,8 @@
 import dataclasses
 import re
 
+from keras_vit._names import did_you_mean
+
 # name: (hidden size D, layers L, heads H, MLP width M), from the paper's Table 1 plus DeiT's Ti and S.
 _SIZES = {
     "Ti": (192, 12, 3, 768),
@@ -81,7 +83,8 @@ class ViTConfig:
         fields = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - fields)
         if unknown:
-            raise TypeError(f"Unknown model option(s) {unknown}. Known options: {sorted(fields)}")
+            hints = "".join(did_you_mean(name, fields) for name in unknown)
+            raise TypeError(f"Unknown model option(s) {unknown}.{hints} Known options: {sorted(fields)}")
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self):
@@ -131,7 +134,8 @@ def get_variant(name):
     lookup = {k.lower(): k for k in VARIANTS}
     if key.lower() not in lookup:
         raise ValueError(
-            f"Unknown ViT variant {name!r}. Known variants: Ti, S, B, L, H with patch 8, 14, 16 or 32 "
+            f"Unknown ViT variant {name!r}.{did_you_mean(key, VARIANTS)} Known variants: Ti, S, B, L, H with patch "
+            f"8, 14, 16 or 32 "
             f"(e.g. 'B/16'), {', '.join(repr(h) for h in _HYBRIDS)} and 'testing'."
         )
     return VARIANTS[lookup[key.lower()]]

@@ -8,22 +8,7 @@
 local caches.
 """
 
-from keras_vit import _cli_mode
-
-if not _cli_mode.weights_cli_running():
-    from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, LoadReport, checkpoint_variables, load_params
-    from keras_vit.weights.npz import load_npz, read_npz, to_original_layout
-    from keras_vit.weights.pretrained import from_pretrained, load_weights, save_pretrained
-else:  # `python -m keras_vit.weights`: list/info/--help need no Keras; the names load on first use
-
-    def __getattr__(name):
-        return _cli_mode.lazy_attribute("keras_vit.weights", name, __all__, _HOMES, "keras_vit.weights.loading")
-
-
-_HOMES = {
-    **dict.fromkeys(("load_npz", "read_npz", "to_original_layout"), "keras_vit.weights.npz"),
-    **dict.fromkeys(("from_pretrained", "load_weights", "save_pretrained"), "keras_vit.weights.pretrained"),
-}
+from keras_vit import _startup
 
 __all__ = [
     "POSEMB_KEY",
@@ -38,3 +23,24 @@ __all__ = [
     "save_pretrained",
     "to_original_layout",
 ]
+
+
+def _load():
+    """Imports the loaders (and with them Keras' model code); the catalogue and downloads need neither."""
+    global POSEMB_KEY, CheckpointError, LoadReport, checkpoint_variables, load_params  # noqa: PLW0603 (lazy API)
+    global load_npz, read_npz, to_original_layout, from_pretrained, load_weights, save_pretrained  # noqa: PLW0603
+    from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, LoadReport, checkpoint_variables, load_params
+    from keras_vit.weights.npz import load_npz, read_npz, to_original_layout
+    from keras_vit.weights.pretrained import from_pretrained, load_weights, save_pretrained
+
+
+# `python -m keras_vit.weights list|info|download` needs no Keras (keras_vit/_startup.py); everything else loads now.
+if not _startup.parses_first():
+    _load()
+
+
+def __getattr__(name):
+    if name in __all__:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module 'keras_vit.weights' has no attribute {name!r}")

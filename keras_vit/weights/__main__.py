@@ -6,7 +6,7 @@ python -m keras_vit.weights info vit_base_patch16_224.orig_in21k   # one entry i
 python -m keras_vit.weights download ViT-B_16                      # prints the local path
 python -m keras_vit.weights download hf://timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k
 
-list, info and --help import neither Keras nor TensorFlow (keras_vit/_cli_mode.py).
+list, info and --help import neither Keras nor TensorFlow (keras_vit/_startup.py).
 """
 
 import argparse
@@ -80,6 +80,8 @@ def main(argv=None):
         epilog=f"Cache: {download.CACHE_ENV} (default {download.cache_dir()}); Hub files: the huggingface_hub cache "
         f"(HF_HOME). Offline: place a file by hand at the path `info NAME` prints.",
     )
+    # Read by keras_vit/_startup.py before this parser runs; declared so that argparse accepts it.
+    parser.add_argument("-v", "--verbose", action="store_true", help="show TensorFlow's own log lines too")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the catalogue as a table")
     listing.add_argument("--family", choices=["vit_jax", "augreg", "big_vision"], help="only one publisher's")
@@ -102,6 +104,8 @@ def main(argv=None):
             print(sources.fetch(args.source, timeout=args.timeout).path)
     except KeyError as err:
         parser.exit(2, f"error: {err.args[0]}\n")
+    except BrokenPipeError:  # `list | head`: the reader has gone, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError) as err:
         parser.exit(1, f"error: {err}\n")
     return 0
