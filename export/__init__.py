@@ -66,13 +66,6 @@ if not _startup.parses_first():
     _load()
 
 
-def __getattr__(name):
-    if name in __all__:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module 'export' has no attribute {name!r}")
-
-
 __all__ = [
     "FORMATS",
     "QUANTIZATION_MODES",
@@ -94,3 +87,5 @@ __all__ = [
     "to_model_space",
     "write_saved_model",
 ]
+
+__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)

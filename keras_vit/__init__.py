@@ -41,13 +41,6 @@ if not _startup.parses_first():
     _load()
 
 
-def __getattr__(name):
-    if name in __all__:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
-
-
 __all__ = [
     "VARIANTS",
     "CheckpointError",
@@ -64,3 +57,5 @@ __all__ = [
     "load_weights",
     "save_pretrained",
 ]
+
+__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)

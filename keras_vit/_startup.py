@@ -122,3 +122,19 @@ def find_devices_quietly(tf):
         tf.config.list_physical_devices()
     kept = [line for line in text[0].splitlines(keepends=True) if "failed call to cuInit" not in line]
     sys.stderr.write("".join(kept))
+
+
+def deferred_getattr(package, names, load):
+    """The `__getattr__` of a package that leaves `names` unimported while a parse-first command line starts.
+
+    The first use of one of them runs `load()`, which binds them all in the package (a plain import runs it at once).
+    """
+    module = sys.modules[package]
+
+    def __getattr__(name):
+        if name in names:
+            load()
+            return vars(module)[name]
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

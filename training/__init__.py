@@ -49,13 +49,6 @@ if not _startup.parses_first():
     _load()
 
 
-def __getattr__(name):
-    if name in __all__:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module 'training' has no attribute {name!r}")
-
-
 __all__ = [
     "NonFiniteLossError",
     "Placement",
@@ -70,3 +63,5 @@ __all__ = [
     "select_strategy",
     "train",
 ]
+
+__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)

@@ -18,8 +18,4 @@ if not _startup.parses_first():
     _load()
 
 
-def __getattr__(name):
-    if name in ("VisionTransformer", "create_model"):
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module 'keras_vit.models' has no attribute {name!r}")
+__getattr__ = _startup.deferred_getattr(__name__, ("VisionTransformer", "create_model"), _load)

@@ -39,8 +39,4 @@ if not _startup.parses_first():
     _load()
 
 
-def __getattr__(name):
-    if name in __all__:
-        _load()
-        return globals()[name]
-    raise AttributeError(f"module 'keras_vit.weights' has no attribute {name!r}")
+__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)
