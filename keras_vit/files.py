@@ -9,6 +9,11 @@ truncated one. On a local disk the data goes to a temporary file in the same dir
 and is renamed over the target with `os.replace`. Object stores have no rename, but one object write is atomic
 there (an object appears only once its upload is complete), so a URL's content is built in memory and
 written in a single write.
+
+A local temporary file is held with an exclusive `flock` by its writer until it is renamed into place, and the
+kernel drops that lock when the writer dies, however it dies. So `sweep_temporaries`, run when a program
+starts, removes exactly the temporaries of killed writers (a SIGKILL mid-write leaves one behind), never those
+of a writer still running, and never needs to ask whether a PID is alive (PIDs repeat in containers).
 """
 
 import errno
@@ -16,7 +21,14 @@ import io
 import os
 import posixpath
 import re
+import signal
+import stat
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; temporaries there are not swept
+    fcntl = None
 
 # A scheme as RFC 3986 spells it, then "://": gs://, s3://, hdfs://, ram://. Windows drives (C:\) do not match.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -173,12 +185,11 @@ def _fault_point(path, stage):
     target, _, when = _KILL_AT_WRITE.partition(":")
     hit = _writes[0] == int(target) if target.isdigit() else basename(path) == target
     if hit and (when or "during") == stage:
-        import signal
         import sys
 
         sys.stderr.write(f"[fault injection] SIGKILL {stage} atomic write #{_writes[0]} ({path})\n")
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+        signal.raise_signal(signal.SIGKILL)  # not os.kill(os.getpid()): tests fake the PID
 
 
 def atomic_write(path, write):
@@ -206,23 +217,114 @@ def atomic_write(path, write):
             f.write(data)
         _fault_point(path, "after")
         return path
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def fill(fd, tmp):
+        with os.fdopen(fd, "wb", closefd=False) as f:
             write(f)
             f.flush()
             _fault_point(path, "during")
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+
+    return _replace_with_temporary(path, fill, ".tmp")
+
+
+def atomic_save(path, save, suffix=".tmp"):
+    """`atomic_write` for a writer that takes a path instead of a file object (e.g. Keras' `model.save`).
+
+    `save(tmp)` writes a local temporary path beside `path` that ends in `suffix` (`model.save` needs
+    ".keras"); it is then flushed, given the mode an ordinary `open()` would give, and renamed over `path`.
+    A URL `path` gets the bytes in one object write, from a local temporary directory. Returns `path`.
+    """
+    if is_remote(path):
+        with tempfile.TemporaryDirectory() as scratch:
+            local = os.path.join(scratch, "file" + suffix)
+            save(local)
+            return atomic_write_bytes(path, read_bytes(local))
+    _writes[0] += 1
+
+    def fill(fd, tmp):
+        save(tmp)
+        _fault_point(path, "during")
+
+    return _replace_with_temporary(path, fill, ".tmp" + ("" if suffix == ".tmp" else suffix))
+
+
+# The temporary files this module writes: ".NAME.RANDOM.tmp" (RANDOM is mkstemp's 8 characters), or with a
+# suffix after ".tmp" (atomic_save); ".tmp-RANDOM.keras" is what training's model.save wrote before atomic_save.
+_TEMPORARY = re.compile(r"^(\..+\.[a-z0-9_]{8}\.tmp(\.[A-Za-z0-9]+)?|\.tmp-[a-z0-9_]{8}\.keras)$")
+
+
+def _replace_with_temporary(path, fill, suffix):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = _held_temporary(directory, f".{os.path.basename(path)}.", suffix)
+    try:
+        fill(fd, tmp)
+        os.fsync(fd)  # the inode's data, whichever descriptor wrote it
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's files are private; outputs get what open() gives
+        os.replace(tmp, path)  # before the close: the lock covers the temporary until it is `path`
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    finally:
+        os.close(fd)
     _fault_point(path, "after")
     return path
+
+
+def _held_temporary(directory, prefix, suffix):
+    """mkstemp, with an exclusive flock on the new file that marks it as in use until the descriptor closes."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+        if fcntl is None:
+            return fd, tmp
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweep that saw the file unlocked removes it
+        if _same_file(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # swept between mkstemp and flock: take another name
+
+
+def _same_file(fd, path):
+    try:
+        at_path = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
+
+def sweep_temporaries(directory):
+    """Removes the temporary files that killed writers left under a local directory (recursively).
+
+    A temporary whose writer is alive is left alone: the writer holds a flock on it (see the module
+    docstring). URLs have no temporaries (a URL is written in one object write). Returns the paths removed.
+    """
+    directory = os.fspath(directory)
+    if is_remote(directory) or fcntl is None or not os.path.isdir(directory):
+        return []
+    removed = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            if not _TEMPORARY.match(name):
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            except OSError:  # gone meanwhile (renamed into place), a link, or unreadable: not ours to remove
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # its writer is running
+                    continue
+                if _same_file(fd, path):
+                    os.remove(path)
+                    removed.append(path)
+            finally:
+                os.close(fd)
+    return removed
 
 
 def atomic_write_bytes(path, data):

@@ -106,3 +106,56 @@ def test_a_symlinked_out_is_written_into_its_target(exchange, tmp_path):
     assert check_complete(real) == expected("B") and tree(link) == tree(real)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link"]
     assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["exports"]  # no staging or old set left
+
+
+# --- The TFLite converter's errors: an op without a builtin kernel is named as such, anything else as itself ----
+
+
+def _model_with_an_op_tflite_lacks():
+    import keras
+    import tensorflow as tf
+
+    class Igamma(keras.layers.Layer):  # tf.math.igamma has no TFLite builtin kernel (TF 2.20)
+        def call(self, x):
+            return tf.math.igamma(x * x + 1.0, x * x + 2.0)
+
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.GlobalAveragePooling2D()(Igamma()(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2)(x))
+
+
+def test_the_converter_blames_an_op_only_when_an_op_is_to_blame(monkeypatch):
+    import tensorflow as tf
+
+    import export
+
+    model = _model_with_an_op_tflite_lacks()
+    with pytest.raises(ExportError, match=r"the TensorFlow op\(s\) Igamma have no TFLite builtin kernel") as caught:
+        export.convert_tflite(model, "float32")
+    assert len(str(caught.value).splitlines()) == 1
+
+    def fails(self):
+        raise ValueError("Cannot set tensor: Dimension mismatch. Got 3 but expected 1 for input 0.")
+
+    monkeypatch.setattr(tf.lite.TFLiteConverter, "convert", fails)
+    with pytest.raises(ExportError) as caught:
+        export.convert_tflite(_plain_model(), "float32")
+    message = str(caught.value)
+    assert message == (
+        "TFLite conversion (float32) failed: ValueError: Cannot set tensor: Dimension mismatch. Got 3 but "
+        "expected 1 for input 0."
+    )
+
+    def disk_full(self):
+        raise OSError(28, "No space left on device", "/tmp/x")
+
+    monkeypatch.setattr(tf.lite.TFLiteConverter, "convert", disk_full)
+    with pytest.raises(OSError, match="No space left"):  # left for the CLIs' disk-full message
+        export.convert_tflite(_plain_model(), "float32")
+
+
+def _plain_model():
+    import keras
+
+    inputs = keras.Input((32, 32, 3))
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(inputs)))
