@@ -30,6 +30,8 @@ try:
 except ImportError:  # Windows: no flock; temporaries there are not swept
     fcntl = None
 
+from keras_vit.storage_errors import describe_storage_error  # noqa: F401  (the CLIs' one way in, beside describe_os_error)
+
 # A scheme as RFC 3986 spells it, then "://": gs://, s3://, hdfs://, ram://. Windows drives (C:\) do not match.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -39,10 +41,31 @@ def is_remote(path):
     return bool(_URL.match(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else False
 
 
-def _gfile():
+def _gfile(url=None):
+    """tf.io.gfile, after checking that TensorFlow has a file system for `url`'s scheme: for an unknown one
+    gfile's isdir and isfile answer False, which reads as "does not exist" instead of "cannot read s3://"."""
     import tensorflow as tf  # only for URLs: local paths never need TensorFlow
 
+    if url is not None:
+        scheme = os.fspath(url).split("://", 1)[0]
+        if scheme not in _schemes:
+            _schemes.update(tf.io.gfile.get_registered_schemes())
+        if scheme not in _schemes:
+            raise StorageError(
+                f"TensorFlow has no file system for {scheme}:// URLs ({os.fspath(url)}; it reads "
+                f"{', '.join(sorted(s + '://' for s in _schemes if s not in ('', 'file', 'ram')))} and local paths). "
+                f"Use a local path or a gs:// URL (copy the files there first), or register a tf.io.gfile file "
+                f"system plugin for {scheme}://."
+            )
     return tf.io.gfile
+
+
+_schemes = set()  # the URL schemes TensorFlow has a file system for, filled when the first URL is used
+
+
+class StorageError(OSError):
+    """A file system failure on a URL, in one line that names the URL and the fix. An `OSError` without an
+    errno, so every `except OSError` that prints `describe_os_error` prints it as it is."""
 
 
 def absolute(path):
@@ -83,28 +106,28 @@ def relpath(path, start):
 
 
 def exists(path):
-    return _gfile().exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
+    return _gfile(path).exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path):
-    return _gfile().isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
+    return _gfile(path).isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
 
 
 def isfile(path):
     if is_remote(path):
-        return _gfile().exists(os.fspath(path)) and not _gfile().isdir(os.fspath(path))
+        return _gfile(path).exists(os.fspath(path)) and not _gfile(path).isdir(os.fspath(path))
     return os.path.isfile(path)
 
 
 def size(path):
     """The size of a file in bytes."""
-    return _gfile().stat(os.fspath(path)).length if is_remote(path) else os.path.getsize(path)
+    return _gfile(path).stat(os.fspath(path)).length if is_remote(path) else os.path.getsize(path)
 
 
 def makedirs(path):
     """Creates a directory and its parents; nothing happens if it exists."""
     if is_remote(path):
-        _gfile().makedirs(os.fspath(path))
+        _gfile(path).makedirs(os.fspath(path))
     else:
         os.makedirs(path, exist_ok=True)
 
@@ -112,14 +135,14 @@ def makedirs(path):
 def listdir(path):
     """Names in a directory (not paths), sorted; a URL's sub-directories come without gfile's trailing "/"."""
     if is_remote(path):
-        return sorted(name.rstrip("/") for name in _gfile().listdir(os.fspath(path)))
+        return sorted(name.rstrip("/") for name in _gfile(path).listdir(os.fspath(path)))
     return sorted(os.listdir(path))
 
 
 def glob(pattern):
     """Paths matching a `*`/`?` pattern, sorted."""
     if is_remote(pattern):
-        return sorted(_gfile().glob(os.fspath(pattern)))
+        return sorted(_gfile(pattern).glob(os.fspath(pattern)))
     import glob as _glob
 
     return sorted(_glob.glob(os.fspath(pattern)))
@@ -127,13 +150,13 @@ def glob(pattern):
 
 def walk(path):
     """Every file under a directory (recursively): directories in sorted order, each one's files sorted."""
-    walker = _gfile().walk(os.fspath(path)) if is_remote(path) else os.walk(path)
+    walker = _gfile(path).walk(os.fspath(path)) if is_remote(path) else os.walk(path)
     return [join(root, name) for root, _, names in sorted(walker) for name in sorted(names)]
 
 
 def remove(path):
     if is_remote(path):
-        _gfile().remove(os.fspath(path))
+        _gfile(path).remove(os.fspath(path))
     else:
         os.remove(path)
 
@@ -144,7 +167,7 @@ def open(path, mode="r"):  # the module's open, as io.open is io's
     Do not write a URL through this in pieces where a reader could see it half-written; use `atomic_write`.
     """
     if is_remote(path):
-        return _gfile().GFile(os.fspath(path), mode)
+        return _gfile(path).GFile(os.fspath(path), mode)
     import builtins
 
     return builtins.open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
@@ -213,7 +236,7 @@ def atomic_write(path, write):
             # TF's in-memory filesystem appends on "wb" instead of replacing (TF 2.20; pinned by a test). Object
             # stores replace the object in the one write below, so this is for ram:// only.
             remove(path)
-        with _gfile().GFile(os.fspath(path), "wb") as f:
+        with _gfile(path).GFile(os.fspath(path), "wb") as f:
             f.write(data)
         _fault_point(path, "after")
         return path

@@ -159,3 +159,129 @@ def _plain_model():
 
     inputs = keras.Input((32, 32, 3))
     return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(inputs)))
+
+
+# --- TensorFlow's file errors as one line, exit 2: unknown schemes, unreachable gs://, inputs gone mid-run -----
+
+GS_DOWN = (
+    "Error executing an HTTP request: libcurl code 6 meaning 'Couldn't resolve host name', error details: Could "
+    "not resolve host: storage.googleapis.com when reading metadata of {}"
+)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """tf.io.gfile as it behaves for gs:// without a network: every call on a gs:// path raises
+    FailedPreconditionError with TensorFlow's own message (local paths and ram:// work as usual)."""
+    import tensorflow as tf
+
+    def refusing(real):
+        def call(path, *args, **kwargs):
+            if os.fspath(path).startswith("gs://"):
+                raise tf.errors.FailedPreconditionError(None, None, GS_DOWN.format(os.fspath(path)))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    for name in ("exists", "isdir", "glob", "listdir", "makedirs", "stat", "walk", "remove", "GFile"):
+        monkeypatch.setattr(tf.io.gfile, name, refusing(getattr(tf.io.gfile, name)))
+
+
+def _one_line_error(capsys, *names):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err, "nothing on stderr"
+    last = err[-1]
+    assert "Traceback" not in "\n".join(err) and last.startswith(("error:", "[training] error:")), err
+    for name in names:
+        assert name in last, (name, last)
+    return last
+
+
+def test_s3_is_not_registered_in_this_tensorflow():
+    import tensorflow as tf
+
+    assert "s3" not in tf.io.gfile.get_registered_schemes()  # TF 2.20 without tensorflow-io
+
+
+def test_an_unknown_scheme_is_named_instead_of_reported_missing():
+    from keras_vit import files
+    from training.data import list_image_folder
+
+    with pytest.raises(files.StorageError, match=r"TensorFlow has no file system for s3:// URLs \(s3://b/data;"):
+        list_image_folder("s3://b/data")  # was: "Image folder 's3://b/data' does not exist"
+    with pytest.raises(files.StorageError, match="gs://"):  # the message lists what does work
+        files.isdir("s3://b/data")
+
+
+def test_an_s3_workdir_is_one_line(capsys):
+    from training.__main__ import main
+
+    assert main(["--workdir", "s3://bucket/run", "--epochs", "1"]) == 2
+    line = _one_line_error(capsys, "s3://bucket/run", "no file system for s3://", "Use a local path or a gs:// URL")
+    assert len(line) < 400
+
+
+def test_gs_without_network_is_one_line_in_every_command(offline, capsys, tmp_path):
+    from export.__main__ import main as export_cli
+    from keras_vit.inspect.__main__ import main as inspect_cli
+    from training.__main__ import main as training_cli
+
+    unreachable = ("could not be reached", "FailedPreconditionError", "Check the network")
+    for argv, cli, names in (
+        (["--workdir", "gs://bucket/run", "--epochs", "1"], training_cli, unreachable),
+        (["evaluate", "--workdir", "gs://bucket/run"], training_cli, unreachable),
+        # --init fetches gs:// objects over HTTPS (keras_vit.weights.sources), with its own one-line message.
+        (["--workdir", str(tmp_path / "run"), "--epochs", "1", "--init", "gs://bucket/init.npz"], training_cli,
+         ("Cannot download init.npz",)),
+        (["gs://bucket/model.keras", "--out", str(tmp_path / "out")], export_cli, unreachable),
+        (["predict", "gs://bucket/model_float32.tflite", "gs://bucket/cat.png"], export_cli, unreachable),
+        (["gs://bucket/model.keras", "--out", str(tmp_path / "plots")], inspect_cli, unreachable),
+    ):  # fmt: skip
+        assert cli(argv) == 2, argv
+        _one_line_error(capsys, "gs://bucket/", *names)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "plots").exists()
+    assert not (tmp_path / "run" / "checkpoints").exists()  # --init is read before any step is trained
+
+
+def test_an_input_file_gone_during_the_run_is_named(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    from PIL import Image
+
+    from keras_vit.files import describe_storage_error
+    from training.data import _path_decoder
+
+    path = tmp_path / "c0" / "1.png"
+    path.parent.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    decoded = tf.data.Dataset.from_tensor_slices([str(path)]).map(_path_decoder("white"))
+    raw = tf.data.Dataset.from_tensor_slices([str(path)]).map(tf.io.read_file)  # the JPEG crop path reads so
+    path.unlink()  # deleted after the folder was listed
+    for dataset in (decoded, raw):
+        with pytest.raises(tf.errors.OpError) as caught:
+            list(dataset)
+        line = describe_storage_error(caught.value)
+        assert line is not None and "\n" not in line, caught.value
+        assert line.startswith("an input file could not be read during the run") and str(path) in line, line
+    assert describe_storage_error(ValueError("x")) is None  # not TensorFlow's: left to the caller
+
+
+def test_inspect_with_an_unwritable_out_is_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import keras_vit
+    from keras_vit.inspect import plots
+    from keras_vit.inspect.__main__ import main as inspect_cli
+
+    keras_vit.create_model("testing", image_size=32, num_classes=2).save(tmp_path / "m.keras")
+    (tmp_path / "file").write_text("x")
+    assert inspect_cli([str(tmp_path / "m.keras"), "--out", str(tmp_path / "file" / "plots")]) == 2
+    _one_line_error(capsys, "a path component is a file, not a directory", str(tmp_path / "file"))
+
+    def read_only(path, write):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    # The tests run as root, where a chmod does not stop writes: the figures' writer fails as on a read-only mount.
+    monkeypatch.setattr(plots, "atomic_write", read_only)
+    assert inspect_cli([str(tmp_path / "m.keras"), "--out", str(tmp_path / "plots")]) == 2
+    _one_line_error(capsys, "the file system is read-only", str(tmp_path / "plots"), "Pass a writable --out")
