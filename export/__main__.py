@@ -162,6 +162,14 @@ def main(argv=None):
     except OSError as exc:  # a read-only or full disk: artifacts are staged, so the previous export is intact
         print(f"error: {_os_error_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # TensorFlow's file errors: a gs:// URL out of reach or unreadable
+        from keras_vit.files import describe_storage_error
+
+        line = describe_storage_error(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     print(export.format_table(report))
     print("\nartifacts:")
     for a in report["artifacts"]:

@@ -6,8 +6,15 @@ in a staging directory, and only then committed:
 - Local `out`: the staging directory is a sibling of `out` (same filesystem) and the two are swapped in one
   atomic `renameat2(RENAME_EXCHANGE)` on Linux; elsewhere, or where the filesystem refuses it, `out` is
   renamed aside (`.NAME.old-*`) and the staging directory renamed into place, and a crash between the two
-  renames is undone by the next export (`recover`), which puts the old directory back. Either way `out` is at
-  every moment absent, the previous complete set, or the new complete set.
+  renames is undone by the next export, which puts the old directory back. Either way `out` is at every
+  moment absent, the previous complete set, or the new complete set.
+
+  A local export holds an advisory lock (`flock` on `.NAME.lock` beside `out`) from before it looks at `out`
+  until it has committed (`claim`). The kernel drops the lock when its process dies, however it dies, so
+  whoever holds it knows that every `.NAME.staging-*` and `.NAME.old-*` beside `out` belongs to a dead attempt:
+  recovery never asks whether a PID is alive (in containers every run can be PID 2), and each attempt names
+  its directories with a fresh random token. A symlinked `out` is resolved: the export is written into the
+  directory the link points at, and the link stays.
 - URL `out` (`gs://...`): object stores cannot rename a directory, and one object write is the only atomic
   step. Every old file is deleted first (`report.json` first of all), then the new files are written one by
   one and `report.json` last. At every moment the directory holds files of one run only; it is complete exactly
@@ -21,6 +28,7 @@ points are numbered from 1 in the order an export reaches them), and `KERAS_VIT_
 point's name to FILE; the tests use the two to kill an export at every point, deterministically.
 """
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -32,6 +40,11 @@ import signal
 import tempfile
 import uuid
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; exports there must not share an `out`
+    fcntl = None
 
 from export.errors import ExportError
 from keras_vit import files
@@ -51,7 +64,7 @@ def fault_point(name):
         with open(trace, "a", encoding="utf-8") as f:
             f.write(f"{number} {name}\n")
     if os.environ.get("KERAS_VIT_EXPORT_KILL_AT") == str(number):
-        os.kill(os.getpid(), signal.SIGKILL)
+        signal.raise_signal(signal.SIGKILL)  # not os.kill(os.getpid()): the tests fake the PID
 
 
 def check_target(out):
@@ -72,61 +85,91 @@ def check_target(out):
 
 
 def _siblings(out, kind):
-    """Leftover `.NAME.staging-PID-*` / `.NAME.old-PID-*` directories beside a local `out`: [(path, pid)]."""
-    parent, name = os.path.dirname(os.path.abspath(out)), os.path.basename(os.path.abspath(out))
-    pattern = re.compile(rf"^\.{re.escape(name)}\.{kind}-(\d+)-[0-9a-z_]+$")
+    """Leftover `.NAME.staging-*` / `.NAME.old-*` directories beside a local `out`, oldest first."""
+    parent, name = os.path.split(out)
+    # The token is a uuid4's hex; `PID-random` is what exports before the lock wrote.
+    pattern = re.compile(rf"^\.{re.escape(name)}\.{kind}-[0-9a-z_-]+$")
     if not os.path.isdir(parent):
         return []
-    found = [(os.path.join(parent, n), int(m.group(1))) for n in os.listdir(parent) if (m := pattern.match(n))]
-    return sorted(found, key=lambda item: _mtime(item[0]))
+    found = [os.path.join(parent, n) for n in os.listdir(parent) if pattern.match(n)]
+    return sorted(found, key=os.path.getmtime)
 
 
-def _mtime(path):
-    try:
-        return os.path.getmtime(path)
-    except OSError:  # removed meanwhile by the export that owned it
-        return 0.0
+@contextlib.contextmanager
+def claim(out):
+    """Takes the export lock on `out` and undoes what killed exports left; yields the path to write to.
 
+    For a local `out` that is `out` with symlinks resolved (an export replaces the directory a link points at,
+    not the link). A URL comes back unchanged and is not locked: object stores have no locks.
 
-def _alive(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def recover(out):
-    """Undoes what a killed export left beside a local `out`: puts an old set renamed aside back if `out` is
-    missing, and removes staging and old directories of processes that are no longer running."""
+    Raises:
+        ExportError: another export holds the lock on `out`.
+    """
     out = os.fspath(out)
     if files.is_remote(out):
+        yield out
         return
-    old = [(path, pid) for path, pid in _siblings(out, "old") if not _alive(pid)]
+    target = os.path.realpath(out)
+    lock_path = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd = _lock(lock_path, out)
+    try:
+        _recover(target)
+        yield target
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.remove(lock_path)  # while still held, so a waiting export sees the file replaced (see _lock)
+            os.close(fd)
+
+
+def _lock(path, out):
+    if fcntl is None:
+        return None
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ExportError(
+                f"Another export is writing to {out!r} right now (it holds the lock {path}). Wait for it to "
+                "finish, or pass another --out."
+            ) from None
+        try:
+            held = os.stat(path)
+        except FileNotFoundError:
+            held = None
+        mine = os.fstat(fd)
+        if held is not None and (held.st_dev, held.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        # The previous holder removed the file between our open and our lock: lock the file now at `path`.
+        os.close(fd)
+
+
+def _recover(out):
+    """Puts an old set renamed aside back if `out` is missing, and removes every staging and old directory
+    beside `out`. Only under the lock (`claim`), which makes them all leftovers of dead attempts."""
+    old = _siblings(out, "old")
     if old and not os.path.exists(out):
         # Killed between moving the old set aside and moving the new one in: the newest aside is complete.
-        os.rename(old[-1][0], out)
+        os.rename(old[-1], out)
         old = old[:-1]
-    for path, _ in old + [(p, pid) for p, pid in _siblings(out, "staging") if not _alive(pid)]:
+    for path in old + _siblings(out, "staging"):
         shutil.rmtree(path, ignore_errors=True)
 
 
 def staging_dir(out):
-    """A new, empty directory to build the export in: beside a local `out`, in the system temp dir for a URL."""
+    """A new, empty directory to build the export in: beside a local `out` (the path `claim` yielded), in the
+    system temp dir for a URL."""
     out = os.fspath(out)
     if files.is_remote(out):
         return Path(tempfile.mkdtemp(prefix=".export-staging-"))
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=f".{name}.staging-{os.getpid()}-")
-    # It becomes `out`: the mode os.makedirs would give, not mkdtemp's private 0o700.
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(staging, 0o777 & ~mask)
+    # os.mkdir's mode, not mkdtemp's private 0o700: this directory becomes `out`.
+    staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex}")
+    os.mkdir(staging, 0o777)
     return Path(staging)
 
 
@@ -226,7 +269,7 @@ def _commit_local(staging, out):
         fault_point("swapped; old set not yet deleted")
         shutil.rmtree(staging, ignore_errors=True)  # now the old set
         return
-    aside = os.path.join(parent, f".{os.path.basename(out)}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    aside = os.path.join(parent, f".{os.path.basename(out)}.old-{uuid.uuid4().hex}")
     os.rename(out, aside)
     fault_point("old set moved aside")
     try:

@@ -150,123 +150,130 @@ def export_model(
     labels = check_labels(labels, num_classes) if labels is not None else [str(i) for i in range(num_classes)]
     image_size = tuple(int(d) for d in model.input_shape[1:3])
     out = os.fspath(out)
-    commit.recover(out)  # first: a killed export may have left the previous set renamed aside
-    commit.check_target(out)
+    # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
+    with commit.claim(out) as target:
+        commit.check_target(target)
 
-    # The verification set: held-out first, then calibration images, then seeded noise (parity only).
-    if heldout is not None:
-        images, truth = heldout
-        set_name = verification_set or "held-out set"
-    elif has_representative:
-        images, truth = representative_images, None
-        set_name = "representative images (no held-out set given)"
-        notes.append("accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras")
-    else:
-        rng = np.random.default_rng(0)
-        images = rng.integers(0, 256, (RANDOM_VERIFICATION_IMAGES, *image_size, 3), dtype=np.uint8)
-        truth, set_name = None, "seeded random images (no data given)"
-        notes.append("accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras")
-    images = images[:max_verify_images]
-    truth = None if truth is None else np.asarray(truth)[: len(images)]
-    x = preprocessing.to_model_space(images, image_size)
-    # What an app feeds: uint8 pixels at the model's size (images of another size resized here, as the app's
-    # own resize would; MediaPipe's resize differs from tf.image.resize, see docs/mobile.md).
-    pixels = np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
-    keras_runner = KerasRunner(model, labels)
-    reference = keras_runner.logits(x)
-    keras_row = {
-        "threads": keras_runner.threads,
-        "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
-        "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
-        "file_bytes": files.size(source) if source and files.isfile(source) else None,
-    }
-
-    staging = commit.staging_dir(out)
-    artifacts = []
-    try:
-        if "saved_model" in formats:
-            path = save_saved_model(model, staging / "saved_model", labels, top_k=top_k)
-            commit.fault_point("saved_model staged")
-            runner = SavedModelRunner(path)
-            figures = compare(runner.logits(x), reference, truth)
-            entry = _entry(
-                "saved_model", "saved_model", None, path, _dir_bytes(path), figures, runner, x, latency_runs,
-                latency_warmup,
-            )  # fmt: skip
-            # The signature users call: raw uint8 images in, resize and scaling inside the graph.
-            served = compare(runner.logits_from_images(images), reference, truth)
-            entry["serving_default_max_abs_logit_diff"] = served["max_abs_logit_diff"]
-            entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
-            entry["passed"] = not entry["failures"]
-            artifacts.append(entry)
-        for mode in quantize:
-            keep = converter_output == "report"
-            with _startup.captured_native_output() if keep else contextlib.nullcontext([""]) as printed:
-                flatbuffer = tflite.convert(
-                    model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
-                    metadata={"name": f"keras-vit {model.name}", **(metadata or {})},
-                )  # fmt: skip
-            name = f"model_{mode}.tflite"
-            path = staging / name
-            commit.write_staged(path, flatbuffer)
-            info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io, tflite_output)
-            commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
-            runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
-            # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's
-            # own preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
-            app = compare(runner.outputs_from_pixels(pixels), reference, truth, tflite_output)
-            project = compare(runner.outputs(x), reference, truth, tflite_output)
-            entry = _entry(name, "tflite", mode, path, len(flatbuffer), app, runner, x, latency_runs, latency_warmup)
-            entry["fed_as"] = (
-                "raw uint8 pixels" if runner.input["dtype"] == np.uint8
-                else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
-            )  # fmt: skip
-            entry["project_preprocessing"] = project
-            entry["converter_output"] = printed[0].splitlines()
-            entry["failures"] += [f"project preprocessing: {f}" for f in check_budget(project, entry["budget"])]
-            entry["passed"] = not entry["failures"]
-            # The metadata as read back from the file; its labels are the report's own, so not repeated.
-            entry["metadata"] = {k: v for k, v in runner.metadata.items() if k != "labels"}
-            entry["ops"] = read_ops(flatbuffer)
-            entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
-            entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
-            entry["io"] = {"input": info["input"], "output": info["output"]}
-            if entry["non_builtin_ops"]:
-                entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
-                entry["passed"] = False
-            artifacts.append(entry)
-
-        report = {
-            "source": str(source) if source else type(model).__name__,
-            "out": str(out),
-            "model": {"image_size": list(image_size), "classes": num_classes, "parameters": int(model.count_params())},
-            "tflite_output": tflite_output if quantize else None,
-            "labels": labels,
-            "verification": {"set": set_name, "images": len(x), "labelled": truth is not None},
-            "latency_runs": latency_runs,
-            "latency_warmup": latency_warmup,
-            "keras": keras_row,
-            "artifacts": artifacts,
-            "notes": notes,
-            "passed": all(a["passed"] for a in artifacts),
+        # The verification set: held-out first, then calibration images, then seeded noise (parity only).
+        if heldout is not None:
+            images, truth = heldout
+            set_name = verification_set or "held-out set"
+        elif has_representative:
+            images, truth = representative_images, None
+            set_name = "representative images (no held-out set given)"
+            notes.append("accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras")
+        else:
+            rng = np.random.default_rng(0)
+            images = rng.integers(0, 256, (RANDOM_VERIFICATION_IMAGES, *image_size, 3), dtype=np.uint8)
+            truth, set_name = None, "seeded random images (no data given)"
+            notes.append("accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras")
+        images = images[:max_verify_images]
+        truth = None if truth is None else np.asarray(truth)[: len(images)]
+        x = preprocessing.to_model_space(images, image_size)
+        # What an app feeds: uint8 pixels at the model's size (images of another size resized here, as the app's
+        # own resize would; MediaPipe's resize differs from tf.image.resize, see docs/mobile.md).
+        pixels = np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
+        keras_runner = KerasRunner(model, labels)
+        reference = keras_runner.logits(x)
+        keras_row = {
+            "threads": keras_runner.threads,
+            "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup),
+            "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
+            "file_bytes": files.size(source) if source and files.isfile(source) else None,
         }
-        if not report["passed"]:
-            error = VerificationError(
-                "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
-            )
-            error.report = report
-            raise error
-        for a in artifacts:  # the paths the artifacts will have once committed
-            a["path"] = files.join(out, a["name"])
-        # What the directory holds besides the report, each file with its size and checksum: after the commit
-        # `out` holds exactly these files and report.json.
-        report["files"] = commit.manifest(staging)
-        commit.write_staged(staging / commit.REPORT, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
-        commit.commit(staging, out)
-        report["report_path"] = files.join(out, commit.REPORT)
-        return report
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+        staging = commit.staging_dir(target)
+        artifacts = []
+        try:
+            if "saved_model" in formats:
+                path = save_saved_model(model, staging / "saved_model", labels, top_k=top_k)
+                commit.fault_point("saved_model staged")
+                runner = SavedModelRunner(path)
+                figures = compare(runner.logits(x), reference, truth)
+                entry = _entry(
+                    "saved_model", "saved_model", None, path, _dir_bytes(path), figures, runner, x, latency_runs,
+                    latency_warmup,
+                )  # fmt: skip
+                # The signature users call: raw uint8 images in, resize and scaling inside the graph.
+                served = compare(runner.logits_from_images(images), reference, truth)
+                entry["serving_default_max_abs_logit_diff"] = served["max_abs_logit_diff"]
+                entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
+                entry["passed"] = not entry["failures"]
+                artifacts.append(entry)
+            for mode in quantize:
+                keep = converter_output == "report"
+                with _startup.captured_native_output() if keep else contextlib.nullcontext([""]) as printed:
+                    flatbuffer = tflite.convert(
+                        model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
+                        metadata={"name": f"keras-vit {model.name}", **(metadata or {})},
+                    )  # fmt: skip
+                name = f"model_{mode}.tflite"
+                path = staging / name
+                commit.write_staged(path, flatbuffer)
+                info = tflite.sidecar(model, labels, flatbuffer, mode, dynamic_batch, int8_io, tflite_output)
+                commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
+                runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
+                # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's
+                # own preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
+                app = compare(runner.outputs_from_pixels(pixels), reference, truth, tflite_output)
+                project = compare(runner.outputs(x), reference, truth, tflite_output)
+                entry = _entry(
+                    name, "tflite", mode, path, len(flatbuffer), app, runner, x, latency_runs, latency_warmup
+                )
+                entry["fed_as"] = (
+                    "raw uint8 pixels" if runner.input["dtype"] == np.uint8
+                    else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
+                )  # fmt: skip
+                entry["project_preprocessing"] = project
+                entry["converter_output"] = printed[0].splitlines()
+                entry["failures"] += [f"project preprocessing: {f}" for f in check_budget(project, entry["budget"])]
+                entry["passed"] = not entry["failures"]
+                # The metadata as read back from the file; its labels are the report's own, so not repeated.
+                entry["metadata"] = {k: v for k, v in runner.metadata.items() if k != "labels"}
+                entry["ops"] = read_ops(flatbuffer)
+                entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
+                entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
+                entry["io"] = {"input": info["input"], "output": info["output"]}
+                if entry["non_builtin_ops"]:
+                    entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
+                    entry["passed"] = False
+                artifacts.append(entry)
+
+            report = {
+                "source": str(source) if source else type(model).__name__,
+                "out": str(out),
+                "model": {
+                    "image_size": list(image_size),
+                    "classes": num_classes,
+                    "parameters": int(model.count_params()),
+                },
+                "tflite_output": tflite_output if quantize else None,
+                "labels": labels,
+                "verification": {"set": set_name, "images": len(x), "labelled": truth is not None},
+                "latency_runs": latency_runs,
+                "latency_warmup": latency_warmup,
+                "keras": keras_row,
+                "artifacts": artifacts,
+                "notes": notes,
+                "passed": all(a["passed"] for a in artifacts),
+            }
+            if not report["passed"]:
+                error = VerificationError(
+                    "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
+                )
+                error.report = report
+                raise error
+            for a in artifacts:  # the paths the artifacts will have once committed
+                a["path"] = files.join(out, a["name"])
+            # What the directory holds besides the report, each file with its size and checksum: after the commit
+            # `out` holds exactly these files and report.json.
+            report["files"] = commit.manifest(staging)
+            commit.write_staged(staging / commit.REPORT, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+            commit.commit(staging, target)
+            report["report_path"] = files.join(out, commit.REPORT)
+            return report
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _refuse_feature_model(model):

@@ -11,6 +11,7 @@ output as scores and filter them with thresholds meant for probabilities. Every 
 TFLite metadata (export/metadata.py), so those clients find the normalisation and the labels in the file.
 """
 
+import re
 import warnings
 
 import numpy as np
@@ -182,12 +183,21 @@ def convert(
                 flatbuffer = quantize_matmuls_only(converter, plain.convert(), representative)
             else:
                 flatbuffer = converter.convert()
+    except OSError:
+        raise  # a full or read-only disk, named as such by the CLIs
     except Exception as exc:
+        text = str(exc).strip()
+        ops = _ops_without_builtins(exc)
+        if ops:
+            raise ExportError(
+                f"TFLite conversion ({quantize}) failed with builtin ops only: the TensorFlow op(s) {', '.join(ops)} "
+                "have no TFLite builtin kernel (for example Erf from gelu='exact' in older TensorFlow). Replace the "
+                "layer that uses them; this exporter never falls back to SELECT_TF_OPS because mobile runtimes "
+                "cannot load them."
+            ) from exc
         raise ExportError(
-            f"TFLite conversion ({quantize}) failed with builtin ops only: {type(exc).__name__}: "
-            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}. A layer uses a TensorFlow op "
-            "with no TFLite builtin kernel (for example Erf from gelu='exact'); this exporter never falls "
-            "back to SELECT_TF_OPS because mobile runtimes cannot load them."
+            f"TFLite conversion ({quantize}) failed: {type(exc).__name__}: "
+            f"{text.splitlines()[-1] if text else '(no message)'}"
         ) from exc
     bad = non_builtin_ops(read_ops(flatbuffer))
     if bad:
@@ -198,6 +208,22 @@ def convert(
     return tflite_metadata.with_metadata(
         flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
     )
+
+
+def _ops_without_builtins(exc):
+    """The TensorFlow ops a converter error says have no builtin kernel (it needs Flex or custom ops); [] for any
+    other failure, which then is reported as what it is."""
+    names = []
+    for data in getattr(exc, "errors", None) or []:  # convert_phase.ConverterError: one ConverterErrorData per op
+        try:
+            code = type(data).ErrorCode.Name(data.error_code)
+        except (AttributeError, ValueError):
+            continue
+        if code in ("ERROR_NEEDS_FLEX_OPS", "ERROR_NEEDS_CUSTOM_OPS"):
+            names.append(data.operator.name.removeprefix("tf.") or "?")
+    if not names and type(exc).__name__ == "ConverterError":  # a converter that fills no error data
+        names = re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", str(exc))
+    return sorted(set(names))
 
 
 def quantize_matmuls_only(converter, float_flatbuffer, representative, int8_ops=INT8_MATMUL_OPS):

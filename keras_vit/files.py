@@ -9,6 +9,11 @@ truncated one. On a local disk the data goes to a temporary file in the same dir
 and is renamed over the target with `os.replace`. Object stores have no rename, but one object write is atomic
 there (an object appears only once its upload is complete), so a URL's content is built in memory and
 written in a single write.
+
+A local temporary file is held with an exclusive `flock` by its writer until it is renamed into place, and the
+kernel drops that lock when the writer dies, however it dies. So `sweep_temporaries`, run when a program
+starts, removes exactly the temporaries of killed writers (a SIGKILL mid-write leaves one behind), never those
+of a writer still running, and never needs to ask whether a PID is alive (PIDs repeat in containers).
 """
 
 import errno
@@ -16,7 +21,16 @@ import io
 import os
 import posixpath
 import re
+import signal
+import stat
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; temporaries there are not swept
+    fcntl = None
+
+from keras_vit.storage_errors import describe_storage_error  # noqa: F401  (the CLIs' one way in, beside describe_os_error)
 
 # A scheme as RFC 3986 spells it, then "://": gs://, s3://, hdfs://, ram://. Windows drives (C:\) do not match.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -27,10 +41,31 @@ def is_remote(path):
     return bool(_URL.match(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else False
 
 
-def _gfile():
+def _gfile(url=None):
+    """tf.io.gfile, after checking that TensorFlow has a file system for `url`'s scheme: for an unknown one
+    gfile's isdir and isfile answer False, which reads as "does not exist" instead of "cannot read s3://"."""
     import tensorflow as tf  # only for URLs: local paths never need TensorFlow
 
+    if url is not None:
+        scheme = os.fspath(url).split("://", 1)[0]
+        if scheme not in _schemes:
+            _schemes.update(tf.io.gfile.get_registered_schemes())
+        if scheme not in _schemes:
+            raise StorageError(
+                f"TensorFlow has no file system for {scheme}:// URLs ({os.fspath(url)}; it reads "
+                f"{', '.join(sorted(s + '://' for s in _schemes if s not in ('', 'file', 'ram')))} and local paths). "
+                f"Use a local path or a gs:// URL (copy the files there first), or register a tf.io.gfile file "
+                f"system plugin for {scheme}://."
+            )
     return tf.io.gfile
+
+
+_schemes = set()  # the URL schemes TensorFlow has a file system for, filled when the first URL is used
+
+
+class StorageError(OSError):
+    """A file system failure on a URL, in one line that names the URL and the fix. An `OSError` without an
+    errno, so every `except OSError` that prints `describe_os_error` prints it as it is."""
 
 
 def absolute(path):
@@ -71,28 +106,28 @@ def relpath(path, start):
 
 
 def exists(path):
-    return _gfile().exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
+    return _gfile(path).exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path):
-    return _gfile().isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
+    return _gfile(path).isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
 
 
 def isfile(path):
     if is_remote(path):
-        return _gfile().exists(os.fspath(path)) and not _gfile().isdir(os.fspath(path))
+        return _gfile(path).exists(os.fspath(path)) and not _gfile(path).isdir(os.fspath(path))
     return os.path.isfile(path)
 
 
 def size(path):
     """The size of a file in bytes."""
-    return _gfile().stat(os.fspath(path)).length if is_remote(path) else os.path.getsize(path)
+    return _gfile(path).stat(os.fspath(path)).length if is_remote(path) else os.path.getsize(path)
 
 
 def makedirs(path):
     """Creates a directory and its parents; nothing happens if it exists."""
     if is_remote(path):
-        _gfile().makedirs(os.fspath(path))
+        _gfile(path).makedirs(os.fspath(path))
     else:
         os.makedirs(path, exist_ok=True)
 
@@ -100,14 +135,14 @@ def makedirs(path):
 def listdir(path):
     """Names in a directory (not paths), sorted; a URL's sub-directories come without gfile's trailing "/"."""
     if is_remote(path):
-        return sorted(name.rstrip("/") for name in _gfile().listdir(os.fspath(path)))
+        return sorted(name.rstrip("/") for name in _gfile(path).listdir(os.fspath(path)))
     return sorted(os.listdir(path))
 
 
 def glob(pattern):
     """Paths matching a `*`/`?` pattern, sorted."""
     if is_remote(pattern):
-        return sorted(_gfile().glob(os.fspath(pattern)))
+        return sorted(_gfile(pattern).glob(os.fspath(pattern)))
     import glob as _glob
 
     return sorted(_glob.glob(os.fspath(pattern)))
@@ -115,13 +150,13 @@ def glob(pattern):
 
 def walk(path):
     """Every file under a directory (recursively): directories in sorted order, each one's files sorted."""
-    walker = _gfile().walk(os.fspath(path)) if is_remote(path) else os.walk(path)
+    walker = _gfile(path).walk(os.fspath(path)) if is_remote(path) else os.walk(path)
     return [join(root, name) for root, _, names in sorted(walker) for name in sorted(names)]
 
 
 def remove(path):
     if is_remote(path):
-        _gfile().remove(os.fspath(path))
+        _gfile(path).remove(os.fspath(path))
     else:
         os.remove(path)
 
@@ -132,7 +167,7 @@ def open(path, mode="r"):  # the module's open, as io.open is io's
     Do not write a URL through this in pieces where a reader could see it half-written; use `atomic_write`.
     """
     if is_remote(path):
-        return _gfile().GFile(os.fspath(path), mode)
+        return _gfile(path).GFile(os.fspath(path), mode)
     import builtins
 
     return builtins.open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
@@ -173,12 +208,11 @@ def _fault_point(path, stage):
     target, _, when = _KILL_AT_WRITE.partition(":")
     hit = _writes[0] == int(target) if target.isdigit() else basename(path) == target
     if hit and (when or "during") == stage:
-        import signal
         import sys
 
         sys.stderr.write(f"[fault injection] SIGKILL {stage} atomic write #{_writes[0]} ({path})\n")
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+        signal.raise_signal(signal.SIGKILL)  # not os.kill(os.getpid()): tests fake the PID
 
 
 def atomic_write(path, write):
@@ -202,27 +236,118 @@ def atomic_write(path, write):
             # TF's in-memory filesystem appends on "wb" instead of replacing (TF 2.20; pinned by a test). Object
             # stores replace the object in the one write below, so this is for ram:// only.
             remove(path)
-        with _gfile().GFile(os.fspath(path), "wb") as f:
+        with _gfile(path).GFile(os.fspath(path), "wb") as f:
             f.write(data)
         _fault_point(path, "after")
         return path
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+
+    def fill(fd, tmp):
+        with os.fdopen(fd, "wb", closefd=False) as f:
             write(f)
             f.flush()
             _fault_point(path, "during")
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+
+    return _replace_with_temporary(path, fill, ".tmp")
+
+
+def atomic_save(path, save, suffix=".tmp"):
+    """`atomic_write` for a writer that takes a path instead of a file object (e.g. Keras' `model.save`).
+
+    `save(tmp)` writes a local temporary path beside `path` that ends in `suffix` (`model.save` needs
+    ".keras"); it is then flushed, given the mode an ordinary `open()` would give, and renamed over `path`.
+    A URL `path` gets the bytes in one object write, from a local temporary directory. Returns `path`.
+    """
+    if is_remote(path):
+        with tempfile.TemporaryDirectory() as scratch:
+            local = os.path.join(scratch, "file" + suffix)
+            save(local)
+            return atomic_write_bytes(path, read_bytes(local))
+    _writes[0] += 1
+
+    def fill(fd, tmp):
+        save(tmp)
+        _fault_point(path, "during")
+
+    return _replace_with_temporary(path, fill, ".tmp" + ("" if suffix == ".tmp" else suffix))
+
+
+# The temporary files this module writes: ".NAME.RANDOM.tmp" (RANDOM is mkstemp's 8 characters), or with a
+# suffix after ".tmp" (atomic_save); ".tmp-RANDOM.keras" is what training's model.save wrote before atomic_save.
+_TEMPORARY = re.compile(r"^(\..+\.[a-z0-9_]{8}\.tmp(\.[A-Za-z0-9]+)?|\.tmp-[a-z0-9_]{8}\.keras)$")
+
+
+def _replace_with_temporary(path, fill, suffix):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = _held_temporary(directory, f".{os.path.basename(path)}.", suffix)
+    try:
+        fill(fd, tmp)
+        os.fsync(fd)  # the inode's data, whichever descriptor wrote it
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's files are private; outputs get what open() gives
+        os.replace(tmp, path)  # before the close: the lock covers the temporary until it is `path`
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    finally:
+        os.close(fd)
     _fault_point(path, "after")
     return path
+
+
+def _held_temporary(directory, prefix, suffix):
+    """mkstemp, with an exclusive flock on the new file that marks it as in use until the descriptor closes."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+        if fcntl is None:
+            return fd, tmp
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweep that saw the file unlocked removes it
+        if _same_file(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # swept between mkstemp and flock: take another name
+
+
+def _same_file(fd, path):
+    try:
+        at_path = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
+
+def sweep_temporaries(directory):
+    """Removes the temporary files that killed writers left under a local directory (recursively).
+
+    A temporary whose writer is alive is left alone: the writer holds a flock on it (see the module
+    docstring). URLs have no temporaries (a URL is written in one object write). Returns the paths removed.
+    """
+    directory = os.fspath(directory)
+    if is_remote(directory) or fcntl is None or not os.path.isdir(directory):
+        return []
+    removed = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            if not _TEMPORARY.match(name):
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            except OSError:  # gone meanwhile (renamed into place), a link, or unreadable: not ours to remove
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # its writer is running
+                    continue
+                if _same_file(fd, path):
+                    os.remove(path)
+                    removed.append(path)
+            finally:
+                os.close(fd)
+    return removed
 
 
 def atomic_write_bytes(path, data):

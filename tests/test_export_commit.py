@@ -119,15 +119,15 @@ SETS = {
 def stage_and_commit(out, name, exchange=True):
     """What export_model does around its artifacts: recover, check, stage (with the report last), commit."""
     commit.use_exchange = exchange
-    commit.recover(out)
-    commit.check_target(out)
-    staging = commit.staging_dir(out)
-    for rel, data in SETS[name].items():
-        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-        commit.write_staged(staging / rel, data)
-    report = {"set": name, "files": commit.manifest(staging)}
-    commit.write_staged(staging / "report.json", json.dumps(report).encode())
-    commit.commit(staging, out)
+    with commit.claim(out) as target:
+        commit.check_target(target)
+        staging = commit.staging_dir(target)
+        for rel, data in SETS[name].items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            commit.write_staged(staging / rel, data)
+        report = {"set": name, "files": commit.manifest(staging)}
+        commit.write_staged(staging / "report.json", json.dumps(report).encode())
+        commit.commit(staging, target)
 
 
 def expected(name):
@@ -195,18 +195,20 @@ def test_commit_killed_at_every_point(path, tmp_path):
             assert sorted(p.name for p in tmp_path.iterdir()) == ["export"], points[k - 1]
 
 
-def test_recover_puts_back_a_set_moved_aside(tmp_path):
+def test_claim_puts_back_a_set_moved_aside(tmp_path):
     """Killed between the two renames: `out` is missing and the old set is beside it; the next export puts it
-    back before anything else (and leaves the directories of running exports alone)."""
+    back before anything else, and removes staging directories of dead attempts whatever PID they name."""
     out = tmp_path / "export"
-    aside = tmp_path / ".export.old-999999999-abc"  # no such process
+    aside = tmp_path / ".export.old-999999999-abc"  # as exports before the lock named them
     aside.mkdir()
     (aside / "report.json").write_text("{}")
-    running = tmp_path / f".export.staging-{os.getppid()}-xyz"
-    running.mkdir()
-    commit.recover(out)
-    assert (out / "report.json").read_text() == "{}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "export"]
+    (tmp_path / f".export.staging-{os.getpid()}-xyz").mkdir()  # this very PID: a container's restarted export
+    (tmp_path / ".export.staging-0123abcd").mkdir()
+    with commit.claim(out) as target:
+        assert target == str(out)
+        assert (out / "report.json").read_text() == "{}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".export.lock", "export"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
 # --- The real exporter, killed at every point ------------------------------------------------------------------

@@ -145,3 +145,92 @@ def test_the_path_layer_needs_tensorflow_only_for_urls(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "False"
+
+
+# --- Temporaries of killed writers are swept at the next start; those of running writers are not -------------
+
+
+def _killed_during(path, write):
+    """Runs `write()` in a forked child that SIGKILLs itself during its first atomic write (the data written,
+    not yet renamed); returns the child's termination signal."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            files._KILL_AT_WRITE = "1"  # read at import, so set directly in the child
+            files._writes[0] = 0
+            write()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or files.fcntl is None, reason="needs fork and flock (POSIX)")
+def test_the_temporaries_of_killed_writers_are_swept_and_those_of_running_ones_kept(tmp_path, monkeypatch):
+    def save(path):  # stands in for model.save: a writer that takes a path
+        with open(path, "wb") as f:
+            f.write(b"k" * 4096)
+
+    assert _killed_during(tmp_path, lambda: files.atomic_save(tmp_path / "model.keras", save, ".keras")) == 9
+    assert _killed_during(tmp_path, lambda: atomic_write_text(tmp_path / "plots" / "log.csv", "epoch\n")) == 9
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert len(left) == 2 and left[0].startswith(".model.keras.") and left[0].endswith(".tmp.keras"), left
+    assert left[1].startswith("plots/.log.csv.") and left[1].endswith(".tmp"), left
+    (tmp_path / ".tmp-abcd1234.keras").write_bytes(b"k")  # what training's save_model left before atomic_save
+    (tmp_path / "notes.tmp").write_text("a user's file")  # not a temporary of this module's naming
+    monkeypatch.setattr(os, "getpid", lambda: 2)  # nothing depends on PIDs
+    swept = []
+
+    def write_while_sweeping(f):  # a writer still running when another process starts and sweeps
+        f.write(b"live")
+        swept.extend(files.sweep_temporaries(tmp_path))
+        (mine,) = list(tmp_path.glob(".config.json.*.tmp"))
+        assert mine.exists()
+
+    atomic_write(tmp_path / "config.json", write_while_sweeping)
+    assert sorted(os.path.relpath(p, tmp_path) for p in swept) == sorted([".tmp-abcd1234.keras", *left])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "config.json",
+        "notes.tmp",
+    ]
+    assert (tmp_path / "config.json").read_bytes() == b"live"
+
+
+def test_atomic_save_gives_the_mode_of_an_ordinary_file_and_reaches_urls(tmp_path):
+    def save(path):
+        assert path.endswith(".keras")  # model.save insists on the suffix
+        with open(path, "wb") as f:
+            f.write(b"zip")
+
+    mask = os.umask(0o027)
+    try:
+        files.atomic_save(tmp_path / "model.keras", save, ".keras")
+        atomic_write_text(tmp_path / "labels.txt", "a\n")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "model.keras").st_mode) == 0o640  # what open() gives under umask 027
+    assert stat.S_IMODE(os.stat(tmp_path / "labels.txt").st_mode) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["labels.txt", "model.keras"]
+    url = _url("model.keras")
+    files.atomic_save(url, save, ".keras")
+    assert files.read_bytes(url) == b"zip"
+
+
+def test_the_trainers_model_keras_gets_the_mode_of_every_other_output(tmp_path):
+    import keras
+
+    import keras_vit
+    from training.outputs import save_model, write_labels
+
+    model = keras_vit.create_model("testing", image_size=32, num_classes=2)
+    mask = os.umask(0o022)
+    try:
+        save_model(model, tmp_path / "model.keras")
+        write_labels(tmp_path / "labels.txt", ["a", "b"])
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "model.keras").st_mode) == 0o644  # was mkstemp's 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "labels.txt").st_mode) == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["labels.txt", "model.keras"]
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])

@@ -305,6 +305,8 @@ def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_p
         [*expected, "checkpoints/ckpt-00000028.npz", "checkpoints/ckpt-00000032.npz"]
     )
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".")]  # killed writes' temp files
+    # and elsewhere: kill 3 left samples/.heldout.npz.*.tmp; the rerun's start swept it (files.sweep_temporaries)
+    assert not [p for p in tmp_path.rglob(".*.tmp*") if p.is_file()]
     ours, theirs = (json.loads((w / "metrics.json").read_text()) for w in (tmp_path, reference))
     assert {k: ours[k] for k in ("top1", "top5", "loss", "steps")} == {
         k: theirs[k] for k in ("top1", "top5", "loss", "steps")

@@ -103,6 +103,18 @@ def main(argv=None):
     except OSError as err:  # a missing file, a read-only or full disk (checkpoints are atomic: none is damaged)
         print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
         return 2
+    except Exception as err:  # TensorFlow's file errors: a gs:// URL out of reach, an input file gone mid-run
+        line = _storage_error_line(err)
+        if line is None:
+            raise
+        print(f"[training] error: {line}", file=sys.stderr)
+        return 2
+
+
+def _storage_error_line(err):
+    from keras_vit.files import describe_storage_error
+
+    return describe_storage_error(err)
 
 
 def _parse(argv):

@@ -4,15 +4,13 @@ import csv
 import io
 import json
 import logging
-import os
-import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_vit import files
-from keras_vit.files import atomic_write, atomic_write_bytes, atomic_write_text
+from keras_vit.files import atomic_write, atomic_write_text
 from keras_vit.preprocessing import scale_pixels
 from training.data import uint8_images
 
@@ -20,9 +18,7 @@ logger = logging.getLogger("training")
 
 
 def save_model(model, path):
-    """Saves an uncompiled copy of `model` to a temporary `.keras` file next to `path`, then renames it.
-
-    A URL (`gs://...`) gets the file in one object write, from a local temporary file.
+    """Saves an uncompiled copy of `model` to `path` atomically (`keras_vit.files.atomic_save`).
 
     Uncompiled, so that `keras.saving.load_model(path)` works without importing `training` (whose schedule and
     loss classes a compiled model would reference) and the file holds no optimizer state (checkpoints do).
@@ -30,22 +26,9 @@ def save_model(model, path):
     weights = model.get_weights()
     model = model.__class__.from_config(model.get_config())  # fresh, never compiled
     model.set_weights(weights)
-    if files.is_remote(path):
-        with tempfile.TemporaryDirectory() as scratch:
-            local = os.path.join(scratch, "model.keras")
-            model.save(local)
-            atomic_write_bytes(path, files.read_bytes(local))
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".keras")
-    os.close(fd)
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    # A temporary `.keras` beside `path`, renamed into place (a URL: one object write), with the mode every other
+    # output gets; one left by a killed save is removed by `files.sweep_temporaries` at the next start.
+    files.atomic_save(path, model.save, suffix=".keras")
 
 
 def write_json(path, data):

@@ -174,6 +174,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         print(f"[training] resuming from step {start} of {total_steps} ({manager.restored_path})", flush=True)
     if chief:
         files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
+        files.sweep_temporaries(workdir)  # what writes killed before their rename left (see keras_vit.files)
         write_json(files.join(workdir, "config.json"), config.to_dict())
 
     fault_tolerance = FaultTolerance(

@@ -69,7 +69,11 @@ def main(argv=None):
     from keras_vit.inspect.layout import token_layout
     from keras_vit.inspect.plots import save_figures
 
-    workdir = args.model if files.isdir(args.model) else None
+    try:
+        workdir = args.model if files.isdir(args.model) else None
+    except Exception as err:  # noqa: BLE001  (an s3:// or unreachable gs:// MODEL)
+        print(f"error: {_file_error_line(err)}", file=sys.stderr)
+        return 2
     out = args.out or (files.join(workdir, "plots") if workdir else None)
     if out is None:
         parser.error("--out DIR is required (it defaults to WORKDIR/plots only when MODEL is a training workdir)")
@@ -98,9 +102,25 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001  (_file_error_line re-raises what it cannot name)
+        print(f"error: {_file_error_line(err)}", file=sys.stderr)
+        return 2
     for path in paths.values():
         print(path)
     return 0
+
+
+def _file_error_line(err):
+    """One line for a file error (a read-only, full or misplaced --out; a URL TensorFlow cannot reach);
+    anything else is re-raised."""
+    from keras_vit import files
+
+    if isinstance(err, OSError):
+        return files.describe_os_error(err, "Pass a writable --out directory (or make this one writable).")
+    line = files.describe_storage_error(err)
+    if line is None:
+        raise err
+    return line
 
 
 if __name__ == "__main__":
