@@ -327,6 +327,70 @@ def test_save_figures_writes_four_pngs(tmp_path, overrides):
     assert sorted(os.listdir(tmp_path / "plots")) == sorted(f"{n}.png" for n in vit_inspect.FIGURES)  # no temp files
 
 
+def _head_predicts(model, winner):
+    """Zero head kernel, bias one-hot at `winner`: every image's logits argmax is `winner`, whatever the input."""
+    head = model.get_layer("head")
+    head.kernel.assign(np.zeros(head.kernel.shape, np.float32))
+    head.bias.assign(np.eye(head.bias.shape[0], dtype=np.float32)[winner] * 5.0)
+
+
+def test_rollout_captions_name_the_true_and_predicted_classes():
+    from keras_vit.inspect.plots import _captions, rollout_figure
+
+    model = keras_vit.create_model("testing", num_classes=3)
+    _head_predicts(model, 2)
+    images = _images(3)
+    captions = _captions(model, images, np.array([2, 0, 1]), ["cat", "dog", "fox"])
+    assert captions == [("true fox / pred fox", True), ("true cat / pred fox", False), ("true dog / pred fox", False)]
+    assert _captions(model, images, None, None) == [("pred 2", None)] * 3  # no labels, no names: indices
+    with pytest.raises(ValueError, match="class_names has 2 names but the model has 3 classes"):
+        _captions(model, images, None, ["cat", "dog"])
+    figure = rollout_figure(images, np.random.default_rng(0).uniform(size=(3, 32, 32)), True, captions)
+    titles = [(ax.get_title(), ax.title.get_color()) for ax in figure.axes[:6] if ax.get_title()]
+    assert titles == [("true fox / pred fox", "tab:green"), ("true cat / pred fox", "tab:red"),
+                      ("true dog / pred fox", "tab:red")]  # fmt: skip
+    assert figure.axes[-1].get_ylabel() == "attention / image max"  # the colour bar
+
+
+def test_save_figures_checks_the_labels():
+    model = keras_vit.create_model("testing", num_classes=3)
+    with pytest.raises(ValueError, match="labels has 2 entries for 3 images"):
+        vit_inspect.save_figures(model, _images(3), "unused", labels=[0, 1])
+
+
+def test_grey_components_are_those_of_the_channel_sum():
+    """On grey inputs only the sum of a filter over R, G, B acts; the rest (here: noise summing to zero over the
+    channels) must not change the grey components, which recover the directions built into the sum."""
+    model = keras_vit.create_model("testing", hidden_size=64, num_heads=2, mlp_dim=64)
+    rng = np.random.default_rng(3)
+    basis = np.linalg.qr(rng.standard_normal((64, 2)))[0].T  # 2 orthonormal directions over 8 x 8 pixels
+    summed = (rng.standard_normal((64, 2)) * [4.0, 1.0]) @ basis  # (filters, pixels)
+    noise = rng.standard_normal((64, 64, 3))
+    noise -= noise.mean(axis=-1, keepdims=True)  # sums to zero over the channels
+    kernel = summed[..., None] / 3.0 + noise  # (filters, pixels, channels)
+    model.get_layer("embedding").kernel.assign(kernel.transpose(1, 2, 0).reshape(8, 8, 3, 64).astype(np.float32))
+    tiles, ratio = vit_inspect.patch_embedding_components(model, k=2, grey=True, return_variance=True)
+    assert tiles.shape == (2, 8, 8, 1)
+    assert ratio.sum() == pytest.approx(1.0, abs=1e-6)  # the sum spans two directions exactly
+    raw, _ = vit_inspect.filter_components(summed.T.reshape(8, 8, 1, 64), 2)  # the sum alone, noise-free
+    for n in range(2):
+        assert abs(raw[n].ravel() @ basis[n]) == pytest.approx(1.0, abs=0.02)
+        np.testing.assert_allclose(tiles[n], (raw[n] - raw[n].min()) / (raw[n].max() - raw[n].min()), atol=1e-5)
+    colour = vit_inspect.patch_embedding_components(model, k=2)
+    assert colour.shape == (2, 8, 8, 3)  # in colour, the noise dominates: not what a grey input sees
+
+
+def test_distance_figure_colours_many_heads_on_a_colour_bar():
+    from keras_vit.inspect.plots import distance_figure
+
+    figure = distance_figure(np.random.default_rng(0).uniform(1, 10, (4, 16)), num_images=5)
+    plot, bar = figure.axes
+    assert bar.get_ylabel() == "head" and list(bar.get_yticks()) == list(range(1, 17))
+    assert [t.get_text() for t in plot.get_legend().get_texts()] == ["mean over heads"]
+    assert plot.get_title() == "Mean attention distance per head, over 5 images"
+    assert len(plot.collections) == 16 and all(len(c.get_offsets()) == 4 for c in plot.collections)
+
+
 def test_inspect_works_without_matplotlib(tmp_path):
     # keras itself imports matplotlib when it is installed, so block it: the array functions must not need it,
     # and the figures must say what is missing.

@@ -54,7 +54,7 @@ def test_keras_file_with_image_files(tmp_path, testing_keras):
     np.testing.assert_array_equal(images[0, ..., 0], images[0, ..., 2])  # grey repeated into RGB
 
 
-def test_digits_workdir(tmp_path):
+def test_digits_workdir(tmp_path, capsys, monkeypatch):
     """A training workdir (model.keras + samples/heldout.npz) of a digits-shaped model: figures go to WORKDIR/plots.
 
     The model here is untrained (the digits training run writes the real one); what is checked is that the
@@ -64,13 +64,21 @@ def test_digits_workdir(tmp_path):
 
     digits = load_digits()
     pixels = np.round(digits.images[:6] * 255 / 16).astype(np.uint8)[..., None].repeat(3, axis=-1)
-    resized = keras.ops.image.resize(pixels.astype(np.float32), (32, 32), interpolation="bilinear")
+    resized = keras.ops.image.resize(pixels.astype(np.float32), (16, 16), interpolation="bilinear")
     heldout = np.clip(np.round(keras.ops.convert_to_numpy(resized)), 0, 255).astype(np.uint8)
     (tmp_path / "samples").mkdir()
     np.savez(tmp_path / "samples" / "heldout.npz", images=heldout, labels=digits.target[:6].astype(np.int64))
-    keras_vit.create_model("testing", image_size=32, num_classes=10).save(tmp_path / "model.keras")
+    (tmp_path / "labels.txt").write_text("".join(f"{i}\n" for i in range(10)))
+    keras_vit.create_model("testing", image_size=16, patch_size=4, num_classes=10).save(tmp_path / "model.keras")
+    from keras_vit.inspect import plots
+
+    calls, draw = [], plots.save_figures
+    monkeypatch.setattr(plots, "save_figures", lambda *a, **k: calls.append(k) or draw(*a, **k))
     assert main([str(tmp_path)]) == 0
     _assert_four_pngs(tmp_path / "plots")
+    assert "Using the first 6 held-out images" in capsys.readouterr().err
+    # The rollout's captions get the held-out labels and the workdir's class names.
+    assert list(calls[0]["labels"]) == list(digits.target[:6]) and calls[0]["class_names"] == list("0123456789")
 
 
 def _fails(argv, capsys, *fragments):

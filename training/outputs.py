@@ -127,15 +127,17 @@ def _save_figure(fig, path):
     return path
 
 
-def inspection_figures(model, images_uint8, plots_dir, count=4):
-    """keras_vit.inspect's figures (attention maps, ...) for a few held-out images, when that module exists."""
+def inspection_figures(model, images_uint8, plots_dir, labels=None, class_names=None, shown=8, count=64):
+    """keras_vit.inspect's figures for held-out images, when that module exists: the rollout of the first `shown`
+    (titled with their true and predicted classes), the attention distance averaged over the first `count`."""
     try:
         from keras_vit.inspect import save_figures
     except ImportError:
         return {}
     images = scale_pixels(images_uint8[:count])
+    labels = None if labels is None else np.asarray(labels)[:count]
     try:
-        return dict(save_figures(model, images, plots_dir))
+        return dict(save_figures(model, images, plots_dir, labels=labels, class_names=class_names, max_images=shown))
     except Exception as err:  # noqa: BLE001  (figures are a bonus: never lose a finished run to a plotting problem)
         logger.warning(
             "keras_vit.inspect.save_figures failed (%s: %s); skipped the inspection figures.", type(err).__name__, err

@@ -277,7 +277,7 @@ def _write_outputs(workdir, model, source, config, total_steps, schedule):
     plots_dir = files.join(workdir, "plots")
     plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, schedule, total_steps)
     with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
-        plots.update(inspection_figures(model, samples["images"], plots_dir))
+        plots.update(inspection_figures(model, samples["images"], plots_dir, samples["labels"], source.class_names))
     return {key: files.relpath(path, workdir) for key, path in plots.items()}
 
 

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-NUM_HELDOUT_SHOWN = 8
+NUM_HELDOUT_USED = 64  # the attention distance averages over these; the rollout shows --max-images of them
 
 
 def _background(text):
@@ -65,7 +65,7 @@ def main(argv=None):
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from keras_vit import files
-    from keras_vit.inspect.inputs import load_images, load_model, synthetic_images
+    from keras_vit.inspect.inputs import heldout_labels, load_images, load_model, synthetic_images, workdir_class_names
     from keras_vit.inspect.layout import token_layout
     from keras_vit.inspect.plots import save_figures
 
@@ -86,11 +86,16 @@ def main(argv=None):
         model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
         layout = token_layout(model)
         heldout = files.join(workdir, "samples", "heldout.npz") if workdir else None
+        labels = None
         if args.images:
             images = load_images(args.images, layout, resize=not args.no_resize, background=args.background)
         elif heldout and files.exists(heldout):
-            images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_SHOWN]
-            print(f"Using the first {len(images)} held-out images of {heldout}.", file=sys.stderr)
+            images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_USED]
+            labels = heldout_labels(heldout, len(images))
+            print(
+                f"Using the first {len(images)} held-out images of {heldout} (the rollout shows {args.max_images}).",
+                file=sys.stderr,
+            )
         else:
             images = synthetic_images(layout)
             print(
@@ -98,7 +103,8 @@ def main(argv=None):
                 f"the attention figures show more on real images.",
                 file=sys.stderr,
             )
-        paths = save_figures(model, images, out, max_images=args.max_images)
+        class_names = workdir_class_names(workdir) if workdir and getattr(model, "class_names", None) is None else None
+        paths = save_figures(model, images, out, labels=labels, class_names=class_names, max_images=args.max_images)
     except (FileNotFoundError, ValueError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

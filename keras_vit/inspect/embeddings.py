@@ -33,7 +33,7 @@ def embedding_similarity(table, grid_size):
     return (unit @ unit.T).reshape(gh, gw, gh, gw)
 
 
-def patch_embedding_components(model, k=28, *, layer="embedding", return_variance=False):
+def patch_embedding_components(model, k=28, *, layer="embedding", grey=False, return_variance=False):
     """The top principal components of the patch-embedding filters, as tiles for display (Figure 7, left).
 
     Each of the D filters of the patch embedding (P x P x C weights) is a point; the principal components of
@@ -47,10 +47,14 @@ def patch_embedding_components(model, k=28, *, layer="embedding", return_varianc
         model: a keras_vit model.
         k: number of components (at most min(D, P * P * C)).
         layer: "embedding" (default) or, for a hybrid, "conv_root".
+        grey: components of the filters summed over the input channels, which is all that acts on a grey
+            image (R = G = B): a model trained on grey images never constrains the rest, so in colour its
+            components show untrained noise.
         return_variance: also return the explained-variance ratio of each component.
 
     Returns:
-        float32 array (k, P, P, C) in [0, 1] (C = 3 for RGB models); with `return_variance`, also a (k,) array.
+        float32 array (k, P, P, C) in [0, 1] (C = 3 for RGB models, 1 with `grey`); with `return_variance`, also
+        a (k,) array.
     """
     layout = token_layout(model)
     if layer not in ("embedding", "conv_root"):
@@ -70,6 +74,8 @@ def patch_embedding_components(model, k=28, *, layer="embedding", return_varianc
         mean = kernel.mean(axis=(0, 1, 2), keepdims=True)
         std = kernel.std(axis=(0, 1, 2), keepdims=True)
         kernel = (kernel - mean) / (std + getattr(model.get_layer(layer), "ws_epsilon", 1e-5))
+    if grey:
+        kernel = kernel.sum(axis=2, keepdims=True)
     components, ratio = filter_components(kernel, k)
     tiles = np.stack([_to_unit_range(c) for c in components]).astype(np.float32)
     return (tiles, ratio) if return_variance else tiles
