@@ -34,7 +34,7 @@ CONFIG = TrainConfig(
 def _manager(directory):
     """A manager over a tiny Dense model: these tests need real checkpoint files, not a ViT."""
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    optimizer = keras.optimizers.SGD(0.1)
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
     optimizer.build(model.trainable_variables)
     return CheckpointManager(str(directory), model, optimizer)
 
@@ -250,3 +250,57 @@ def test_after_a_mid_epoch_resume_the_epochs_log_row_equals_the_uninterrupted_ru
     assert resumed.metrics["resumed_from_step"] == 6
     whole, cut = ((tmp_path / d / "log.csv").read_text().splitlines() for d in ("whole", "cut"))
     assert len(cut) == 3 and cut == whole  # header, epoch 0, epoch 1: the same loss and top-1 to the last digit
+
+
+def test_an_access_error_is_raised_in_one_line_and_never_marks_a_checkpoint_damaged(tmp_path, monkeypatch):
+    import errno
+
+    from keras_vit import files
+    from training.checkpointing import CheckpointError
+
+    _checkpoint(tmp_path, CONFIG, step=2)
+    manager = _manager(tmp_path / "checkpoints")
+    manager.optimizer.iterations.assign(4)
+    manager.save()
+    newest = str(tmp_path / "checkpoints" / "ckpt-00000004.npz")
+    load = files.load_numpy
+
+    def denied(path, **kwargs):
+        if path == newest:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return load(path, **kwargs)
+
+    monkeypatch.setattr(files, "load_numpy", denied)
+    with pytest.raises(
+        CheckpointError, match=r"Cannot read checkpoint .*ckpt-00000004.npz \(PermissionError: .*not dam"
+    ):
+        manager.load_latest()
+    assert manager.skipped == []  # not marked: the next save keeps it
+    monkeypatch.setattr(files, "load_numpy", load)
+    manager.optimizer.iterations.assign(5)
+    manager.save()
+    assert os.path.exists(newest)
+    (tmp_path / "checkpoints" / "ckpt-00000009.npz").write_bytes(b"PK\x03\x04 truncated")  # real damage: skipped
+    assert manager.load_latest()[1]["step"] == 5 and manager.skipped == [
+        str(tmp_path / "checkpoints" / "ckpt-00000009.npz")
+    ]
+
+
+def test_a_nan_in_the_optimizer_state_is_never_saved_and_renames_are_made_durable(tmp_path, monkeypatch):
+    import stat
+
+    from training.checkpointing import NonFiniteStateError
+
+    manager = _manager(tmp_path)
+    manager.optimizer.iterations.assign(3)
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)), fsync(fd))[1])
+    manager.save()
+    assert synced[-1] is True  # the directory, after the rename
+    moment = next(v for v in manager.optimizer.variables if "momentum" in v.path)
+    moment.assign(np.full(moment.shape, np.nan, "float32"))
+    manager.optimizer.iterations.assign(4)
+    with pytest.raises(NonFiniteStateError, match=rf"{moment.path} holds NaN/Inf at step 4"):
+        manager.save()
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000003.npz"]

@@ -13,9 +13,13 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import signal
+import struct
 import threading
+import zipfile
+import zlib
 
 import keras
 import numpy as np
@@ -32,7 +36,7 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class NonFiniteStateError(FloatingPointError):
-    """A model variable is NaN or infinite; such a state is never written as a checkpoint."""
+    """A model or optimizer variable is NaN or infinite; such a state is never written as a checkpoint."""
 
 
 class Preempted(RuntimeError):
@@ -64,6 +68,22 @@ def _checksum(arrays, header=None):
         digest.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
         digest.update(value.tobytes())
     return digest.hexdigest()
+
+
+# What reading a damaged file raises: a bad or truncated zip, an array cut short, a header that is not JSON or fails
+# its checksum (ValueError). Anything else (PermissionError, a network error) is not evidence of damage.
+_DAMAGE = (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, struct.error)
+
+
+def _fsync_directory(directory):
+    """Makes a rename in a local `directory` durable (a crash of the machine could otherwise undo it)."""
+    if files.is_remote(directory):
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _AUTO_SUFFIX = re.compile(r"_\d+(?=/|$)")
@@ -142,7 +162,7 @@ class CheckpointManager:
         for group, variables in self._variables().items():
             for i, variable in enumerate(variables):
                 arrays[f"{group}/{i:05d}"] = value = np.asarray(variable.numpy())
-                if group == "model" and value.dtype.kind == "f" and not np.isfinite(value).all():
+                if value.dtype.kind == "f" and not np.isfinite(value).all():  # weights and optimizer moments
                     raise NonFiniteStateError(f"{variable.path} holds NaN/Inf at step {step}; not saved.")
         # The epoch's running metric sums (loss and accuracy totals and counts): a resume in mid-epoch restores them,
         # so the epoch's logged row covers all its steps, not only those after the resume.
@@ -157,6 +177,7 @@ class CheckpointManager:
         header["sha256"] = _checksum(arrays, header)
         arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
         atomic_write(path, lambda f: np.savez(f, **arrays))
+        _fsync_directory(self.directory)
         self._rotate(step)
         return path
 
@@ -186,10 +207,15 @@ class CheckpointManager:
     @staticmethod
     def read(path):
         """(header, arrays) of one checkpoint file; raises if it cannot be read or fails its checksum."""
-        with files.load_numpy(path) as archive:
+        archive = files.load_numpy(path)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("an .npy file, not an .npz checkpoint")
+        with archive:
             if "header" not in archive.files:
                 raise ValueError("no header: not a checkpoint of this trainer")
             header = json.loads(archive["header"].tobytes().decode("utf-8"))
+            if not isinstance(header, dict) or not isinstance(header.get("paths"), dict):
+                raise ValueError("its header is not a checkpoint header")
             arrays = {k: archive[k] for k in archive.files if k != "header"}
         expected = header.pop("sha256", None)
         if expected is None:
@@ -221,10 +247,19 @@ class CheckpointManager:
         for path in reversed(paths):
             try:
                 header, arrays = self.read(path)
-            except Exception as err:  # noqa: BLE001  (a truncated file, a full disk, a file from elsewhere: try an older one)
+            except _DAMAGE as err:  # truncated, damaged or not a checkpoint: try an older one
                 logger.warning("Skipping unreadable checkpoint %s (%s: %s)", path, type(err).__name__, err)
                 self.skipped.append(path)
                 continue
+            except Exception as err:
+                # A permission or network error says nothing about the file: it is not marked damaged (so never
+                # deleted by the next save), and the run stops instead of falling back to an older step.
+                message = " ".join(str(err).split())  # gfile errors span lines
+                raise CheckpointError(
+                    f"Cannot read checkpoint {path} ({type(err).__name__}: {message}); that is an access problem, "
+                    f"not damage, so no checkpoint was skipped or marked for deletion. Fix the access (permissions, "
+                    f"network, credentials) and run the same command again."
+                ) from err
             return path, header, arrays
         if paths:
             raise CheckpointError(
