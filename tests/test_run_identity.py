@@ -246,7 +246,8 @@ def test_after_a_mid_epoch_resume_the_epochs_log_row_equals_the_uninterrupted_ru
     training.train(config, str(tmp_path / "whole"), verbose=0)
     with pytest.raises(_Killed):  # after step 6, a mid-epoch checkpoint of epoch 1
         training.train(config, str(tmp_path / "cut"), verbose=0, callbacks=[_KillAt(1, 1)])
-    resumed = training.train(config, str(tmp_path / "cut"), verbose=0)
+    # --init is read at step 0 only: a resume does not fetch it again (here it no longer exists at all).
+    resumed = training.train(config.replace(init=str(tmp_path / "gone.npz")), str(tmp_path / "cut"), verbose=0)
     assert resumed.metrics["resumed_from_step"] == 6
     whole, cut = ((tmp_path / d / "log.csv").read_text().splitlines() for d in ("whole", "cut"))
     assert len(cut) == 3 and cut == whole  # header, epoch 0, epoch 1: the same loss and top-1 to the last digit

@@ -129,7 +129,9 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     identity = run_identity.resolve(workdir, config, loaded)  # refuses another run's checkpoint, a changed config
     schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
-        model = build_model(config, source.num_classes, class_names=source.class_names)
+        # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
+        initial = config.replace(init=None) if loaded else config
+        model = build_model(initial, source.num_classes, class_names=source.class_names)
         optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps, schedule))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
