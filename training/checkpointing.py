@@ -156,21 +156,21 @@ class CheckpointManager:
             sync()
         step = self.step()
         path = files.join(self.directory, f"ckpt-{step:08d}.npz")
+        # The epoch's running metric sums (loss and accuracy totals and counts): a resume in mid-epoch restores them,
+        # so the epoch's logged row covers all its steps, not only those after the resume. Read on every worker:
+        # under MultiWorkerMirroredStrategy reading a metric (a sync-on-read variable) is a collective.
+        metrics = list(getattr(self.model, "metrics_variables", ()))
+        metric_values = [np.asarray(variable.numpy()) for variable in metrics]
         if not self.write:
             return path
-        arrays = {}
+        arrays = {f"metrics/{i:05d}": value for i, value in enumerate(metric_values)}
         for group, variables in self._variables().items():
             for i, variable in enumerate(variables):
                 arrays[f"{group}/{i:05d}"] = value = np.asarray(variable.numpy())
                 if value.dtype.kind == "f" and not np.isfinite(value).all():  # weights and optimizer moments
                     raise NonFiniteStateError(f"{variable.path} holds NaN/Inf at step {step}; not saved.")
-        # The epoch's running metric sums (loss and accuracy totals and counts): a resume in mid-epoch restores them,
-        # so the epoch's logged row covers all its steps, not only those after the resume.
-        metrics = list(getattr(self.model, "metrics_variables", ()))
-        for i, variable in enumerate(metrics):
-            arrays[f"metrics/{i:05d}"] = np.asarray(variable.numpy())
         header = {"step": step, "paths": {g: [v.path for v in vs] for g, vs in self._variables().items()}}
-        header["paths"]["metrics"] = [v.path for v in metrics]
+        header["metric_paths"] = [v.path for v in metrics]  # apart from "paths": what `restore` must fit
         header.update(extra or {})
         header["format"] = _FORMAT
         header = json.loads(json.dumps(header))  # as `read` will see it (tuples become lists)
@@ -226,10 +226,11 @@ class CheckpointManager:
             raise ValueError(f"header format {header['format']!r} is not one this version reads ({_FORMAT})")
         if _checksum(arrays, covered) != expected:
             raise ValueError("its header and arrays do not match the checksum it carries (a damaged or edited file)")
+        listed = {**header["paths"], "metrics": header.get("metric_paths", [])}
         for group in ("model", "optimizer", "metrics"):
-            if len(header["paths"].get(group, ())) != sum(k.startswith(group + "/") for k in arrays):
+            if len(listed.get(group, ())) != sum(k.startswith(group + "/") for k in arrays):
                 raise ValueError(
-                    f"its header lists {len(header['paths'][group])} {group} paths for a different number of arrays"
+                    f"its header lists {len(listed.get(group, ()))} {group} paths for a different number of arrays"
                 )
         return header, arrays
 
@@ -303,7 +304,7 @@ class CheckpointManager:
         """
         path, header, arrays = loaded
         variables = list(getattr(self.model, "metrics_variables", ()))
-        saved = header["paths"].get("metrics", [])
+        saved = header.get("metric_paths", [])
         pairs, missing, unused = _pair(saved, [v.path for v in variables])
         values = [arrays[f"metrics/{pairs[j]:05d}"] for j in range(len(variables)) if j in pairs]
         if missing or unused or any(tuple(x.shape) != tuple(v.shape) for x, v in zip(values, variables)):
@@ -362,7 +363,8 @@ class FaultTolerance(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.last_saved = self.manager.step()
-        if self.resume_metrics_from is not None and getattr(self.model, "compute_metrics", None):
+        saved = (self.resume_metrics_from or (None, {}))[1].get("metric_paths", [])
+        if len(saved) > len(self.model.metrics_variables):
             # Keras builds the compiled metrics in the first step (without a tf.distribute strategy), after
             # `on_epoch_begin`, which restores their sums: build them now with a zero-weight sample (the epoch's
             # reset clears it).
