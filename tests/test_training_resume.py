@@ -180,7 +180,10 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
         jit_compile=False,
         strategy="default",
     )
-    with pytest.raises(training.NonFiniteLossError, match=r"loss became (nan|inf).*last good checkpoint \(step \d+\)"):
+    advice = (
+        r"loss became (nan|inf).*last good checkpoint \(step \d+\).*again with --set rescue=True --set learning_rate="
+    )
+    with pytest.raises(training.NonFiniteLossError, match=advice + r"1e\+29 --set global_clipnorm=1.0 \(recorded"):
         training.train(config, str(tmp_path), verbose=0)
     steps = sorted(_steps_saved(tmp_path))
     assert steps, "no checkpoint was kept"

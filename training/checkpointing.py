@@ -13,9 +13,13 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import signal
+import struct
 import threading
+import zipfile
+import zlib
 
 import keras
 import numpy as np
@@ -32,7 +36,7 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class NonFiniteStateError(FloatingPointError):
-    """A model variable is NaN or infinite; such a state is never written as a checkpoint."""
+    """A model or optimizer variable is NaN or infinite; such a state is never written as a checkpoint."""
 
 
 class Preempted(RuntimeError):
@@ -48,14 +52,38 @@ def checkpoint_steps(directory):
     return [int(_NAME.search(p).group(1)) for p in CheckpointManager(directory, None, None).checkpoints()]
 
 
-def _checksum(arrays):
-    """SHA-256 over the names, dtypes, shapes and bytes of `arrays` (a dict), in name order."""
+# Header format 2: the SHA-256 covers the header too (paths, step, schedule, run id, fingerprint, history).
+_FORMAT = 2
+
+
+def _checksum(arrays, header=None):
+    """SHA-256 over `header` (a dict; its own "sha256" left out; None for format-1 files, which covered only their
+    arrays) and the names, dtypes, shapes and bytes of `arrays` (a dict), in name order."""
     digest = hashlib.sha256()
+    if header is not None:
+        covered = {k: v for k, v in header.items() if k != "sha256"}
+        digest.update(json.dumps(covered, sort_keys=True).encode("utf-8") + b"\0")
     for key in sorted(arrays):
         value = np.ascontiguousarray(arrays[key])
         digest.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
         digest.update(value.tobytes())
     return digest.hexdigest()
+
+
+# What reading a damaged file raises: a bad or truncated zip, an array cut short, a header that is not JSON or fails
+# its checksum (ValueError). Anything else (PermissionError, a network error) is not evidence of damage.
+_DAMAGE = (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, struct.error)
+
+
+def _fsync_directory(directory):
+    """Makes a rename in a local `directory` durable (a crash of the machine could otherwise undo it)."""
+    if files.is_remote(directory):
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _AUTO_SUFFIX = re.compile(r"_\d+(?=/|$)")
@@ -128,19 +156,28 @@ class CheckpointManager:
             sync()
         step = self.step()
         path = files.join(self.directory, f"ckpt-{step:08d}.npz")
+        # The epoch's running metric sums (loss and accuracy totals and counts): a resume in mid-epoch restores them,
+        # so the epoch's logged row covers all its steps, not only those after the resume. Read on every worker:
+        # under MultiWorkerMirroredStrategy reading a metric (a sync-on-read variable) is a collective.
+        metrics = list(getattr(self.model, "metrics_variables", ()))
+        metric_values = [np.asarray(variable.numpy()) for variable in metrics]
         if not self.write:
             return path
-        arrays = {}
+        arrays = {f"metrics/{i:05d}": value for i, value in enumerate(metric_values)}
         for group, variables in self._variables().items():
             for i, variable in enumerate(variables):
                 arrays[f"{group}/{i:05d}"] = value = np.asarray(variable.numpy())
-                if group == "model" and value.dtype.kind == "f" and not np.isfinite(value).all():
+                if value.dtype.kind == "f" and not np.isfinite(value).all():  # weights and optimizer moments
                     raise NonFiniteStateError(f"{variable.path} holds NaN/Inf at step {step}; not saved.")
         header = {"step": step, "paths": {g: [v.path for v in vs] for g, vs in self._variables().items()}}
+        header["metric_paths"] = [v.path for v in metrics]  # apart from "paths": what `restore` must fit
         header.update(extra or {})
-        header["sha256"] = _checksum(arrays)
+        header["format"] = _FORMAT
+        header = json.loads(json.dumps(header))  # as `read` will see it (tuples become lists)
+        header["sha256"] = _checksum(arrays, header)
         arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
         atomic_write(path, lambda f: np.savez(f, **arrays))
+        _fsync_directory(self.directory)
         self._rotate(step)
         return path
 
@@ -170,18 +207,30 @@ class CheckpointManager:
     @staticmethod
     def read(path):
         """(header, arrays) of one checkpoint file; raises if it cannot be read or fails its checksum."""
-        with files.load_numpy(path) as archive:
+        archive = files.load_numpy(path)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("an .npy file, not an .npz checkpoint")
+        with archive:
             if "header" not in archive.files:
                 raise ValueError("no header: not a checkpoint of this trainer")
             header = json.loads(archive["header"].tobytes().decode("utf-8"))
+            if not isinstance(header, dict) or not isinstance(header.get("paths"), dict):
+                raise ValueError("its header is not a checkpoint header")
             arrays = {k: archive[k] for k in archive.files if k != "header"}
-        expected = header.get("sha256")  # absent only in files written before checksums were added
-        if expected is not None and _checksum(arrays) != expected:
-            raise ValueError("the arrays do not match the checksum in its header (a damaged file)")
-        for group in ("model", "optimizer"):
-            if len(header["paths"][group]) != sum(k.startswith(group + "/") for k in arrays):
+        expected = header.pop("sha256", None)
+        if expected is None:
+            raise ValueError("its header carries no checksum, so nothing in it can be verified")
+        # Format-1 files (no "format", no run id) had a checksum of their arrays only; a run resumes them once.
+        covered = header if "format" in header else None
+        if covered is not None and header["format"] != _FORMAT:
+            raise ValueError(f"header format {header['format']!r} is not one this version reads ({_FORMAT})")
+        if _checksum(arrays, covered) != expected:
+            raise ValueError("its header and arrays do not match the checksum it carries (a damaged or edited file)")
+        listed = {**header["paths"], "metrics": header.get("metric_paths", [])}
+        for group in ("model", "optimizer", "metrics"):
+            if len(listed.get(group, ())) != sum(k.startswith(group + "/") for k in arrays):
                 raise ValueError(
-                    f"its header lists {len(header['paths'][group])} {group} paths for a different number of arrays"
+                    f"its header lists {len(listed.get(group, ()))} {group} paths for a different number of arrays"
                 )
         return header, arrays
 
@@ -199,10 +248,19 @@ class CheckpointManager:
         for path in reversed(paths):
             try:
                 header, arrays = self.read(path)
-            except Exception as err:  # noqa: BLE001  (a truncated file, a full disk, a file from elsewhere: try an older one)
+            except _DAMAGE as err:  # truncated, damaged or not a checkpoint: try an older one
                 logger.warning("Skipping unreadable checkpoint %s (%s: %s)", path, type(err).__name__, err)
                 self.skipped.append(path)
                 continue
+            except Exception as err:
+                # A permission or network error says nothing about the file: it is not marked damaged (so never
+                # deleted by the next save), and the run stops instead of falling back to an older step.
+                message = " ".join(str(err).split())  # gfile errors span lines
+                raise CheckpointError(
+                    f"Cannot read checkpoint {path} ({type(err).__name__}: {message}); that is an access problem, "
+                    f"not damage, so no checkpoint was skipped or marked for deletion. Fix the access (permissions, "
+                    f"network, credentials) and run the same command again."
+                ) from err
             return path, header, arrays
         if paths:
             raise CheckpointError(
@@ -236,6 +294,31 @@ class CheckpointManager:
                 variable.assign(value)
         self.restored_path = path
         return header
+
+    def restore_metrics(self, loaded):
+        """Assigns a checkpoint's running metric sums to the model's metrics; returns whether they fitted.
+
+        Called at the start of the epoch a mid-epoch resume continues (after Keras has reset the metrics). A file
+        without them, or with metrics of another compile, leaves the metrics as they are, with a warning: the
+        epoch's logged row then covers only the steps after the resume (the weights are right either way).
+        """
+        path, header, arrays = loaded
+        variables = list(getattr(self.model, "metrics_variables", ()))
+        saved = header.get("metric_paths", [])
+        pairs, missing, unused = _pair(saved, [v.path for v in variables])
+        values = [arrays[f"metrics/{pairs[j]:05d}"] for j in range(len(variables)) if j in pairs]
+        if missing or unused or any(tuple(x.shape) != tuple(v.shape) for x, v in zip(values, variables)):
+            logger.warning(
+                "Checkpoint %s holds other running metrics (%s) than this run (%s); this epoch's log row covers "
+                "only the steps after the resume.",
+                path,
+                _listing(saved) or "none",
+                _listing([v.path for v in variables]) or "none",
+            )
+            return False
+        for value, variable in zip(values, variables):
+            variable.assign(value)
+        return True
 
     def restore_latest(self):
         """Restores the newest readable checkpoint; returns its header, or None when there is none.
@@ -272,6 +355,7 @@ class FaultTolerance(keras.callbacks.Callback):
         self._sigterm = threading.Event()
         self._previous_handler = None
         self._epoch_start = 0
+        self.resume_metrics_from = None  # a `load_latest` result whose metric sums the first epoch continues
 
     # SIGTERM: only a flag in the handler; the save happens between steps, where the state is consistent.
     def _on_sigterm(self, signum, frame):
@@ -279,6 +363,13 @@ class FaultTolerance(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.last_saved = self.manager.step()
+        saved = (self.resume_metrics_from or (None, {}))[1].get("metric_paths", [])
+        if len(saved) > len(self.model.metrics_variables):
+            # Keras builds the compiled metrics in the first step (without a tf.distribute strategy), after
+            # `on_epoch_begin`, which restores their sums: build them now with a zero-weight sample (the epoch's
+            # reset clears it).
+            zeros = np.zeros((1, self.model.output_shape[-1]), "float32")
+            self.model.compute_metrics(zeros, zeros, zeros, sample_weight=np.zeros((1,), "float32"))
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -291,6 +382,9 @@ class FaultTolerance(keras.callbacks.Callback):
         # Within an epoch the step is counted from here, not read from the optimizer: under Keras' JAX trainer its
         # variables hold no value until the epoch ends (see `CheckpointManager.save`).
         self._epoch_start = self.manager.step()
+        if self.resume_metrics_from is not None:  # a mid-epoch resume: Keras has just reset the metrics
+            self.manager.restore_metrics(self.resume_metrics_from)
+            self.resume_metrics_from = None
 
     def _step(self, batch):
         return self._epoch_start + batch + 1  # `batch` is the index of the last batch run (steps_per_execution)
@@ -335,13 +429,25 @@ class FaultTolerance(keras.callbacks.Callback):
         if self.bad_loss is None and self.preempted_at is None:
             self._save(self.manager.step())
 
+    def rescue_command(self):
+        """The `--set` options that resume this run from its last good checkpoint at a tenth of its learning rate."""
+        run = self.header.get("fingerprint", {})
+        rate = run.get("learning_rate")
+        command = "--set rescue=True"
+        lower = f"{rate / 10:.3g}" if isinstance(rate, (int, float)) else "..."
+        command += f" --set learning_rate={lower}"
+        if "global_clipnorm" in run and run["global_clipnorm"] is None:
+            command += " --set global_clipnorm=1.0"
+        return command
+
     def raise_if_stopped(self):
         if self.bad_loss is not None:
             step, value = self.bad_loss
             raise NonFiniteLossError(
                 f"The training loss became {value} by step {step}; training stopped. The last good checkpoint "
-                f"(step {self.last_saved}) is kept in {self.manager.directory}. Lower the learning rate, check the "
-                f"data for NaN/Inf, keep global_clipnorm, then run again (it resumes from that checkpoint)."
+                f"(step {self.last_saved}) is kept in {self.manager.directory}. To continue from it with a lower "
+                f"learning rate, run the same command again with {self.rescue_command()} (recorded in the run's "
+                f"history); if it diverges again, check the data for NaN/Inf."
             )
         if self.preempted_at is not None:
             raise Preempted(

@@ -89,6 +89,9 @@ class TrainConfig:
         extend_epochs: on resume, accept a changed `epochs` on purpose: the rest of the learning-rate decay is
             stretched from the restored step to the new end (continuous there; `training.optim.WarmupDecay.extend`).
             Without it a resume with other epochs, learning rate, warm-up, optimizer, ... is refused.
+        rescue: on resume, accept a changed `learning_rate` (the peak of the restored schedule, which keeps its
+            shape) and `global_clipnorm` on purpose, to continue a diverged run from its last good checkpoint;
+            the change is recorded in run.json and the checkpoints' history (`training.run_identity`).
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
@@ -146,6 +149,7 @@ class TrainConfig:
     deterministic: bool = False
     checkpoint_every: int = 100
     extend_epochs: bool = False
+    rescue: bool = False
     eval_every: int = 1
     num_samples: int = 64
     num_calibration: int = 256

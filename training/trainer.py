@@ -5,6 +5,7 @@ data pipeline's business (see `training.checkpointing` and `training.data`): a r
 checkpoint, reads the step counter, and starts the input stream at that step.
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -19,7 +20,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.models import flops
-from training import advice
+from training import advice, run_identity
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
@@ -38,36 +39,6 @@ from training.outputs import (
 )
 
 logger = logging.getLogger("training")
-
-# Changing these between a run and its resume would silently change what the restored step means: the data stream
-# it indexes, the model, or the learning rate and optimizer update at that step. `epochs` may change with
-# `extend_epochs=True` (the schedule is then stretched continuously); the others need a new workdir.
-_RESUME_KEYS = (
-    "dataset",
-    "train_split",
-    "batch_size",
-    "seed",
-    "variant",
-    "image_size",
-    "model",
-    "holdout_fraction",
-    "epochs",
-    "steps_per_epoch",
-    "optimizer",
-    "learning_rate",
-    "weight_decay",
-    "beta_1",
-    "beta_2",
-    "momentum",
-    "schedule",
-    "warmup_steps",
-    "global_clipnorm",
-    "loss",
-    "label_smoothing",
-    "precision",
-    "image_background",
-    "skip_unreadable_images",  # which images a folder data set holds, and their pixels
-)
 
 
 @dataclasses.dataclass
@@ -107,6 +78,11 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         Preempted: SIGTERM arrived; a checkpoint was saved, run again to resume.
         ValueError / FileNotFoundError: bad configuration or data, with the fix in the message.
     """
+    with contextlib.ExitStack() as held:  # the workdir lock, released however the run ends
+        return _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held)
+
+
+def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     started = time.time()
     name = config if isinstance(config, str) else "custom"
     config = get_config(config).replace(**overrides)
@@ -127,6 +103,8 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if measured is not None:
         print(f"[training] advice: {measured.line(strategy.form(jit_compile))}", flush=True)
     chief = strategy.is_chief
+    if chief:  # only the chief writes; the other workers of a multi-worker run share its workdir
+        held.enter_context(run_identity.workdir_lock(workdir))
 
     if config.batch_size > source.num_train:
         raise ValueError(
@@ -146,12 +124,14 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     if note:
         print(f"[training] note: {note}", flush=True)
 
-    _check_resume_config(workdir, config)
     manager = CheckpointManager(files.join(workdir, "checkpoints"), None, None, write=chief)
     loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
+    identity = run_identity.resolve(workdir, config, loaded)  # refuses another run's checkpoint, a changed config
     schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
-        model = build_model(config, source.num_classes, class_names=source.class_names)
+        # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
+        initial = config.replace(init=None) if loaded else config
+        model = build_model(initial, source.num_classes, class_names=source.class_names)
         optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps, schedule))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
@@ -176,11 +156,12 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         files.check_writable(workdir)  # a read-only or full workdir fails here, before any step is trained
         files.sweep_temporaries(workdir)  # what writes killed before their rename left (see keras_vit.files)
         write_json(files.join(workdir, "config.json"), config.to_dict())
+        identity.write(workdir)
 
     fault_tolerance = FaultTolerance(
         manager,
         every=config.checkpoint_every,
-        header={"schedule": schedule.get_config()},
+        header={"schedule": schedule.get_config(), **identity.header()},
         agree=strategy.stop_agreement(),
     )
     # The loggers first: an epoch's row is written before its checkpoint (see FaultTolerance.on_train_batch_end).
@@ -194,6 +175,7 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
     segments = []
     if start < total_steps and offset:
         segments.append((epoch, steps_per_epoch - offset, start))
+        fault_tolerance.resume_metrics_from = loaded  # the epoch's row then counts its steps before the resume too
         epoch, start = epoch + 1, (epoch + 1) * steps_per_epoch
     if start < total_steps:
         segments.append((epoch, steps_per_epoch, start))
@@ -281,35 +263,6 @@ def _write_outputs(workdir, model, source, config, total_steps, schedule):
     return {key: files.relpath(path, workdir) for key, path in plots.items()}
 
 
-def _check_resume_config(workdir, config):
-    """Refuses to resume a workdir whose run had other `_RESUME_KEYS` (`epochs` may change with extend_epochs)."""
-    path = files.join(workdir, "config.json")
-    if not files.exists(path):
-        return
-    previous = json.loads(files.read_text(path))
-    current = json.loads(json.dumps(config.to_dict()))
-    # Keys the earlier run's config.json lacks (written before the field existed) had their default: not compared.
-    changed = [k for k in _RESUME_KEYS if k in previous and previous[k] != current.get(k)]
-    if config.extend_epochs and changed == ["epochs"]:
-        print(
-            f"[training] extend_epochs: epochs {previous['epochs']} -> {current['epochs']}; the rest of the "
-            f"learning-rate decay is stretched to the new end",
-            flush=True,
-        )
-        return
-    if changed:
-        details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
-        extend = (
-            "; or, to change only the length on purpose, add --set extend_epochs=True (the rest of the "
-            "learning-rate decay is stretched from the restored step, continuously)"
-        )
-        raise ValueError(
-            f"{workdir} holds a run with a different {', '.join(changed)} ({details}); resuming it would not "
-            f"continue the same run. Use a new --workdir, or the original settings"
-            f"{extend if 'epochs' in changed else ''}."
-        )
-
-
 def _resume_schedule(config, total_steps, loaded):
     """The learning-rate schedule of this run: the restored checkpoint's, stretched if the run's length changed.
 
@@ -317,7 +270,7 @@ def _resume_schedule(config, total_steps, loaded):
     checkpoints carried it gets this run's configured schedule (not stretched: extend such a run from a newer file).
     """
     saved = loaded[1].get("schedule") if loaded else None
-    if saved is None:  # a fresh run, or an older checkpoint (_check_resume_config compared its config)
+    if saved is None:  # a fresh run, or an older checkpoint (run_identity.resolve compared its config)
         return make_schedule(config, total_steps)
     header = loaded[1]
     schedule = WarmupDecay(**saved)
@@ -329,6 +282,9 @@ def _resume_schedule(config, total_steps, loaded):
                 f"the rest of the schedule on purpose."
             )
         schedule = schedule.extend(int(header["step"]), total_steps)
+    if config.rescue and schedule.peak != config.learning_rate:
+        # The same shape from the same step, at the new peak: the rescued steps' rates scale by new / old.
+        schedule = WarmupDecay.from_config({**schedule.get_config(), "peak": config.learning_rate})
     return schedule
 
 
