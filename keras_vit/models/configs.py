@@ -38,6 +38,8 @@ class ViTConfig:
         resnet_layers: stage depths of a hybrid's ResNet stem, e.g. (3, 4, 9); None for a plain ViT.
         resnet_width: width factor of the ResNet stem.
         dtype: a Keras dtype policy name such as "mixed_bfloat16"; None for the global policy.
+        remat: rematerialise each encoder block in training (gradient checkpointing): less activation memory for
+            about one more forward pass; needs zero dropout and stochastic-depth rates (see `EncoderBlock`).
     """
 
     image_size: tuple = (224, 224)
@@ -61,6 +63,7 @@ class ViTConfig:
     resnet_layers: tuple | None = None
     resnet_width: int = 1
     dtype: str | None = None
+    remat: bool = False
 
     def __post_init__(self):
         size = self.image_size
