@@ -145,7 +145,8 @@ class CheckpointManager:
         return {"model": list(self.model.variables), "optimizer": list(self.optimizer.variables)}
 
     def step(self):
-        return int(np.asarray(self.optimizer.iterations.numpy()))
+        """The optimiser step: updates applied (with gradient accumulation, Keras counts micro-steps // accum)."""
+        return int(keras.ops.convert_to_numpy(self.optimizer.iterations))
 
     def save(self, extra=None):
         """Writes the checkpoint of the current step (only where `write`); returns its path."""
@@ -343,9 +344,10 @@ class FaultTolerance(keras.callbacks.Callback):
     and leave `fit`, instead of the others waiting forever in their next collective.
     """
 
-    def __init__(self, manager, every=0, header=None, agree=None):
+    def __init__(self, manager, every=0, header=None, agree=None, accum_steps=1):
         super().__init__()
         self.manager = manager
+        self.accum_steps = accum_steps  # fit batches per optimiser step (gradient accumulation)
         self.every = every
         self.header = header or {}
         self.agree = agree
@@ -356,6 +358,7 @@ class FaultTolerance(keras.callbacks.Callback):
         self._previous_handler = None
         self._epoch_start = 0
         self.resume_metrics_from = None  # a `load_latest` result whose metric sums the first epoch continues
+        self._mid_update = False
 
     # SIGTERM: only a flag in the handler; the save happens between steps, where the state is consistent.
     def _on_sigterm(self, signum, frame):
@@ -387,7 +390,9 @@ class FaultTolerance(keras.callbacks.Callback):
             self.resume_metrics_from = None
 
     def _step(self, batch):
-        return self._epoch_start + batch + 1  # `batch` is the index of the last batch run (steps_per_execution)
+        # `batch` is the index of the last fit batch run (steps_per_execution); with gradient accumulation a fit
+        # batch is a micro-batch, and the step counts optimiser updates.
+        return self._epoch_start + (batch + 1) // self.accum_steps
 
     def _save(self, step):
         if step != self.last_saved:
@@ -400,6 +405,7 @@ class FaultTolerance(keras.callbacks.Callback):
             self.last_saved = step
 
     def on_train_batch_end(self, batch, logs=None):
+        self._mid_update = bool((batch + 1) % self.accum_steps)
         step = self._step(batch)
         loss = (logs or {}).get("loss")
         bad = loss is not None and not math.isfinite(float(loss))
@@ -411,6 +417,8 @@ class FaultTolerance(keras.callbacks.Callback):
             self.bad_loss = (step, local if not math.isfinite(local) else float("nan"))
             self.model.stop_training = True
             return
+        if self._mid_update:
+            return  # mid-update: the accumulators hold a partial sum; checkpoints land on optimiser steps only
         if term:
             self._save(step)
             if self.bad_loss is not None:
@@ -421,12 +429,13 @@ class FaultTolerance(keras.callbacks.Callback):
         # The last batch of an epoch is saved by `on_epoch_end`, after the loggers have written the epoch's row (the
         # trainer puts them first): a crash between the two then repeats the epoch's tail and rewrites its row,
         # instead of resuming after an epoch whose row was never written.
-        last_of_epoch = step - self._epoch_start >= ((self.params or {}).get("steps") or math.inf)
+        last_of_epoch = batch + 1 >= ((self.params or {}).get("steps") or math.inf)
         if self.every and step - self.last_saved >= self.every and not last_of_epoch:
             self._save(step)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.bad_loss is None and self.preempted_at is None:
+        # A callback that stops `fit` between the micro-batches of an update leaves a partial sum: not a step.
+        if self.bad_loss is None and self.preempted_at is None and not self._mid_update:
             self._save(self.manager.step())
 
     def rescue_command(self):

@@ -46,7 +46,11 @@ class TrainConfig:
             embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
             references' fine-tuning, unless `init_head` is set.
         init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
-        batch_size: the GLOBAL batch (per-replica batch x replicas).
+        batch_size: the GLOBAL batch of one optimiser step (per-replica batch x replicas x accum_steps).
+        accum_steps: gradient accumulation: each optimiser step is `accum_steps` forward/backward passes over
+            `batch_size // accum_steps` images, averaged (the same update as one batch of `batch_size`, in less
+            memory; vit_jax's `accum_steps`). Every other count (steps_per_epoch, warmup_steps,
+            checkpoint_every, steps_per_execution, the step of a checkpoint) is in optimiser steps.
         epochs: passes over `steps_per_epoch` steps.
         steps_per_epoch: None for dataset size // batch_size; set it to express step-based recipes.
         optimizer: "adamw" or "sgd" (momentum).
@@ -119,6 +123,7 @@ class TrainConfig:
     init: str | None = None
     init_head: bool = False
     batch_size: int = 64
+    accum_steps: int = 1
     epochs: int = 10
     steps_per_epoch: int | None = None
     optimizer: str = "adamw"
@@ -181,6 +186,13 @@ class TrainConfig:
                 f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
                 f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}"
             )
+        sizes = (self.batch_size, self.accum_steps)
+        if self.batch_size % self.accum_steps:
+            raise ValueError(
+                f"batch_size must be divisible by accum_steps (each optimiser step is accum_steps micro-batches of "
+                f"batch_size // accum_steps images). Received: batch_size={self.batch_size}, "
+                f"accum_steps={self.accum_steps}; use a divisor, e.g. accum_steps={_divisor_below(*sizes)}."
+            )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
             raise ValueError(
                 f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
@@ -240,6 +252,10 @@ def steps_per_execution_for(requested, steps_per_epoch, resume_steps=()):
         f"steps_per_execution={requested} does not divide {why}; using {value}, the largest divisor "
         f"not above it ({nxt}set steps_per_execution or steps_per_epoch to choose another)"
     )
+
+
+def _divisor_below(number, limit):
+    return max(d for d in range(1, min(number, limit) + 1) if number % d == 0)
 
 
 def _check_choice(name, value, choices):

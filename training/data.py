@@ -557,10 +557,12 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         source: a `Source`.
         config: a `TrainConfig` (batch_size, seed, augmentation options, shuffle_buffer, image_size).
         start_step: the global step of the first batch (a resumed run passes its optimizer's step count).
-        num_steps: the number of batches to yield; None for an endless stream.
+        num_steps: the number of steps to yield; None for an endless stream.
 
     Returns:
-        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)).
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)); with
+        `config.accum_steps > 1`, each step's batch comes as `accum_steps` consecutive micro-batches of
+        B // accum_steps.
     """
     batch = config.batch_size
     count = source.num_train
@@ -612,7 +614,24 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         )
     if num_steps is not None:
         ds = ds.take(num_steps)
+    if config.accum_steps > 1:
+        ds = ds.map(_micro_batches(config.accum_steps), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch()
     return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _micro_batches(accum_steps):
+    """A step's batch -> `accum_steps` micro-batches stacked on a new leading axis (`unbatch` then yields them in
+    order). The step's batch, Mixup included, is made first: the images of an optimiser step and their mixing do
+    not depend on `accum_steps`."""
+
+    def split(images, labels):
+        def stack(x):
+            return tf.reshape(x, [accum_steps, x.shape[0] // accum_steps, *x.shape[1:]])  # static shapes, for XLA
+
+        return stack(images), stack(labels)
+
+    return split
 
 
 def _indexed_stream(arrays, seed, start):

@@ -71,11 +71,13 @@ class Placement:
         return f"backend {self.backend}, {devices}, {self.name} - {self.reason}"
 
     def prepare_optimizer(self, optimizer):
-        """The optimizer, with the TF backend's replica-clipping fix (JAX clips the global gradient already)."""
+        """The optimizer, with the TF backend's replica-clipping and accumulation fixes (JAX needs neither)."""
         if self.tf_strategy is None:
             return optimizer
         from training import workarounds
 
+        if optimizer.gradient_accumulation_steps and workarounds.uses_merge_call(self.tf_strategy):
+            return workarounds.accumulate_across_replicas(optimizer, self.tf_strategy)  # clips after the sum too
         return workarounds.clip_after_all_reduce(optimizer, self.tf_strategy)
 
     def prepare_model(self, model):

@@ -120,6 +120,28 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return config
 
 
+@keras.saving.register_keras_serializable(package="training")
+class PerUpdate(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule` read at the optimiser step, for an optimiser that accumulates gradients over `accum_steps` calls.
+
+    Keras' `gradient_accumulation_steps` counts `iterations` per micro-step when it asks a schedule for the
+    learning rate (its own `iterations` property and Adam's bias correction count updates); this wrapper makes
+    the schedule see `micro_step // accum_steps`, the count every other part of the trainer uses.
+    """
+
+    def __init__(self, schedule, accum_steps):
+        if isinstance(schedule, dict):
+            schedule = keras.saving.deserialize_keras_object(schedule)
+        self.schedule = schedule
+        self.accum_steps = int(accum_steps)
+
+    def __call__(self, step):
+        return self.schedule(keras.ops.floor_divide(step, self.accum_steps))
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule), "accum_steps": self.accum_steps}
+
+
 def make_schedule(config, total_steps):
     """The learning-rate schedule of a `TrainConfig` for a run of `total_steps` steps."""
     warmup = config.warmup_steps
@@ -136,9 +158,17 @@ def make_optimizer(config, total_steps, schedule=None):
     """The optimizer of a `TrainConfig`: AdamW (decoupled decay, Keras convention) or SGD with momentum.
 
     `schedule` replaces `make_schedule(config, total_steps)` (a resumed run's schedule from its checkpoint).
+    With `config.accum_steps > 1` the optimiser accumulates (Keras' `gradient_accumulation_steps`): it averages
+    the gradients of `accum_steps` calls, then clips the mean, decays the weights and updates, once; `schedule`
+    and `total_steps` count those updates.
     """
     schedule = schedule or make_schedule(config, total_steps)
-    common = dict(learning_rate=schedule, global_clipnorm=config.global_clipnorm)
+    accum = config.accum_steps if config.accum_steps > 1 else None
+    common = dict(
+        learning_rate=PerUpdate(schedule, accum) if accum else schedule,
+        global_clipnorm=config.global_clipnorm,
+        gradient_accumulation_steps=accum,
+    )
     if config.optimizer == "adamw":
         optimizer = keras.optimizers.AdamW(
             weight_decay=config.weight_decay, beta_1=config.beta_1, beta_2=config.beta_2, **common

@@ -75,6 +75,7 @@ RANGES = {
     "max_image_bytes": _POSITIVE_INT,
     "image_size": _POSITIVE_INT,
     "batch_size": _POSITIVE_INT,
+    "accum_steps": _POSITIVE_INT,
     "epochs": _POSITIVE_INT,
     "steps_per_epoch": Range(1, none="None for data set size // batch_size"),
     "learning_rate": _POSITIVE,

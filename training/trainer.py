@@ -37,6 +37,7 @@ from training.outputs import (
     write_labels,
     write_samples,
 )
+from training.workarounds import fit_steps_per_execution
 
 logger = logging.getLogger("training")
 
@@ -111,10 +112,16 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
             f"batch_size={config.batch_size} is larger than the training split ({source.num_train} images of "
             f"{config.dataset!r}). Use --batch-size {min(64, source.num_train)} or a larger dataset."
         )
-    if config.batch_size % strategy.num_replicas_in_sync:
+    micro_batch = config.batch_size // config.accum_steps
+    if micro_batch % strategy.num_replicas_in_sync:
         raise ValueError(
             f"The global batch_size={config.batch_size} must be divisible by the {strategy.num_replicas_in_sync} "
-            f"replicas of {strategy.name}."
+            f"replicas of {strategy.name}"
+            + (
+                f" times accum_steps={config.accum_steps} (micro-batches of {micro_batch})."
+                if config.accum_steps > 1
+                else "."
+            )
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     total_steps = steps_per_epoch * config.epochs
@@ -144,7 +151,8 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
                 keras.metrics.TopKCategoricalAccuracy(k=k, name="top5"),
             ],
             jit_compile=jit_compile,
-            steps_per_execution=steps_per_execution,
+            # Fit steps are micro-batches (gradient accumulation); see the workaround for the count.
+            steps_per_execution=fit_steps_per_execution(strategy.tf_strategy, steps_per_execution, config.accum_steps),
         )
         strategy.prepare_model(model)
         manager.model, manager.optimizer = model, optimizer
@@ -163,6 +171,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         every=config.checkpoint_every,
         header={"schedule": schedule.get_config(), **identity.header()},
         agree=strategy.stop_agreement(),
+        accum_steps=config.accum_steps,
     )
     # The loggers first: an epoch's row is written before its checkpoint (see FaultTolerance.on_train_batch_end).
     loggers = [CsvLogger(files.join(workdir, "log.csv")), EventLogger(files.join(workdir, "logs"))] if chief else []
@@ -187,7 +196,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
             data,
             epochs=epochs,
             initial_epoch=first_epoch,
-            steps_per_epoch=steps,
+            steps_per_epoch=steps * config.accum_steps,
             validation_data=eval_ds if config.eval_every else None,
             validation_freq=config.eval_every or 1,
             callbacks=all_callbacks,
@@ -211,6 +220,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         "steps": manager.step(),
         "steps_per_epoch": steps_per_epoch,
         "batch_size": config.batch_size,
+        "accum_steps": config.accum_steps,
         "images_per_second": trained_steps * config.batch_size / fit_seconds if fit_seconds else None,
         "wall_seconds": time.time() - started,
         "train_seconds": fit_seconds,

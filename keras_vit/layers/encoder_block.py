@@ -23,6 +23,10 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate: stochastic-depth rate of this block.
         layer_norm_epsilon: LayerNorm epsilon (1e-6 in the reference code; Keras' default 1e-3 breaks parity).
         gelu: "tanh" or "exact".
+        remat: rematerialise the block in training (gradient checkpointing, `keras.remat`: `tf.recompute_grad` on
+            TensorFlow, `jax.checkpoint` on JAX): its activations are recomputed in the backward pass instead of
+            kept, for about one more forward pass of compute. Needs zero dropout and drop-path rates, since the
+            recomputation would draw new random masks.
 
     Call arguments:
         tokens: (B, T, D).
@@ -38,8 +42,16 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu="tanh",
+        remat=False,
         **kwargs,
     ):
+        if remat and (dropout_rate or attention_dropout_rate or drop_path_rate):
+            raise ValueError(
+                f"remat=True needs dropout_rate, attention_dropout_rate and the drop-path rate at 0: the backward "
+                f"pass recomputes the block and would draw new dropout masks. Received: dropout_rate={dropout_rate}, "
+                f"attention_dropout_rate={attention_dropout_rate}, drop_path_rate={drop_path_rate}; set them to 0 "
+                f"or remat=False."
+            )
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -48,6 +60,7 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu = gelu
+        self.remat = bool(remat)
         policy = self.dtype_policy
         self.norm_1 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
@@ -63,6 +76,11 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, tokens, training=None, return_attention_scores=False):
+        if self.remat and training and not return_attention_scores:
+            return keras.remat(lambda x: self._forward(x, training, False))(tokens)
+        return self._forward(tokens, training, return_attention_scores)
+
+    def _forward(self, tokens, training, return_attention_scores):
         attended = self.attention(
             self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
         )
@@ -88,4 +106,6 @@ class EncoderBlock(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             gelu=self.gelu,
         )
+        if self.remat:  # absent when off: configs saved before the option existed stay what they were
+            config["remat"] = True
         return config

@@ -45,6 +45,8 @@ class ViTConfig:
             patch grid inside the graph. Learned position embeddings only.
         dynamic_resize_method: the interpolation used then: "zoom" (corner-aligned linear, what the original
             code and `load_npz` use when fine-tuning at another size), "bilinear" or "bicubic" (half-pixel).
+        remat: rematerialise each encoder block in training (gradient checkpointing): less activation memory for
+            about one more forward pass; needs zero dropout and stochastic-depth rates (see `EncoderBlock`).
     """
 
     image_size: tuple = (224, 224)
@@ -70,6 +72,7 @@ class ViTConfig:
     dtype: str | None = None
     dynamic_image_size: bool = False
     dynamic_resize_method: str = "zoom"
+    remat: bool = False
 
     def __post_init__(self):
         size = self.image_size

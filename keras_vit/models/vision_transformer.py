@@ -56,6 +56,7 @@ class VisionTransformer(keras.Model):
         dtype=None,
         dynamic_image_size=False,
         dynamic_resize_method="zoom",
+        remat=False,
         class_names=None,
         name="vit",
         **kwargs,
@@ -70,7 +71,7 @@ class VisionTransformer(keras.Model):
             attention_dropout_rate=attention_dropout_rate, stochastic_depth_rate=stochastic_depth_rate,
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, head_bias_init=head_bias_init,
             resnet_layers=resnet_layers, resnet_width=resnet_width, dtype=dtype,
-            dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method,
+            dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method, remat=remat,
         )  # fmt: skip
         _validate(config)
         class_names = _check_class_names(class_names, config.num_classes)
@@ -105,6 +106,7 @@ class VisionTransformer(keras.Model):
                 drop_path_rate=config.stochastic_depth_rate * i / max(config.num_layers - 1, 1),
                 layer_norm_epsilon=config.layer_norm_epsilon,
                 gelu=config.gelu,
+                remat=config.remat,
                 name=f"encoderblock_{i}",
                 dtype=policy,
             )(x)
@@ -141,6 +143,8 @@ class VisionTransformer(keras.Model):
 
     def get_config(self):
         config = self.config.to_dict()
+        if not config["remat"]:  # absent when off, as in models saved before the option existed
+            del config["remat"]
         config.update(name=self.name, trainable=self.trainable)
         if self.class_names is not None:
             config["class_names"] = list(self.class_names)
@@ -226,6 +230,13 @@ def _validate(config):
         value = getattr(config, name)
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
+    rates = {n: getattr(config, n) for n in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate")}
+    if config.remat and any(rates.values()):
+        received = ", ".join(f"{n}={v}" for n, v in rates.items())
+        raise ValueError(
+            f"remat=True needs zero dropout and stochastic-depth rates: the backward pass recomputes each block and "
+            f"would draw new random masks. Received: {received}; set them to 0 or remat=False."
+        )
     if config.pooling == "token" and not config.class_token:
         raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
     if config.dynamic_resize_method not in RESIZE_METHODS:

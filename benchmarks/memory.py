@@ -1,0 +1,76 @@
+"""Peak training memory per image, with and without rematerialisation and gradient accumulation.
+
+    python -m benchmarks.memory --variant B/16 --image-size 224 --batch 8
+
+Each setting runs in a fresh process (peak RSS only grows): build the model and its AdamW optimiser, note the
+process's peak resident memory, train one optimiser step of `--batch` images (with accumulation: `accum` micro-
+batches of `batch // accum`), and note it again. The difference is the step's own peak (activations, gradients,
+workspace) above the weights and optimiser state; divided by the images one pass holds (the micro-batch) it is the
+memory per image. CPU figures (TensorFlow backend, no XLA); an accelerator's allocator differs, so treat them as
+ratios between settings, not as a device's numbers.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+
+SETTINGS = ((False, 1), (True, 1), (False, 4), (True, 4))  # (remat, accum_steps)
+
+
+def _peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def measure(variant, image_size, batch, remat, accum):
+    """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat)
+    optimizer = keras.optimizers.AdamW(1e-3, gradient_accumulation_steps=accum if accum > 1 else None)
+    optimizer.build(model.trainable_variables)
+    model.compile(optimizer=optimizer, loss="categorical_crossentropy", jit_compile=False)
+    images = np.zeros((batch, image_size, image_size, 3), "float32")
+    labels = np.eye(1000, dtype="float32")[np.zeros(batch, int)]
+    before = _peak_mib()
+    model.fit(images, labels, batch_size=batch // accum, epochs=1, shuffle=False, verbose=0)
+    after = _peak_mib()
+    micro = batch // accum
+    return {
+        "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
+        "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
+        "step_mib": round(after - before), "per_image_mib": round((after - before) / micro, 1),
+        "backend": keras.backend.backend(),
+    }  # fmt: skip
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variant", default="B/16")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum": measure in this process
+    args = p.parse_args(argv)
+    if args.one:
+        remat, accum = args.one.split(",")
+        print("RESULT" + json.dumps(measure(args.variant, args.image_size, args.batch, remat == "True", int(accum))))
+        return
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    for remat, accum in SETTINGS:
+        sizes = ["--variant", args.variant, "--image-size", str(args.image_size), "--batch", str(args.batch)]
+        command = [sys.executable, "-m", "benchmarks.memory", *sizes, "--one", f"{remat},{accum}"]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode:
+            print(json.dumps({"remat": remat, "accum_steps": accum, "error": done.stderr[-500:]}), flush=True)
+            continue
+        print(done.stdout.split("RESULT", 1)[1].strip(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
