@@ -150,7 +150,7 @@ def test_predict_reads_labels_and_probabilities_from_metadata(tiny, tmp_path, ca
     for i in range(2):
         best = int(expected[i].argmax())
         # The label from the metadata, the model's own probability (not a softmax of probabilities).
-        assert lines[3 * i + 1].split() == [*LABELS[best].split(), f"{expected[i, best]:.4f}", "(class", f"{best})"]
+        assert lines[3 * i + 1].split() == [str(best), f"{expected[i, best]:.4f}", *LABELS[best].split()]
 
 
 def test_uint8_io_model_is_verified_on_raw_pixels(tmp_path, monkeypatch):
