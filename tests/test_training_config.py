@@ -52,7 +52,7 @@ def test_overrides_parse_literals_and_model_keys():
     }
     config = get_config("digits").replace(**overrides)
     assert config.learning_rate == 3e-3 and config.model["dropout_rate"] == 0.1
-    assert config.model["hidden_size"] == 128  # the recipe's other model overrides kept
+    assert config.model["hidden_size"] == 192  # the recipe's other model overrides kept
 
 
 def test_bad_overrides_say_what_is_known():

@@ -11,7 +11,7 @@ maps = vit_inspect.attention_rollout(model, images).image      # (B, 224, 224)
 similarity = vit_inspect.position_embedding_similarity(model)  # (14, 14, 14, 14)
 distance = vit_inspect.mean_attention_distance(model, images)  # (layers, heads), pixels
 tiles = vit_inspect.patch_embedding_components(model, k=28)    # (28, 16, 16, 3) in [0, 1]
-vit_inspect.save_figures(model, images, "plots/")              # four PNGs
+vit_inspect.save_figures(model, images, "plots/", labels=labels)  # four PNGs; rollout titled true/predicted
 ```
 Command line: `python -m keras_vit.inspect model.keras image.jpg --out plots/`. Functions return numpy arrays;
 matplotlib is imported only by the figure functions.
