@@ -363,8 +363,9 @@ SELECTION = textwrap.dedent("""
 def test_jax_placement_choices_and_errors():
     out = _result(_python("jax", SELECTION).stdout)
     assert "JAX sees no TPU" in out["tpu"] and "--strategy auto" in out["tpu"]
-    assert "not supported on the JAX backend" in out["multi_worker"]
-    assert "KERAS_BACKEND=tensorflow" in out["multi_worker"]
+    # multi_worker with no cluster to join (no KERAS_DISTRIBUTION_* variables, not a TPU pod): what to set.
+    assert "--strategy multi_worker on JAX: JAX found no cluster to join" in out["multi_worker"]
+    assert "KERAS_DISTRIBUTION_JOB_ADDRESSES" in out["multi_worker"]
     assert "Unknown strategy 'gpu'" in out["gpu"]
     assert out["mirrored"] == ["backend jax, 2 cpu devices, DataParallel - mirrored requested (2 cpu devices)", 2, 2]
     # One device: no distribution left over from the run before in the same process (a notebook).

@@ -104,6 +104,8 @@ class TrainConfig:
         matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
             on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
             JAX's "high" / "default".
+        join_timeout: seconds each process of a multi-process JAX run waits for all the others to connect
+            before it fails (`training.processes`).
     """
 
     dataset: str = "digits"
@@ -160,6 +162,7 @@ class TrainConfig:
     num_calibration: int = 256
     strategy: str = "auto"
     matmul_precision: str | None = None
+    join_timeout: int = 300
 
     def __post_init__(self):
         _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))

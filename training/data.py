@@ -54,6 +54,7 @@ class Source:
     original_size: int | None = None
     train_arrays: tuple | None = None
     decode_window: Callable | None = None
+    shard_count: int | None = None
 
     @property
     def num_classes(self):
@@ -72,18 +73,21 @@ def load_source(
     skip_unreadable_images=False,
     follow_symlinks=False,
     max_image_bytes=None,
+    shard=(0, 1),
 ):
     """Loads a dataset by name; see `TrainConfig.dataset` for the forms. Raises clear errors for bad input.
 
     `image_background`, `skip_unreadable_images`, `follow_symlinks` and `max_image_bytes` apply to `folder:`
-    datasets (see `TrainConfig`).
+    datasets (see `TrainConfig`). `shard` is (this process's index, number of processes): a TFDS training split is
+    then read as this process's part of `tfds.even_splits` (big_vision's per-process input); in-memory and folder
+    sources are shared, and `train_dataset` picks each process's rows.
     """
     if dataset == "digits":
         return _digits(holdout_fraction)
     if dataset == "synthetic":
         return _synthetic(seed)
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
-        return _tfds(dataset[len("tfds:") :], data_dir, train_split, eval_split)
+        return _tfds(dataset[len("tfds:") :], data_dir, train_split, eval_split, shard)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
         return _folder(
             dataset[len("folder:") :],
@@ -266,7 +270,7 @@ def _path_decoder(background, max_bytes=None):
     return decode
 
 
-def _tfds(name, data_dir, train_split, eval_split):
+def _tfds(name, data_dir, train_split, eval_split, shard=(0, 1)):
     import tensorflow_datasets as tfds
 
     if not name:
@@ -310,7 +314,19 @@ def _tfds(name, data_dir, train_split, eval_split):
         raise ValueError("TFDS datasets need an eval_split, e.g. --set eval_split=test or eval_split='train[99%:]'.")
     train, num_train = split(train_split)
     heldout, num_heldout = split(eval_split)
-    return Source(train, heldout, num_train, num_heldout, class_names, _decode_encoded, decode_window=_window_encoded)
+    shard_count = None
+    if shard[1] > 1:  # this process reads its own files' worth of the training split, not every example
+        train, shard_count = split(tfds.even_splits(train_split, n=shard[1], drop_remainder=False)[shard[0]])
+    return Source(
+        train,
+        heldout,
+        num_train,
+        num_heldout,
+        class_names,
+        _decode_encoded,
+        decode_window=_window_encoded,
+        shard_count=shard_count,
+    )
 
 
 def list_image_folder(path, follow_symlinks=False):
@@ -550,7 +566,7 @@ def _mixup(images, labels, alpha, seed, num_images=2):
     return mix(images), mix(labels)
 
 
-def train_dataset(source, config, *, start_step=0, num_steps=None):
+def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1)):
     """The endless (or `num_steps`-long) stream of training batches, starting at global step `start_step`.
 
     Args:
@@ -558,12 +574,19 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
         config: a `TrainConfig` (batch_size, seed, augmentation options, shuffle_buffer, image_size).
         start_step: the global step of the first batch (a resumed run passes its optimizer's step count).
         num_steps: the number of steps to yield; None for an endless stream.
+        shard: (this process's index, number of processes) of a multi-process run, which feeds each global batch
+            from every process at once. Process i yields rows [i * m, (i + 1) * m) of every micro-batch of the
+            one-process stream (m = micro-batch / processes), so the batches the processes assemble are exactly
+            the one-process ones, augmentation included (it is seeded by the element's global position). A TFDS
+            source read per process (`Source.shard_count`) streams its own share instead. Mixup mixes within each
+            process's rows.
 
     Returns:
-        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)); with
-        `config.accum_steps > 1`, each step's batch comes as `accum_steps` consecutive micro-batches of
-        B // accum_steps.
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)), B the
+        global batch divided by the number of processes; with `config.accum_steps > 1`, each step's batch comes as
+        `accum_steps` consecutive micro-batches of B // accum_steps.
     """
+    index, processes = shard
     batch = config.batch_size
     count = source.num_train
     if batch > count:
@@ -592,12 +615,26 @@ def train_dataset(source, config, *, start_step=0, num_steps=None):
             )
         return scale(image), tf.one_hot(label, num_classes)
 
+    micro = batch // config.accum_steps
+    rows = micro // processes
+    if rows * processes * config.accum_steps != batch:
+        raise ValueError(
+            f"batch_size={batch} cannot be split into {config.accum_steps} micro-batch(es) over {processes} "
+            f"process(es): use a batch size divisible by {config.accum_steps * processes}."
+        )
+    positions = _process_positions(index, rows, micro)
     if source.train_arrays is not None:
-        ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch)
-    else:
+        ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch // processes, positions)
+    elif source.shard_count is None:
         ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
+        if processes > 1:  # the whole split on every process: each keeps its own rows
+            ds = ds.filter(lambda position, element: (position % micro) // rows == index)
+    else:  # this process's share of the split; augmentation seeded by the rows' positions in the global batches
+        local = source.shard_count
+        ds = _shuffled_stream(source.train, local, min(buffer, local), config.seed, start_step * batch // processes)
+        ds = ds.map(lambda k, element: (positions(k), element))
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.batch(batch, drop_remainder=True)
+    ds = ds.batch(batch // processes, drop_remainder=True)
     if config.mixup_alpha > 0:
         # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
         # big_vision's global mixing coefficient (fold_in=None). Batches are mixed in parallel, in order.
@@ -634,12 +671,25 @@ def _micro_batches(accum_steps):
     return split
 
 
-def _indexed_stream(arrays, seed, start):
-    """(position, (raw, label)) from element `start` of the endless stream: pass p is permutation (seed, p)."""
+def _process_positions(index, rows, micro):
+    """This process's k-th element -> its position in the one-process stream (rows `rows` of each micro-batch)."""
+
+    def position(k):
+        return (k // rows) * micro + index * rows + k % rows
+
+    return position
+
+
+def _indexed_stream(arrays, seed, start, positions=None):
+    """(position, (raw, label)) from element `start` of the endless stream: pass p is permutation (seed, p).
+
+    `positions` maps this process's element number to its position in the stream (`_process_positions`).
+    """
     raw, labels = (tf.constant(a) for a in arrays)
     count = len(arrays[1])
 
-    def element(position):
+    def element(k):
+        position = positions(k) if positions is not None else k
         p, j = position // count, position % count
         index = tf.random.experimental.index_shuffle(j, tf.stack([tf.cast(seed, tf.int64), p]), count - 1)
         return position, (tf.gather(raw, index), tf.gather(labels, index))
@@ -672,7 +722,7 @@ def _shuffled_stream(train, count, buffer, seed, start):
     return passes.enumerate(first_pass * count).skip(offset)
 
 
-def eval_dataset(source, config, batch_size=None):
+def eval_dataset(source, config, batch_size=None, shard=(0, 1)):
     """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
 
     A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
@@ -684,15 +734,21 @@ def eval_dataset(source, config, batch_size=None):
     `compile`, not `metrics=`) divide by the sum of weights, so the constant cancels and top-1/top-5 are the
     unpadded ones too.
 
+    In a multi-process run (`shard` = (index, processes)) process i takes every processes-th held-out image from
+    the i-th on and pads its share to the same number of batches of B / processes as every other process, so the
+    global batches cover the split once; the weights use the padded count of all processes together.
+
     Args:
         source: a `Source`.
         config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
-        batch_size: overrides `config.batch_size`.
+        batch_size: overrides `config.batch_size` (the global batch).
+        shard: (this process's index, number of processes).
 
     Returns:
         A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
-        `ceil(num_heldout / B)` batches, every one of static batch size B.
+        `ceil(num_heldout / B)` batches (one process), every one of static batch size B.
     """
+    index, processes = shard
     batch = int(batch_size or config.batch_size)
     count = source.num_heldout
     if batch < 1 or count < 1:
@@ -701,11 +757,17 @@ def eval_dataset(source, config, batch_size=None):
             f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
             f"eval_split."
         )
-    padded = -(-count // batch) * batch
-    weight = padded / count
+    if batch % processes:
+        raise ValueError(f"The evaluation batch of {batch} cannot be split over {processes} processes evenly.")
+    batch //= processes
+    share = len(range(index, count, processes))
+    largest = -(-count // processes)  # every process pads to the largest share, in whole batches
+    padded = -(-largest // batch) * batch
+    weight = padded * processes / count
     num_classes = source.num_classes
     size = config.image_size
-    ds = source.heldout.map(
+    heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
+    ds = heldout.map(
         lambda raw, label: (
             eval_preprocess(source.decode(raw), size, config.eval_resize_small),
             tf.one_hot(label, num_classes),
@@ -715,7 +777,7 @@ def eval_dataset(source, config, batch_size=None):
     )
     padding = tf.data.Dataset.from_tensors(
         (tf.zeros([size, size, 3]), tf.zeros([num_classes]), tf.constant(0.0))
-    ).repeat(padded - count)
+    ).repeat(padded - share)
     ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
     return _with_options(ds.prefetch(tf.data.AUTOTUNE))
 

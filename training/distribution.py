@@ -11,8 +11,10 @@
   batch: the loss is the global-batch mean and `global_clipnorm` clips the global gradient, as on one device.
 
 `--strategy` means the same on both: `auto` (every accelerator device, else the host devices), `tpu`, `mirrored`
-(every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters; on JAX not yet, with
-a clear error). The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy.
+(every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters on TensorFlow; on JAX
+every process of a `jax.distributed` run, see `training.processes`). `auto` on JAX also spans every process when
+Keras' `KERAS_DISTRIBUTION_*` variables name several. The input stream stays the `tf.data` pipeline on both; Keras'
+JAX trainer reads it as numpy, each process feeding its own rows of every global batch.
 """
 
 import contextlib
@@ -40,6 +42,9 @@ class Placement:
         num_replicas: devices the global batch is split over (`num_replicas_in_sync` under tf.distribute).
         device_kind: "cpu", "gpu" or "tpu".
         is_chief: True on the process that writes files.
+        num_processes, process_index: the processes of a multi-process JAX run (1 and 0 elsewhere: a
+            TensorFlow multi-worker run feeds its workers through `tf.distribute`, not through these).
+        local_devices: the devices of this process among the `num_replicas`.
         tf_strategy: the `tf.distribute.Strategy` on the TensorFlow backend, else None.
         distribution: the `keras.distribution.Distribution` on the JAX backend (None for one device).
     """
@@ -50,6 +55,9 @@ class Placement:
     num_replicas: int
     device_kind: str
     is_chief: bool = True
+    num_processes: int = 1
+    process_index: int = 0
+    local_devices: int | None = None
     tf_strategy: Any = None
     distribution: Any = None
 
@@ -68,6 +76,8 @@ class Placement:
     def describe(self):
         """One line: backend, devices, what distributes the step and why."""
         devices = f"{self.num_replicas} {self.device_kind} device{'s' if self.num_replicas != 1 else ''}"
+        if self.num_processes > 1:
+            devices += f" ({self.num_processes} processes x {self.local_devices}; this is process {self.process_index})"
         return f"backend {self.backend}, {devices}, {self.name} - {self.reason}"
 
     def prepare_optimizer(self, optimizer):
@@ -120,7 +130,11 @@ class Placement:
         MultiWorkerMirroredStrategy it is one small all-reduce, which every worker must call at the same point.
         """
         if self.tf_strategy is None:
-            return None  # JAX runs one process here (multi-worker is refused), so its own flags decide
+            if self.num_processes > 1:
+                from training import processes
+
+                return processes.agree_flags
+            return None  # one JAX process: its own flags decide
         from training.strategy import num_workers
 
         if num_workers(self.tf_strategy) <= 1:
@@ -151,7 +165,14 @@ class Placement:
             "replicas": self.num_replicas,
             "devices": self.num_replicas,
             "device_kind": self.device_kind,
+            "processes": self.num_processes,
+            "local_devices": self.local_devices if self.local_devices is not None else self.num_replicas,
         }
+
+    @property
+    def shard(self):
+        """(this process's index, number of processes): which rows of every global batch this process feeds."""
+        return self.process_index, self.num_processes
 
 
 def backend():
@@ -164,12 +185,13 @@ def backend():
     return name
 
 
-def select_placement(name="auto", *, tf_strategy=None):
+def select_placement(name="auto", *, tf_strategy=None, join_timeout=300):
     """The `Placement` for `--strategy NAME` on the current Keras backend.
 
     Args:
         name: "auto", "tpu", "multi_worker", "mirrored" or "default".
         tf_strategy: a `tf.distribute.Strategy` to use as it is (TensorFlow backend only).
+        join_timeout: seconds a process of a multi-process JAX run waits for its peers (`training.processes`).
 
     Raises:
         StrategyError: the strategy cannot run here (no TPU, an unsupported backend, ...), with what would work.
@@ -181,7 +203,7 @@ def select_placement(name="auto", *, tf_strategy=None):
             f"tf_strategy={type(tf_strategy).__name__} was passed, but the Keras backend is JAX. Pass "
             f"config.strategy ('auto', 'tpu', 'mirrored', 'default') instead, or set KERAS_BACKEND=tensorflow."
         )
-    return _jax_placement(name)
+    return _jax_placement(name, join_timeout)
 
 
 def _tensorflow_placement(name, tf_strategy):
@@ -212,26 +234,34 @@ def _tensorflow_placement(name, tf_strategy):
     )
 
 
-def _jax_placement(name):
+def _jax_placement(name, join_timeout):
     import jax
+
+    from training import processes
 
     if name not in STRATEGIES:
         raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
     _keep_tensorflow_off_accelerators()
-    if name == "multi_worker":
-        raise StrategyError(
-            "--strategy multi_worker is not supported on the JAX backend yet (multi-host runs need "
-            "jax.distributed, which this trainer does not set up). Use every device of one host with --strategy "
-            "auto, or the TensorFlow backend (KERAS_BACKEND=tensorflow) with TF_CONFIG for a cluster."
-        )
+    try:
+        processes.join(name, join_timeout)  # before any other JAX call: it fixes the devices JAX sees
+    except processes.JoinError as err:
+        raise StrategyError(str(err)) from None
     accelerator = jax.default_backend()  # "tpu", "gpu" or "cpu": JAX's own choice, accelerators first
     if name == "tpu" and accelerator != "tpu":
         raise StrategyError(
             f"--strategy tpu, but JAX sees no TPU (its devices: {_listing(jax.local_devices())}). Run on a TPU VM "
             f"or Colab TPU runtime with `pip install jax[tpu]`, or use --strategy auto."
         )
-    devices = jax.local_devices()
+    num_processes = jax.process_count()
+    devices = jax.devices() if num_processes > 1 else jax.local_devices()
+    local = jax.local_device_count()
     kind = devices[0].platform
+    if num_processes > 1 and name in ("default", "mirrored"):
+        raise StrategyError(
+            f"--strategy {name} uses the devices of one process, but this run has {num_processes} processes "
+            f"({processes.NUM_PROCESSES} or the TPU slice says so). Use --strategy auto or multi_worker, or start a "
+            f"single process."
+        )
     if name == "default":
         keras.distribution.set_distribution(None)  # an earlier run in this process may have set one
         return Placement(
@@ -240,16 +270,23 @@ def _jax_placement(name):
             reason=f"default requested ({devices[0]})",
             num_replicas=1,
             device_kind=kind,
+            local_devices=1,
         )
-    if name == "auto":
+    plural = "s" if len(devices) != 1 else ""
+    if num_processes > 1:
+        reason = f"{name}: {num_processes} processes, {len(devices)} {kind} devices in all"
+    elif name == "auto":
         reason = (
             f"auto: {len(devices)} {kind} devices"
             if accelerator != "cpu"
-            else f"auto: no accelerator, {len(devices)} host device{'s' if len(devices) != 1 else ''}"
+            else f"auto: no accelerator, {len(devices)} host device{plural}"
         )
+    elif name == "multi_worker":
+        reason = f"multi_worker requested, but the run is one process ({len(devices)} {kind} device{plural})"
     else:
-        reason = f"{name} requested ({len(devices)} {kind} device{'s' if len(devices) != 1 else ''})"
-    distribution = keras.distribution.DataParallel(devices=devices)
+        reason = f"{name} requested ({len(devices)} {kind} device{plural})"
+    # Each process feeds its own rows of every batch (training.data), so Keras must not shard the dataset again.
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
     # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
     keras.distribution.set_distribution(distribution)
     return Placement(
@@ -259,6 +296,9 @@ def _jax_placement(name):
         num_replicas=len(devices),
         device_kind=kind,
         is_chief=jax.process_index() == 0,
+        num_processes=num_processes,
+        process_index=jax.process_index(),
+        local_devices=local,
         distribution=distribution,
     )
 

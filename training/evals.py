@@ -18,11 +18,12 @@ def parse_eval_split(dataset, value):
     return dataset, value
 
 
-def evaluate_extra(model, config, *, verbose=0):
+def evaluate_extra(model, config, *, verbose=0, shard=(0, 1)):
     """{name: {"top1", "top5", "loss", "num_heldout", "dataset", "split"}} for every entry of `config.extra_evals`.
 
     The model must be compiled with the trainer's weighted top1/top5 metrics; every split goes through
-    `eval_dataset` (the run's evaluation pre-processing, `eval_resize_small` included).
+    `eval_dataset` (the run's evaluation pre-processing, `eval_resize_small` included); `shard` is this process's
+    (index, number of processes) in a multi-process run.
     """
     results = {}
     for name, value in config.extra_evals.items():
@@ -33,7 +34,7 @@ def evaluate_extra(model, config, *, verbose=0):
                 f"extra_evals[{name!r}] ({dataset} {split}) has {source.num_classes} classes, the model "
                 f"predicts {model.output_shape[-1]}; evaluate splits with the run's label set."
             )
-        metrics = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
+        metrics = model.evaluate(eval_dataset(source, config, shard=shard), verbose=verbose, return_dict=True)
         results[name] = {
             "top1": float(metrics["top1"]),
             "top5": float(metrics["top5"]),

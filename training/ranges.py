@@ -95,6 +95,7 @@ RANGES = {
     "steps_per_execution": _POSITIVE_INT,
     "seed": _NATURAL,
     "checkpoint_every": _NATURAL,
+    "join_timeout": _POSITIVE_INT,
     "eval_every": _NATURAL,
     "num_samples": _POSITIVE_INT,
     "num_calibration": Range(1, 512),  # calibration.npz: the TFLite converter needs no more

@@ -35,6 +35,7 @@ EXEMPT = {
     "num_samples": "an output written after training",
     "num_calibration": "an output written after training",
     "strategy": "where the run is placed: a preempted run may resume on other hardware",
+    "join_timeout": "how long the processes of a run wait for each other at the start",
     "jit_compile": "how the same steps are compiled",
     "steps_per_execution": "steps per call into the compiled step; the resume keeps it a divisor of the epoch",
 }

@@ -20,7 +20,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.models import flops
-from training import advice, run_identity
+from training import advice, processes, run_identity
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from training.config import TrainConfig, get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
@@ -94,8 +94,8 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     keras.utils.set_random_seed(config.seed)
     set_matmul_precision(config.matmul_precision)
 
-    strategy = select_placement(config.strategy, tf_strategy=tf_strategy)
-    source = source_of(config)
+    strategy = select_placement(config.strategy, tf_strategy=tf_strategy, join_timeout=config.join_timeout)
+    source = source_of(config, strategy.shard)
     measured = advice.lookup(
         strategy.device_kind, config.precision, flops.config_forward_flops(model_config(config, source.num_classes))
     )
@@ -133,6 +133,13 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
 
     manager = CheckpointManager(files.join(workdir, "checkpoints"), None, None, write=chief)
     loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
+    if strategy.num_processes > 1:  # every process restores the same file, or none does
+        processes.check_same(
+            "the checkpoint step to resume from (-1: none)",
+            loaded[1]["step"] if loaded else -1,
+            f"Every process must see the same workdir: put it on storage all hosts share (gs://BUCKET/run, a "
+            f"network file system), not on each host's own disk ({workdir}).",
+        )
     identity = run_identity.resolve(workdir, config, loaded)  # refuses another run's checkpoint, a changed config
     schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
@@ -157,6 +164,12 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         strategy.prepare_model(model)
         manager.model, manager.optimizer = model, optimizer
         header = manager.restore(loaded) if loaded else None
+    if strategy.num_processes > 1:  # same seed, same file: a difference here would silently split the replicas
+        processes.check_same(
+            "the model's starting weights",
+            _weights_checksum(model),
+            "Run the same keras-vit version, config and --init on every process.",
+        )
     start = manager.step()
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.restored_path})", flush=True)
@@ -176,7 +189,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     # The loggers first: an epoch's row is written before its checkpoint (see FaultTolerance.on_train_batch_end).
     loggers = [CsvLogger(files.join(workdir, "log.csv")), EventLogger(files.join(workdir, "logs"))] if chief else []
     all_callbacks = [*loggers, fault_tolerance, *callbacks]
-    eval_ds = eval_dataset(source, config)
+    eval_ds = eval_dataset(source, config, shard=strategy.shard)
     histories = []
     fit_seconds = 0.0
     # A mid-epoch resume first finishes the interrupted epoch, so later epochs keep their boundaries.
@@ -190,7 +203,9 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         segments.append((epoch, steps_per_epoch, start))
     for first_epoch, steps, first_step in segments:
         epochs = first_epoch + (1 if steps != steps_per_epoch else (total_steps - first_step) // steps_per_epoch)
-        data = train_dataset(source, config, start_step=first_step, num_steps=(epochs - first_epoch) * steps)
+        data = train_dataset(
+            source, config, start_step=first_step, num_steps=(epochs - first_epoch) * steps, shard=strategy.shard
+        )
         fit_started = time.time()
         history = model.fit(
             data,
@@ -201,7 +216,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
             validation_freq=config.eval_every or 1,
             callbacks=all_callbacks,
             shuffle=False,  # the stream is shuffled by training.data
-            verbose=verbose,
+            verbose=verbose if chief else 0,  # one progress bar per run
         )
         fit_seconds += time.time() - fit_started
         histories.append(history.history)
@@ -211,7 +226,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     trained_steps = manager.step() - (header or {}).get("step", 0)
 
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
-    extra_evals = evaluate_extra(model, config) if config.extra_evals else None
+    extra_evals = evaluate_extra(model, config, shard=strategy.shard) if config.extra_evals else None
     metrics = {
         "top1": float(results["top1"]),
         "top5": float(results["top5"]),
@@ -228,7 +243,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         "num_heldout": source.num_heldout,
         "num_train": source.num_train,
         "dataset": config.dataset,
-        **strategy.metrics(),  # backend, strategy, replicas, devices, device_kind
+        **strategy.metrics(),  # backend, strategy, replicas, devices, device_kind, processes, local_devices
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "fastest_measured_form": measured.fastest if measured is not None else None,
         "parameters": int(model.count_params()),
@@ -236,12 +251,13 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     if extra_evals:
         metrics["evals"] = extra_evals
     if chief:
-        metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps, schedule)
+        metrics["plots"] = _write_outputs(workdir, model, source, config, total_steps, schedule, strategy)
         metrics["wall_seconds"] = time.time() - started
         write_json(files.join(workdir, "metrics.json"), metrics)
     print(
         f"[training] held-out top-1 {metrics['top1']:.4f}, top-5 {metrics['top5']:.4f}, loss {metrics['loss']:.4f} "
-        f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; outputs in {workdir}",
+        f"after {metrics['steps']} steps; {metrics['wall_seconds']:.1f} s; "
+        + (f"outputs in {workdir}" if chief else f"process 0 writes the outputs in {workdir}"),
         flush=True,
     )
     if chief and metrics.get("plots"):
@@ -261,15 +277,24 @@ def _set_op_determinism(enabled):
         tf_config.disable_op_determinism()
 
 
-def _write_outputs(workdir, model, source, config, total_steps, schedule):
-    save_model(model, files.join(workdir, "model.keras"))
-    # A plain-text copy of model.class_names for tools outside Python; export reads the model's own names.
-    write_labels(files.join(workdir, "labels.txt"), source.class_names)
-    write_samples(workdir, source, config)
-    plots_dir = files.join(workdir, "plots")
-    plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, schedule, total_steps)
-    with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
-        plots.update(inspection_figures(model, samples["images"], plots_dir, samples["labels"], source.class_names))
+def _weights_checksum(model):
+    """One number from every weight: what the processes of a run compare before their first step."""
+    return float(sum(np.sum(np.asarray(v.value, np.float64)) for v in model.weights))
+
+
+def _write_outputs(workdir, model, source, config, total_steps, schedule, placement):
+    with processes.alone() if placement.num_processes > 1 else contextlib.nullcontext():
+        save_model(model, files.join(workdir, "model.keras"))  # it reloads the file to check it: a local model
+        if placement.num_processes > 1:  # the run's arrays span every process: draw with this process's own copy
+            model = keras.saving.load_model(files.join(workdir, "model.keras"), compile=False)
+        # A plain-text copy of model.class_names for tools outside Python; export reads the model's own names.
+        write_labels(files.join(workdir, "labels.txt"), source.class_names)
+        write_samples(workdir, source, config)
+        plots_dir = files.join(workdir, "plots")
+        plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, schedule, total_steps)
+        with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
+            images, labels = samples["images"], samples["labels"]
+            plots.update(inspection_figures(model, images, plots_dir, labels, source.class_names))
     return {key: files.relpath(path, workdir) for key, path in plots.items()}
 
 
@@ -298,8 +323,11 @@ def _resume_schedule(config, total_steps, loaded):
     return schedule
 
 
-def source_of(config):
-    """The run's `training.data.Source`: its dataset, splits, held-out fraction and image-reading options."""
+def source_of(config, shard=(0, 1)):
+    """The run's `training.data.Source`: its dataset, splits, held-out fraction and image-reading options.
+
+    `shard`: (process index, number of processes) of a multi-process run (`training.data.load_source`).
+    """
     return load_source(
         config.dataset,
         data_dir=config.data_dir,
@@ -311,6 +339,7 @@ def source_of(config):
         skip_unreadable_images=config.skip_unreadable_images,
         follow_symlinks=config.follow_symlinks,
         max_image_bytes=config.max_image_bytes,
+        shard=shard,
     )
 
 
