@@ -427,14 +427,14 @@ def evaluate(
         if v is not None
     }
     config = config.replace(**overrides)
-    placement = select_placement(config.strategy, tf_strategy=tf_strategy)
+    placement = select_placement(config.strategy, tf_strategy=tf_strategy, join_timeout=config.join_timeout)
     if verbose:
         print(f"[training] {placement.describe()}", flush=True)
     with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
     if model.input_shape[1] is not None:  # a dynamic_image_size model is evaluated at its run's image_size
         config = config.replace(image_size=int(model.input_shape[1]))
-    source = source_of(config)
+    source = source_of(config, placement.shard)
     if model.output_shape[-1] != source.num_classes:
         raise ValueError(
             f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
@@ -448,7 +448,7 @@ def evaluate(
                 keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
             ],
         )
-    results = model.evaluate(eval_dataset(source, config), verbose=verbose, return_dict=True)
+    results = model.evaluate(eval_dataset(source, config, shard=placement.shard), verbose=verbose, return_dict=True)
     return {
         "top1": float(results["top1"]),
         "top5": float(results["top5"]),
