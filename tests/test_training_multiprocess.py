@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,11 +45,15 @@ def _env(devices, **extra):
 
 
 def _start(workdir, num_processes, devices, *extra):
-    """`num_processes` trainers of one run, each with `devices` host devices; returns their Popen objects."""
+    """`num_processes` trainers of one run, each with `devices` host devices; returns their Popen objects.
+
+    `workdir`: one path for all, or a list with one per process.
+    """
     port = _free_port()
+    workdirs = workdir if isinstance(workdir, list) else [workdir] * num_processes
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra],
+            [sys.executable, "-m", "training", "--workdir", str(workdirs[index]), *RUN, *extra],
             cwd=ROOT,
             env=_env(
                 devices,
@@ -200,6 +205,19 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
     # Both stopped after the same step, and process 0 wrote that step's checkpoint.
     assert all(f"SIGTERM received: saved the checkpoint of step {saved} " in o for o in outputs), outputs[0][-2000:]
     assert not (workdir / "model.keras").exists()
+
+
+@pytest.mark.slow
+def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, tmp_path):
+    root, _, _ = runs
+    shutil.copytree(root / "two" / "checkpoints", tmp_path / "b" / "checkpoints")  # process 1 sees step 12
+    codes, outputs = _wait(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
+    assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
+    for output in outputs:
+        error = output.strip().splitlines()[-1]
+        assert "disagree on the checkpoint step to resume from (-1: none) (process 0: -1, process 1: 12)" in error
+        assert "put it on storage all hosts share" in error
+    assert not (tmp_path / "a" / "checkpoints").exists() and max(_steps_saved(tmp_path / "b")) == 12
 
 
 @pytest.mark.parametrize("index", [0, 1])

@@ -29,6 +29,10 @@ class JoinError(RuntimeError):
     """The processes of a multi-process run could not find each other."""
 
 
+class Disagreement(ValueError):
+    """The processes of a run see different checkpoints or weights. A ValueError: the CLI reports it in one line."""
+
+
 def requested():
     """The (coordinator address, number of processes, process id) Keras' variables ask for, or None when unset."""
     addresses = os.environ.get(ADDRESSES)
@@ -231,7 +235,7 @@ def check_same(what, value, fix):
     values = allgather([float(value)])[:, 0]
     if not np.all(values == values[0]):
         listing = ", ".join(f"process {i}: {v:g}" for i, v in enumerate(values))
-        raise RuntimeError(f"The processes of this run disagree on {what} ({listing}). {fix}")
+        raise Disagreement(f"The processes of this run disagree on {what} ({listing}). {fix}")
 
 
 def shard_rows(rows, num_processes):
