@@ -89,8 +89,8 @@ def parse_args(argv=None):
         "--memory",
         action="store_true",
         help="after the other phases, measure peak training memory per image (B/16 at 224 and 384 px, "
-        "with and without remat and accumulation, one process per setting; ~10 GB RSS at 384 px, "
-        "several minutes): off by default, since the default run must stay under 15 minutes",
+        "with and without remat and accumulation, one process per setting; ~10 GB RSS at 384 px, about 20 "
+        "minutes on 2 cores): off by default, since the default run must stay under 15 minutes",
     )
     p.add_argument("--memory-only", action="store_true", help="run only the memory phase (--memory without the rest)")
     p.add_argument("--memory-variant", default="B/16", help="the memory phase's model (a keras_vit variant name)")

@@ -110,6 +110,20 @@ def _per_image(settings, image_size, remat):
     return None
 
 
+def accumulation_extra_mib(settings):
+    """MiB each measured accumulated setting held beyond the fixed-cost model: its step, less one gradient and its
+    micro-batch times the per-image activations of the same remat setting without accumulation."""
+    extra = []
+    for record in settings:
+        if record["accum_steps"] == 1 or "error" in record:
+            continue
+        per_image = _per_image(settings, record["image_size"], record["remat"])
+        if per_image is not None:
+            gradient = record["parameters"] * BYTES_PER_VALUE / MIB
+            extra.append((record["step_mib"] - gradient - record["micro_batch"] * per_image, gradient))
+    return extra
+
+
 def rows(memory):
     """One dict per (recipe, accelerator): per-device batch, GiB and fit per setting, largest micro-batches."""
     out = []
@@ -141,6 +155,16 @@ def render(memory):
         f"(+{fixed_mib(r['parameters'], 0, 2) - fixed_mib(r['parameters'], 0):.0f} MiB accumulator)"
         for r in memory["recipes"]
     )
+    extra = accumulation_extra_mib(memory["settings"])
+    if extra:
+        low, high = min(e for e, _ in extra), max(e for e, _ in extra)
+        ratios = [e / g for e, g in extra]
+        recipes += (
+            f". Keras' accumulation held {low:,.0f}-{high:,.0f} MiB ({min(ratios):.1f}-{max(ratios):.1f} gradients) "
+            "more than this count in the measured accumulated settings (it forms the averaged gradient, "
+            "`(g + accumulator) / steps`, as new tensors beside the step's gradient; XLA can fuse that into the "
+            "update): near a limit, allow that much"
+        )
     lines = [
         "**Computed, not run on an accelerator**: per-device memory of one training step, from the CPU figures "
         "above (`benchmarks/fit.py`): the fixed cost (float32 weights, one gradient, the optimiser's slots, the "
