@@ -13,6 +13,9 @@ table between the benchmark-table markers of that file from the run's report; `-
 training/backend_advice.json` records the training figures the trainer's backend advice reads (training/advice.py).
 A quick look:
 `python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
+`--memory` adds the memory phase (benchmarks/memory.py's settings for ViT-B/16 at 224 and 384 px, a fresh process
+each; TensorFlow only) and `--memory-only` runs just that phase; `--readme` then also rewrites the memory tables
+between the memory-table markers, with the accelerator-fit table computed from them (benchmarks/fit.py).
 """
 
 import argparse
@@ -82,6 +85,22 @@ def parse_args(argv=None):
                    help="merge this run's training figures per keras-vit form into this advice file (the trainer "
                         "reads training/backend_advice.json to recommend a backend and resolve jit_compile='auto' "
                         "on a CPU of the measured class)")  # fmt: skip
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="after the other phases, measure peak training memory per image (B/16 at 224 and 384 px, "
+        "with and without remat and accumulation, one process per setting; ~10 GB RSS at 384 px, about 20 "
+        "minutes on 2 cores): off by default, since the default run must stay under 15 minutes",
+    )
+    p.add_argument("--memory-only", action="store_true", help="run only the memory phase (--memory without the rest)")
+    p.add_argument("--memory-variant", default="B/16", help="the memory phase's model (a keras_vit variant name)")
+    p.add_argument("--memory-sizes", default="224,384", help="comma-separated image sizes of the memory phase")
+    p.add_argument(
+        "--memory-batch",
+        type=int,
+        default=8,
+        help="the memory phase's batch of one optimiser step (divisible by its accum_steps, 4)",
+    )
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
@@ -110,8 +129,23 @@ def parse_args(argv=None):
         p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
     if min(args.pipeline_batches, args.input_wait_steps) < 0:
         p.error("--pipeline-batches and --input-wait-steps must be >= 0 (0 skips that measurement)")
-    if args.readme:
-        readme.check_markers(args.readme)  # a file without markers fails now, not after a 15-minute run
+    args.memory = args.memory or args.memory_only
+    try:
+        args.memory_sizes = [int(size) for size in args.memory_sizes.split(",") if size.strip()]
+    except ValueError:
+        p.error(f"--memory-sizes takes comma-separated integers, e.g. 224,384; received {args.memory_sizes!r}")
+    if args.memory and (not args.memory_sizes or args.memory_batch < 4 or args.memory_batch % 4):
+        p.error(
+            f"--memory-sizes needs at least one size and --memory-batch a multiple of 4 (the accumulated "
+            f"settings take 4 micro-batches); received {args.memory_sizes} and {args.memory_batch}"
+        )
+    if args.memory_only and args.advice:
+        p.error("--advice records training figures, which --memory-only does not measure; drop one of them")
+    if args.readme:  # a file without markers fails now, not after a 15-minute run
+        if not args.memory_only:
+            readme.check_markers(args.readme)
+        if args.memory:
+            readme.check_markers(args.readme, readme.MEMORY_START, readme.MEMORY_END)
     return args
 
 
@@ -136,16 +170,22 @@ def record_advice(path, result):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    result = coordinator.run(args, progress=lambda line: print(line, flush=True))
+    progress = lambda line: print(line, flush=True)  # noqa: E731
+    if args.memory_only:
+        result = {"settings": dict(vars(args)), "memory": coordinator.run_memory(args, progress)}
+    else:
+        result = coordinator.run(args, progress=progress)
     result["command"] = shlex.join(["python", "-m", "benchmarks", *argv])  # what the table says it came from
-    text = report.table(result)
-    print("\n" + text)
+    if not args.memory_only:
+        print("\n" + report.table(result))
+    if "memory" in result:
+        print("\n" + readme.render_memory(result))
     path = os.path.join(args.out, "report.json")
     atomic_write_text(path, json.dumps(result, indent=1))
     print(f"\nwrote {path}")
     if args.readme:
         readme.update(args.readme, result)
-        print(f"rewrote the performance table in {args.readme}")
+        print(f"rewrote the {'memory' if args.memory_only else 'performance'} table(s) in {args.readme}")
     if args.advice:
         entry = record_advice(args.advice, result)
         print(f"merged the training figures into {args.advice}" if entry else "no keras-vit training figures")

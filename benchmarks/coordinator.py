@@ -201,9 +201,42 @@ def run(options, progress=print):
     report["units"] = {key: unit for key, _, _, _, unit in task_list(options)}
     summarise(report)
     report["wall_seconds"] = time.time() - wall_start
+    # The 15-minute bound is the default run's; the optional memory phase after it is timed on its own.
     report["targets"]["6_wall_minutes"] = judge("<=", 15, spread([report["wall_seconds"] / 60]))
     report["machine"]["loadavg_end"] = os.getloadavg()
+    if getattr(options, "memory", False):
+        report["memory"] = run_memory(options, progress)
     return report
+
+
+def run_memory(options, progress=print):
+    """The memory phase: benchmarks.memory's settings (a fresh process each) at every `options.memory_sizes`,
+    and the recipes' figures the fit table needs (benchmarks/fit.py). Needs TensorFlow only."""
+    from benchmarks import fit, memory
+
+    start = time.time()
+    machine = {**describe_machine(), "loadavg_start": os.getloadavg()}
+    settings = []
+    for size in options.memory_sizes:
+        progress(f"[memory] {options.memory_variant} at {size} px, batch {options.memory_batch}: "
+                 f"{len(memory.SETTINGS)} settings, one process each")  # fmt: skip
+
+        def report_one(record):
+            name = f"remat={record['remat']}, accum_steps={record['accum_steps']}"
+            if "error" in record:
+                progress(f"  {name}: FAILED {record['error'][-200:]}")
+            else:
+                progress(f"  {name}: step {record['step_mib']} MiB, {record['per_image_mib']} MiB per image "
+                         f"(micro-batch {record['micro_batch']})")  # fmt: skip
+
+        settings += memory.run_settings(options.memory_variant, size, options.memory_batch, progress=report_one)
+    progress("[memory] counting the recipes' parameters: " + ", ".join(fit.RECIPES))
+    recipes = [fit.recipe_spec(name) for name in fit.RECIPES]
+    machine["loadavg_end"] = os.getloadavg()
+    backends = {r["backend"] for r in settings if "backend" in r}
+    return {"variant": options.memory_variant, "batch": options.memory_batch, "image_sizes": list(options.memory_sizes),
+            "backend": ", ".join(sorted(backends)) or "tensorflow", "settings": settings, "recipes": recipes,
+            "machine": machine, "seconds": time.time() - start}  # fmt: skip
 
 
 # Each phase starts its own workers and closes them when its rounds are done, so the machine holds only one

@@ -7,7 +7,9 @@ process's peak resident memory, train one optimiser step of `--batch` images (wi
 batches of `batch // accum`), and note it again. The difference is the step's own peak (activations, gradients,
 workspace) above the weights and optimiser state; divided by the images one pass holds (the micro-batch) it is the
 memory per image. CPU figures (TensorFlow backend, no XLA); an accelerator's allocator differs, so treat them as
-ratios between settings, not as a device's numbers.
+ratios between settings, not as a device's numbers. `python -m benchmarks --memory` runs these settings at 224
+and 384 px as a phase of the main benchmark and renders them, with the accelerator-fit table computed from them
+(benchmarks/fit.py), into docs/performance.md.
 """
 
 import argparse
@@ -46,8 +48,34 @@ def measure(variant, image_size, batch, remat, accum):
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
         "step_mib": round(after - before), "per_image_mib": round((after - before) / micro, 1),
-        "backend": keras.backend.backend(),
+        "parameters": model.count_params(), "backend": keras.backend.backend(),
     }  # fmt: skip
+
+
+def run_settings(variant, image_size, batch, settings=SETTINGS, progress=None):
+    """Measures each (remat, accum_steps) setting in a fresh process; returns one record per setting.
+
+    A setting whose process fails (killed for memory, say) gets {"remat", "accum_steps", "error"} instead, and the
+    others still run. The processes use Keras' TensorFlow backend whatever KERAS_BACKEND says (no torch needed).
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    records = []
+    for remat, accum in settings:
+        sizes = ["--variant", variant, "--image-size", str(image_size), "--batch", str(batch)]
+        command = [sys.executable, "-m", "benchmarks.memory", *sizes, "--one", f"{remat},{accum}"]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+        if done.returncode or "RESULT" not in done.stdout:
+            error = (done.stderr or done.stdout)[-500:] or f"exit code {done.returncode}"
+            record = {"variant": variant, "image_size": image_size, "batch": batch, "remat": remat,
+                      "accum_steps": accum, "error": f"exit code {done.returncode}: {error}"}  # fmt: skip
+        else:
+            record = json.loads(done.stdout.split("RESULT", 1)[1].strip())
+        records.append(record)
+        if progress:
+            progress(record)
+    return records
 
 
 def main(argv=None):
@@ -61,15 +89,7 @@ def main(argv=None):
         remat, accum = args.one.split(",")
         print("RESULT" + json.dumps(measure(args.variant, args.image_size, args.batch, remat == "True", int(accum))))
         return
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    for remat, accum in SETTINGS:
-        sizes = ["--variant", args.variant, "--image-size", str(args.image_size), "--batch", str(args.batch)]
-        command = [sys.executable, "-m", "benchmarks.memory", *sizes, "--one", f"{remat},{accum}"]
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode:
-            print(json.dumps({"remat": remat, "accum_steps": accum, "error": done.stderr[-500:]}), flush=True)
-            continue
-        print(done.stdout.split("RESULT", 1)[1].strip(), flush=True)
+    run_settings(args.variant, args.image_size, args.batch, progress=lambda r: print(json.dumps(r), flush=True))
 
 
 if __name__ == "__main__":

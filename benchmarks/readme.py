@@ -3,17 +3,23 @@
 `python -m benchmarks --readme docs/performance.md` runs the benchmark and rewrites the table in that file;
 `python -m benchmarks.readme benchmark_results/report.json docs/performance.md` rewrites it from an existing report.
 Any file with the markers will do. Nothing in the table is typed by hand: every figure comes from the report's JSON.
+A report with a `memory` section (`python -m benchmarks --memory` or `--memory-only`) also rewrites the measured
+memory table and the accelerator-fit table computed from it (benchmarks/fit.py) between the memory-table markers;
+a memory-only report leaves the performance table as it is.
 """
 
 import argparse
 import json
 import sys
 
+from benchmarks import fit
 from benchmarks.report import target_state, with_spread
 from keras_vit.files import atomic_write_text
 
 START = "<!-- benchmark-table:start -->"
 END = "<!-- benchmark-table:end -->"
+MEMORY_START = "<!-- memory-table:start -->"
+MEMORY_END = "<!-- memory-table:end -->"
 
 MEASUREMENTS = (
     ("train/float32", "float32 training, img/s"),
@@ -113,34 +119,84 @@ def render(report):
     return "\n".join(lines)
 
 
-def check_markers(path):
-    """Raises ValueError unless `path` holds exactly one START marker followed by one END marker."""
+def _setting_name(record):
+    parts = (["remat"] if record["remat"] else []) + ([f"accum_steps={record['accum_steps']}"]
+                                                      if record["accum_steps"] > 1 else [])  # fmt: skip
+    return " + ".join(parts) or "whole batch"
+
+
+def render_memory(report):
+    """Markdown: the measured peak-memory table of the report's `memory` section, then the computed fit table."""
+    memory = report["memory"]
+    m = memory["machine"]
+    lines = [
+        f"Measured by `{report.get('command', 'python -m benchmarks --memory-only')}` "
+        f"(`benchmarks/memory.py`, one fresh process per setting, Keras' {memory['backend']} backend without XLA, on "
+        f"{m.get('cpu_model', 'unknown')}, {m.get('usable_cpus', m.get('cpus'))} cores usable; "
+        f"{memory['seconds'] / 60:.1f} min): ViT {memory['variant']}, one AdamW step of a batch of {memory['batch']}; "
+        f"the step's MiB is the growth of the process's peak RSS over that step (activations, one gradient, "
+        f"workspace), above the weights and optimiser state already built. Per image divides it by the micro-batch; "
+        f"activations per image first takes off one gradient (4 bytes per parameter). Accumulated "
+        f"settings measure more per image than the same setting without, since Keras' accumulation holds "
+        f"gradient-sized buffers of its own, here spread over a micro-batch of only a few images.",
+        "",
+        "| image size | setting | micro-batch | step MiB | MiB per image | activation MiB per image |",
+        "|---|---|---|---|---|---|",
+    ]
+    for record in memory["settings"]:
+        head = f"| {record['image_size']} px | {_setting_name(record)} |"
+        if "error" in record:
+            lines.append(f"{head} - | failed: {record['error'][:80]} | - | - |")
+            continue
+        lines.append(f"{head} {record['micro_batch']} | {record['step_mib']:,} | {record['per_image_mib']:,.1f} | "
+                     f"{fit.activation_mib_per_image(record):,.1f} |")  # fmt: skip
+    return "\n".join([*lines, "", fit.render(memory)])
+
+
+def check_markers(path, start=START, end=END):
+    """Raises ValueError unless `path` holds exactly one `start` marker followed by one `end` marker."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        what = "performance" if start == START else "memory"
         raise ValueError(
-            f"{path} must hold the line {START} followed later by {END}, once each (found {text.count(START)} "
-            f"start and {text.count(END)} end marker(s)); add them where the performance table belongs."
+            f"{path} must hold the line {start} followed later by {end}, once each (found {text.count(start)} "
+            f"start and {text.count(end)} end marker(s)); add them where the {what} table belongs."
         )
     return text
 
 
+def _replace(text, start, end, body):
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def update(path, report):
-    """Rewrites the text between the markers of `path` with `render(report)`, atomically."""
-    text = check_markers(path)
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    atomic_write_text(path, f"{head}{START}\n{render(report)}\n{END}{tail}")
+    """Rewrites, atomically, the tables of `path` the report holds: the performance table between START and END
+    (a report with benchmark rounds) and the memory tables between MEMORY_START and MEMORY_END (a `memory`
+    section). Every marker pair needed is checked before anything is written."""
+    sections = []
+    if "rounds" in report:
+        sections.append((START, END, render))
+    if "memory" in report:
+        sections.append((MEMORY_START, MEMORY_END, render_memory))
+    for start, end, _ in sections:
+        text = check_markers(path, start, end)
+    for start, end, draw in sections:
+        text = _replace(text, start, end, draw(report))
+    if sections:
+        atomic_write_text(path, text)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.readme", description=__doc__.splitlines()[0])
     p.add_argument("report", help="a report.json written by `python -m benchmarks`")
-    p.add_argument("readme", help="the Markdown file (e.g. docs/performance.md) whose table to rewrite")
+    p.add_argument("readme", help="the Markdown file (e.g. docs/performance.md) whose tables to rewrite")
     args = p.parse_args(argv)
     with open(args.report, encoding="utf-8") as f:
         update(args.readme, json.load(f))
-    print(f"rewrote the performance table in {args.readme} from {args.report}")
+    print(f"rewrote the tables in {args.readme} from {args.report}")
     return 0
 
 
