@@ -1,6 +1,6 @@
 """The one image reader of the project: image files -> uint8 RGB (or grey) arrays, the same way everywhere.
 
-Training folders (`training/data.py`), `python -m export predict`, the export's verification and calibration
+Training folders (`training/data/`), `python -m export predict`, the export's verification and calibration
 folders, and `keras_vit.inspect` all read pictures through `read_image`, so a model sees at prediction time the
 pixels it was trained on. Files are read through `keras_vit.files` (local paths and `tf.io.gfile` URLs) and
 decoded by Pillow, which reads far more formats than TensorFlow's decoders (TIFF, PPM, TGA, ICO, ...).

@@ -15,7 +15,7 @@ from keras_vit import _startup, _tpu_runtime
 
 
 def _load():
-    """Imports the trainer (and with it Keras and TensorFlow)."""
+    """Imports the trainer and the evaluation (and with them Keras and TensorFlow)."""
     # First, before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
     # (keras_vit/_tpu_runtime.py). Then keras_vit's layers, which `keras.saving.load_model` needs registered.
     _tpu_runtime.disable_libtpu_without_tpu()
@@ -25,8 +25,9 @@ def _load():
     from training.checkpointing import NonFiniteLossError, Preempted
     from training.config import TrainConfig, available_configs, get_config
     from training.distribution import Placement, select_placement
+    from training.evaluation import evaluate
     from training.strategy import StrategyError, select_strategy
-    from training.trainer import TrainResult, evaluate, train
+    from training.trainer import TrainResult, train
 
     globals().update(
         NonFiniteLossError=NonFiniteLossError,

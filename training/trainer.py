@@ -1,4 +1,4 @@
-"""`train` and `evaluate`: one function each, for the CLI and for notebooks alike.
+"""`train`, for the CLI and for notebooks alike (its counterpart `evaluate` is `training.evaluation`'s).
 
 Everything runs through plain `keras.Model.fit` inside `strategy.scope()`. Resuming is the callbacks' and the
 data pipeline's business (see `training.checkpointing` and `training.data`): a run restores its newest
@@ -7,8 +7,6 @@ checkpoint, reads the step counter, and starts the input stream at that step.
 
 import contextlib
 import dataclasses
-import json
-import logging
 import os
 import sys
 import time
@@ -22,7 +20,7 @@ from keras_vit import files
 from keras_vit.models import flops
 from training import advice, processes, run_identity
 from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
-from training.config import TrainConfig, get_config, steps_per_execution_for
+from training.config import get_config, steps_per_execution_for
 from training.data import eval_dataset, load_source, train_dataset
 from training.distribution import select_placement, set_matmul_precision
 from training.evals import evaluate_extra
@@ -38,8 +36,6 @@ from training.outputs import (
     write_samples,
 )
 from training.workarounds import fit_steps_per_execution
-
-logger = logging.getLogger("training")
 
 
 @dataclasses.dataclass
@@ -385,75 +381,3 @@ def initialise_from(model, source):
         return keras_vit.load_weights(model, source)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
-
-
-def evaluate(
-    workdir,
-    *,
-    dataset=None,
-    data_dir=None,
-    eval_split=None,
-    batch_size=None,
-    strategy=None,
-    tf_strategy=None,
-    verbose=0,
-):
-    """Evaluates WORKDIR/model.keras on the held-out split of its run (or of `dataset`); returns the metrics.
-
-    The model is loaded and evaluated inside the strategy `train` would select (`strategy`, default: the run's
-    `config.strategy`, on the current Keras backend), so on a TPU VM it runs on the TPU; `tf_strategy` passes a
-    `tf.distribute.Strategy` in instead (TensorFlow backend).
-    """
-    model_path = files.join(workdir, "model.keras")
-    if not files.exists(model_path):
-        raise FileNotFoundError(f"No model at {model_path!r}: train first (python -m training --workdir {workdir}).")
-    config_path = files.join(workdir, "config.json")
-    config = TrainConfig()
-    if files.exists(config_path):
-        saved = json.loads(files.read_text(config_path))
-        known = {field.name for field in dataclasses.fields(TrainConfig)}
-        if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
-            logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
-        config = TrainConfig(**{key: value for key, value in saved.items() if key in known})
-    overrides = {
-        k: v
-        for k, v in (
-            ("dataset", dataset),
-            ("data_dir", data_dir),
-            ("eval_split", eval_split),
-            ("batch_size", batch_size),
-            ("strategy", strategy),
-        )
-        if v is not None
-    }
-    config = config.replace(**overrides)
-    placement = select_placement(config.strategy, tf_strategy=tf_strategy, join_timeout=config.join_timeout)
-    if verbose:
-        print(f"[training] {placement.describe()}", flush=True)
-    with placement.scope():
-        model = keras.saving.load_model(model_path, compile=False)
-    if model.input_shape[1] is not None:  # a dynamic_image_size model is evaluated at its run's image_size
-        config = config.replace(image_size=int(model.input_shape[1]))
-    source = source_of(config, placement.shard)
-    if model.output_shape[-1] != source.num_classes:
-        raise ValueError(
-            f"The model predicts {model.output_shape[-1]} classes, {config.dataset!r} has "
-            f"{source.num_classes}; evaluate it on the dataset it was trained for."
-        )
-    with placement.scope():
-        model.compile(
-            loss=make_loss(config),
-            weighted_metrics=[
-                keras.metrics.CategoricalAccuracy(name="top1"),
-                keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
-            ],
-        )
-    results = model.evaluate(eval_dataset(source, config, shard=placement.shard), verbose=verbose, return_dict=True)
-    return {
-        "top1": float(results["top1"]),
-        "top5": float(results["top5"]),
-        "loss": float(results["loss"]),
-        "num_heldout": source.num_heldout,
-        "dataset": config.dataset,
-        **placement.metrics(),
-    }

@@ -1,0 +1,251 @@
+"""The tf.data pipelines: `train_dataset`, resumable at any step, and `eval_dataset`, of one static shape.
+
+`train_dataset` turns a `Source` into an endless stream of augmented, batched examples that is a pure function
+of (seed, step): every pass over the training split has its own order seeded by (seed, pass), every element is
+augmented with stateless ops seeded by its position in the stream, and a run resumed at step `s` starts the
+stream at element `s * batch_size`, rebuilding only the current pass (so a resume costs at most one pass, never
+`s` batches). Nothing is lost or repeated after a restart, and with op determinism the batches are bitwise the
+ones an uninterrupted run would have seen. Held-out batches all have one static shape (`eval_dataset` pads with
+zero-weight samples).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from training.augment import quantize, randaugment
+from training.data.preprocess import _mixup, augment_fn, eval_preprocess, resize, scale
+
+
+def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1)):
+    """The endless (or `num_steps`-long) stream of training batches, starting at global step `start_step`.
+
+    Args:
+        source: a `Source`.
+        config: a `TrainConfig` (batch_size, seed, augmentation options, shuffle_buffer, image_size).
+        start_step: the global step of the first batch (a resumed run passes its optimizer's step count).
+        num_steps: the number of steps to yield; None for an endless stream.
+        shard: (this process's index, number of processes) of a multi-process run, which feeds each global batch
+            from every process at once. Process i yields rows [i * m, (i + 1) * m) of every micro-batch of the
+            one-process stream (m = micro-batch / processes), so the batches the processes assemble are exactly
+            the one-process ones, augmentation included (it is seeded by the element's global position). A TFDS
+            source read per process (`Source.shard_count`) streams its own share instead. Mixup mixes within each
+            process's rows.
+
+    Returns:
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)), B the
+        global batch divided by the number of processes; with `config.accum_steps > 1`, each step's batch comes as
+        `accum_steps` consecutive micro-batches of B // accum_steps.
+    """
+    index, processes = shard
+    batch = config.batch_size
+    count = source.num_train
+    if batch > count:
+        raise ValueError(
+            f"batch_size={batch} is larger than the training split ({count} images); static-shape batches "
+            f"(drop_remainder) need batch_size <= {count}. Use --batch-size {min(count, 64)} or more data."
+        )
+    buffer = config.shuffle_buffer or count
+    augment = augment_fn(config, source.original_size)
+    num_classes = source.num_classes
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
+
+    def prepare(index, element):
+        raw, label = element
+        # Each element's augmentation is seeded by its position in the stream: restart-proof and stateless.
+        seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+        if config.augment == "inception" and source.decode_window is not None:
+            image = augment(raw, seed, source.decode_window)
+        else:
+            image = augment(source.decode(raw), seed)
+        if config.randaugment:
+            # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
+            num_layers, magnitude = config.randaugment
+            image = randaugment(
+                quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
+            )
+        return scale(image), tf.one_hot(label, num_classes)
+
+    micro = batch // config.accum_steps
+    rows = micro // processes
+    if rows * processes * config.accum_steps != batch:
+        raise ValueError(
+            f"batch_size={batch} cannot be split into {config.accum_steps} micro-batch(es) over {processes} "
+            f"process(es): use a batch size divisible by {config.accum_steps * processes}."
+        )
+    positions = _process_positions(index, rows, micro)
+    if source.train_arrays is not None:
+        ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch // processes, positions)
+    elif source.shard_count is None:
+        ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
+        if processes > 1:  # the whole split on every process: each keeps its own rows
+            ds = ds.filter(lambda position, element: (position % micro) // rows == index)
+    else:  # this process's share of the split; augmentation seeded by the rows' positions in the global batches
+        local = source.shard_count
+        ds = _shuffled_stream(source.train, local, min(buffer, local), config.seed, start_step * batch // processes)
+        ds = ds.map(lambda k, element: (positions(k), element))
+    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch // processes, drop_remainder=True)
+    if config.mixup_alpha > 0:
+        # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
+        # big_vision's global mixing coefficient (fold_in=None). Batches are mixed in parallel, in order.
+        ds = ds.enumerate(start_step).map(
+            lambda step, b: _mixup(
+                b[0],
+                b[1],
+                float(config.mixup_alpha),
+                tf.stack([tf.cast(config.seed, tf.int64), step]),
+                config.mixup_images,
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    if num_steps is not None:
+        ds = ds.take(num_steps)
+    if config.accum_steps > 1:
+        ds = ds.map(_micro_batches(config.accum_steps), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch()
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _micro_batches(accum_steps):
+    """A step's batch -> `accum_steps` micro-batches stacked on a new leading axis (`unbatch` then yields them in
+    order). The step's batch, Mixup included, is made first: the images of an optimiser step and their mixing do
+    not depend on `accum_steps`."""
+
+    def split(images, labels):
+        def stack(x):
+            return tf.reshape(x, [accum_steps, x.shape[0] // accum_steps, *x.shape[1:]])  # static shapes, for XLA
+
+        return stack(images), stack(labels)
+
+    return split
+
+
+def _process_positions(index, rows, micro):
+    """This process's k-th element -> its position in the one-process stream (rows `rows` of each micro-batch)."""
+
+    def position(k):
+        return (k // rows) * micro + index * rows + k % rows
+
+    return position
+
+
+def _indexed_stream(arrays, seed, start, positions=None):
+    """(position, (raw, label)) from element `start` of the endless stream: pass p is permutation (seed, p).
+
+    `positions` maps this process's element number to its position in the stream (`_process_positions`).
+    """
+    raw, labels = (tf.constant(a) for a in arrays)
+    count = len(arrays[1])
+
+    def element(k):
+        position = positions(k) if positions is not None else k
+        p, j = position // count, position % count
+        index = tf.random.experimental.index_shuffle(j, tf.stack([tf.cast(seed, tf.int64), p]), count - 1)
+        return position, (tf.gather(raw, index), tf.gather(labels, index))
+
+    return tf.data.Dataset.range(start, np.iinfo(np.int64).max).map(element)
+
+
+def _shuffled_stream(train, count, buffer, seed, start):
+    """(position, (raw, label)) from element `start` of the endless stream of a source read in order (TFDS).
+
+    Pass p is the split read once through a shuffle buffer seeded by (seed, p) alone, so a resumed run rebuilds
+    only its current pass and skips within it: it reads at most one pass plus one buffer of raw (undecoded)
+    elements, whatever the step. A single shuffle reseeded by tf.data on every pass would have to replay all
+    earlier passes, i.e. read `start` elements. A distribution strategy that rewrites the pipeline may re-seed
+    the shuffle, so the order is strategy-specific (but still the same on a resume under the same strategy).
+    """
+    first_pass, offset = divmod(start, count)
+
+    def one_pass(p):
+        # This runs while tf.data traces the function, so it clears the seed of that function's graph only: the
+        # order then depends on (seed, p) and not on the global TF seed (which TF would also compare with the
+        # tensor seed as a Python bool when it is 0, an error).
+        tf.compat.v1.get_default_graph().seed = None
+        pass_seed = tf.random.stateless_uniform(
+            [], tf.stack([tf.cast(seed, tf.int64), p]), minval=None, maxval=None, dtype=tf.int64
+        )
+        return train.shuffle(buffer, seed=pass_seed, reshuffle_each_iteration=False)
+
+    passes = tf.data.Dataset.range(first_pass, np.iinfo(np.int64).max).flat_map(one_pass)
+    return passes.enumerate(first_pass * count).skip(offset)
+
+
+def eval_dataset(source, config, batch_size=None, shard=(0, 1)):
+    """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
+
+    A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
+    the held-out split is padded to a whole number of batches. Padding has weight 0; every real image has weight
+    `padded_count / num_heldout` instead of 1. Keras divides a batch's loss by the batch size (reduction
+    "sum_over_batch_size") and averages the batch losses weighted by batch size, so over the whole split its
+    reported loss is sum(weight * loss) / padded_count: with these weights exactly the mean loss over the real
+    images (Keras' own masking uses the same total/valid rescaling). Weighted metrics (`weighted_metrics=` in
+    `compile`, not `metrics=`) divide by the sum of weights, so the constant cancels and top-1/top-5 are the
+    unpadded ones too.
+
+    In a multi-process run (`shard` = (index, processes)) process i takes every processes-th held-out image from
+    the i-th on and pads its share to the same number of batches of B / processes as every other process, so the
+    global batches cover the split once; the weights use the padded count of all processes together.
+
+    Args:
+        source: a `Source`.
+        config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
+        batch_size: overrides `config.batch_size` (the global batch).
+        shard: (this process's index, number of processes).
+
+    Returns:
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
+        `ceil(num_heldout / B)` batches (one process), every one of static batch size B.
+    """
+    index, processes = shard
+    batch = int(batch_size or config.batch_size)
+    count = source.num_heldout
+    if batch < 1 or count < 1:
+        raise ValueError(
+            f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
+            f"batch_size={batch}, {count} held-out images. Use --batch-size 1 or more, or another "
+            f"eval_split."
+        )
+    if batch % processes:
+        raise ValueError(f"The evaluation batch of {batch} cannot be split over {processes} processes evenly.")
+    batch //= processes
+    share = len(range(index, count, processes))
+    largest = -(-count // processes)  # every process pads to the largest share, in whole batches
+    padded = -(-largest // batch) * batch
+    weight = padded * processes / count
+    num_classes = source.num_classes
+    size = config.image_size
+    heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
+    ds = heldout.map(
+        lambda raw, label: (
+            eval_preprocess(source.decode(raw), size, config.eval_resize_small),
+            tf.one_hot(label, num_classes),
+            tf.constant(weight, tf.float32),
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    padding = tf.data.Dataset.from_tensors(
+        (tf.zeros([size, size, 3]), tf.zeros([num_classes]), tf.constant(0.0))
+    ).repeat(padded - share)
+    ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _with_options(ds):
+    options = tf.data.Options()
+    # AUTO: a multi-worker run shards TFDS sources by file (each worker reads its own files) and in-memory
+    # sources by element.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.AUTO
+    options.deterministic = True
+    return ds.with_options(options)
+
+
+def uint8_images(ds, decode, size, limit):
+    """Up to `limit` (images uint8 (N, size, size, 3), labels int64) resized to the model's size, no augmentation."""
+    images, labels = [], []
+    for raw, label in ds.take(limit):
+        image = resize(decode(raw), size)
+        images.append(np.clip(np.round(image.numpy()), 0, 255).astype(np.uint8))
+        labels.append(int(label))
+    return np.stack(images), np.asarray(labels, np.int64)
