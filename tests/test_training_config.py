@@ -108,7 +108,7 @@ def test_optimizers_of_the_recipes():
     assert isinstance(adamw, keras.optimizers.AdamW) and adamw.weight_decay == pytest.approx(0.1)
     with pytest.raises(ValueError, match="sgd.*weight_decay"):
         optim.make_optimizer(TrainConfig(optimizer="sgd", weight_decay=0.1), 100)
-    with pytest.warns(UserWarning, match="warmup_steps=66"):
+    with pytest.warns(UserWarning, match="warmup_steps=44"):
         schedule = optim.make_schedule(get_config("digits"), 20)
     assert schedule.warmup_steps == 2
 
