@@ -387,6 +387,8 @@ def test_tensorflow_placement_and_bad_matmul_precision():
         "replicas": 1,
         "devices": 1,
         "device_kind": "cpu",
+        "processes": 1,
+        "local_devices": 1,
     }
     with pytest.raises(ValueError, match="Unknown matmul_precision 'fp32'. Use one of: None, default, high"):
         training.TrainConfig(matmul_precision="fp32")

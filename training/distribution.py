@@ -165,9 +165,17 @@ class Placement:
             "replicas": self.num_replicas,
             "devices": self.num_replicas,
             "device_kind": self.device_kind,
-            "processes": self.num_processes,
-            "local_devices": self.local_devices if self.local_devices is not None else self.num_replicas,
+            **self._processes(),
         }
+
+    def _processes(self):
+        """{"processes", "local_devices"}: JAX's processes, or a TensorFlow cluster's workers."""
+        if self.tf_strategy is None:
+            return {"processes": self.num_processes, "local_devices": self.local_devices}
+        from training.strategy import num_workers
+
+        workers = num_workers(self.tf_strategy)
+        return {"processes": workers, "local_devices": self.num_replicas // workers}
 
     @property
     def shard(self):
