@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,12 @@ import time
 import numpy as np
 import pytest
 
+from tests.test_training_distributed import _free_ports, _wait_all
 from tests.test_training_resume import SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 4 steps per epoch, 3 epochs, batch 16, no dropout; checkpoints mid-epoch (every 3 steps) for the kill test.
 RUN = [*SMALL_RUN, "--epochs", "3", "--set", "steps_per_epoch=4", "--set", "checkpoint_every=3"]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(devices, **extra):
@@ -49,7 +43,7 @@ def _start(workdir, num_processes, devices, *extra):
 
     `workdir`: one path for all, or a list with one per process.
     """
-    port = _free_port()
+    port = _free_ports(1)[0]
     workdirs = workdir if isinstance(workdir, list) else [workdir] * num_processes
     return [
         subprocess.Popen(
@@ -75,20 +69,8 @@ def _start(workdir, num_processes, devices, *extra):
     ]
 
 
-def _wait(processes, timeout=400):
-    outputs = []
-    for process in processes:
-        try:
-            outputs.append(process.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            pytest.fail("a process did not stop: " + "\n\n".join(p.communicate()[0][-3000:] for p in processes))
-    return [p.returncode for p in processes], outputs
-
-
 def _run(workdir, num_processes, devices, *extra):
-    codes, outputs = _wait(_start(workdir, num_processes, devices, *extra))
+    codes, outputs = _wait_all(_start(workdir, num_processes, devices, *extra), timeout=400)
     assert codes == [0] * num_processes, "\n\n".join(o[-3000:] for o in outputs)
     return outputs
 
@@ -199,7 +181,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
             pytest.fail("no checkpoint:\n" + "\n\n".join(p.communicate()[0][-3000:] for p in processes))
         time.sleep(0.05)
     processes[1].send_signal(signal.SIGTERM)  # not the writer: without agreement process 0 would wait for ever
-    codes, outputs = _wait(processes, timeout=120)
+    codes, outputs = _wait_all(processes, timeout=120)
     assert codes == [143, 143], "\n\n".join(o[-3000:] for o in outputs)
     saved = max(_steps_saved(workdir))
     # Both stopped after the same step, and process 0 wrote that step's checkpoint.
@@ -211,7 +193,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
 def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, tmp_path):
     root, _, _ = runs
     shutil.copytree(root / "two" / "checkpoints", tmp_path / "b" / "checkpoints")  # process 1 sees step 12
-    codes, outputs = _wait(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
+    codes, outputs = _wait_all(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
     assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
     for output in outputs:
         error = output.strip().splitlines()[-1]
@@ -222,7 +204,7 @@ def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, 
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tmp_path, index):
-    port = _free_port()
+    port = _free_ports(1)[0]
     started = time.time()
     result = subprocess.run(
         [sys.executable, "-m", "training", "--workdir", str(tmp_path / "run"), *RUN, "--set", "join_timeout=5"],

@@ -197,18 +197,6 @@ def _initialized():
     return distributed.global_state.client is not None
 
 
-def count():
-    import jax
-
-    return jax.process_count()
-
-
-def index():
-    import jax
-
-    return jax.process_index()
-
-
 def allgather(values):
     """Every process's `values` (a small list of numbers), stacked: shape (processes, len(values)).
 
@@ -236,16 +224,6 @@ def check_same(what, value, fix):
     if not np.all(values == values[0]):
         listing = ", ".join(f"process {i}: {v:g}" for i, v in enumerate(values))
         raise Disagreement(f"The processes of this run disagree on {what} ({listing}). {fix}")
-
-
-def shard_rows(rows, num_processes):
-    """The rows of each micro-batch one process feeds: `rows` split evenly, with a clear error when it cannot be."""
-    if rows % num_processes:
-        raise ValueError(
-            f"Batches of {rows} cannot be split evenly over {num_processes} processes: use a batch size divisible "
-            f"by {num_processes} (times accum_steps)."
-        )
-    return rows // num_processes
 
 
 @contextlib.contextmanager

@@ -130,7 +130,7 @@ def _process_positions(index, rows, micro):
     return position
 
 
-def _indexed_stream(arrays, seed, start, positions=None):
+def _indexed_stream(arrays, seed, start, positions):
     """(position, (raw, label)) from element `start` of the endless stream: pass p is permutation (seed, p).
 
     `positions` maps this process's element number to its position in the stream (`_process_positions`).
@@ -139,7 +139,7 @@ def _indexed_stream(arrays, seed, start, positions=None):
     count = len(arrays[1])
 
     def element(k):
-        position = positions(k) if positions is not None else k
+        position = positions(k)
         p, j = position // count, position % count
         index = tf.random.experimental.index_shuffle(j, tf.stack([tf.cast(seed, tf.int64), p]), count - 1)
         return position, (tf.gather(raw, index), tf.gather(labels, index))
