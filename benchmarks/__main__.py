@@ -7,8 +7,9 @@ are missing (torch, timm, keras-hub) are reported as not measured, with the reas
 (training, inference, TFLite, input pipeline, input wait), each with fresh workers and its own interleaved
 rounds, so only one phase's models are in memory at a time.
 Default: ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements; every ratio is reported as its
-median with the min-max over rounds, and a target counts as met only when every round meets it. Without BF16
-instructions mixed_bfloat16 is emulated and slow: add --no-bf16 there. `--readme docs/performance.md` rewrites the
+median with the min-max over rounds, and a target counts as met only when every round meets it. mixed_bfloat16
+is measured where it is native (AVX512-BF16, AMX, an NVIDIA GPU) and skipped elsewhere, where it is emulated and
+slow (--bf16 forces it, --no-bf16 skips it). `--readme docs/performance.md` rewrites the
 table between the benchmark-table markers of that file from the run's report; `--advice
 training/backend_advice.json` records the training figures the trainer's backend advice reads (training/advice.py).
 A quick look:
@@ -102,7 +103,13 @@ def parse_args(argv=None):
         help="the memory phase's batch of one optimiser step (divisible by its accum_steps, 4)",
     )
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
-    p.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip mixed_bfloat16 training")
+    bf16 = p.add_mutually_exclusive_group()
+    bf16.add_argument("--bf16", dest="bf16", action="store_true", default=None,
+                      help="measure mixed_bfloat16 training even where the CPU has no bfloat16 instructions "
+                           "(emulated there, several times slower than float32)")  # fmt: skip
+    bf16.add_argument("--no-bf16", dest="bf16", action="store_false",
+                      help="skip mixed_bfloat16 training. Default: measured where it is native (a CPU with "
+                           "AVX512-BF16 or AMX, or an NVIDIA GPU), skipped elsewhere")  # fmt: skip
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
     p.add_argument("--no-step-split", dest="step_split", action="store_false",
                    help="skip the split of keras-vit's training step into matmul and other time, float32 and "
@@ -129,6 +136,10 @@ def parse_args(argv=None):
         p.error("--rounds, --train-steps, --infer-reps, --latency-reps, --tflite-reps and --threads must be >= 1")
     if min(args.pipeline_batches, args.input_wait_steps) < 0:
         p.error("--pipeline-batches and --input-wait-steps must be >= 0 (0 skips that measurement)")
+    if args.bf16 is None:
+        args.bf16, args.bf16_reason = native_bf16()
+    else:
+        args.bf16_reason = "--bf16" if args.bf16 else "--no-bf16"
     args.memory = args.memory or args.memory_only
     try:
         args.memory_sizes = [int(size) for size in args.memory_sizes.split(",") if size.strip()]
@@ -147,6 +158,21 @@ def parse_args(argv=None):
         if args.memory:
             readme.check_markers(args.readme, readme.MEMORY_START, readme.MEMORY_END)
     return args
+
+
+def native_bf16(cpuinfo="/proc/cpuinfo", nvidia="/proc/driver/nvidia/gpus"):
+    """(measure mixed_bfloat16?, why): yes where bfloat16 matmuls are native, a CPU with AVX512-BF16 or AMX or an
+    NVIDIA GPU; no elsewhere, where TensorFlow emulates them and the bfloat16 phase would time the emulation
+    (several times slower than float32) and double the run's length."""
+    from training.advice import read_cpuinfo
+
+    _, flags = read_cpuinfo(cpuinfo)
+    native = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    if native:
+        return True, "the CPU has " + ", ".join(native)
+    if os.path.isdir(nvidia) and os.listdir(nvidia):
+        return True, "an NVIDIA GPU"
+    return False, "no bfloat16 instructions on this CPU (no avx512_bf16 or amx_bf16): --bf16 measures it anyway"
 
 
 def record_advice(path, result):

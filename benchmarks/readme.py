@@ -63,6 +63,8 @@ def render(report):
     for key, title in MEASUREMENTS:
         key, title = key.format(batch=batch), title.format(batch=batch)
         if key not in fastest:
+            if key == "train/bfloat16" and s.get("bf16") is False:
+                lines.append(f"| {title} | not measured: {s.get('bf16_reason', '--no-bf16')} | - | - | - |")
             continue
         f = fastest[key]
         others = ", ".join(f"{name} {_num(v, 1)}" for name, v in f["all"].items() if name != f["form"]) or "-"

@@ -378,3 +378,22 @@ def test_int8_ops_quantises_exactly_the_op_types_asked_for():
     assert "FULLY_CONNECTED" not in matmul_float and "GELU" in matmul_float and "SOFTMAX" in matmul_float
     assert "GELU" not in gelu_float and "SOFTMAX" in gelu_float
     assert all(ms > 0 for _, ms, _ in rows)
+
+
+def test_bf16_is_measured_by_default_only_where_it_is_native(tmp_path):
+    from benchmarks.__main__ import native_bf16, parse_args
+
+    cpuinfo, gpus = tmp_path / "cpuinfo", tmp_path / "gpus"
+    cpuinfo.write_text("model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma avx512f\n\n")
+    measured, why = native_bf16(str(cpuinfo), str(gpus))
+    assert measured is False and "no bfloat16 instructions" in why
+    gpus.mkdir()
+    (gpus / "0000:01:00.0").mkdir()
+    assert native_bf16(str(cpuinfo), str(gpus)) == (True, "an NVIDIA GPU")
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n\n")
+    assert native_bf16(str(cpuinfo), str(tmp_path / "none")) == (True, "the CPU has amx_bf16, avx512_bf16")
+    # The flags force either way, and say so in the report's settings.
+    assert (parse_args(["--bf16"]).bf16, parse_args(["--bf16"]).bf16_reason) == (True, "--bf16")
+    assert (parse_args(["--no-bf16"]).bf16, parse_args(["--no-bf16"]).bf16_reason) == (False, "--no-bf16")
+    with pytest.raises(SystemExit):
+        parse_args(["--bf16", "--no-bf16"])
