@@ -89,6 +89,18 @@ def _share_the_machine(request, tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    return FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    import keras
+
+    keras.utils.set_random_seed(0)
+
+
 def main_job_commands():
     """README's main job: the quick-start line after its install step, split into its commands."""
     readme = (ROOT / "README.md").read_text()
