@@ -23,13 +23,13 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 # Parallel runs (pytest-xdist; pyproject.toml's addopts say `-n auto --dist loadfile`). Each test file goes to one
 # worker whole, so its module fixtures run once; README's main job runs once for all workers (`digits_main_job`).
-# A test or fixture that asserts a wall time runs alone: it holds the machine-wide lock exclusively while every
-# other test holds it shared (`alone()`, the `alone` marker), so no other worker's test runs beside it.
+# What asserts a wall time runs alone: it holds the machine-wide lock exclusively (`alone()`) while every test
+# holds it shared, so no other worker's test runs beside it.
 
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per usable core, at most one per 8 GiB of memory (the heaviest test files, the
-    benchmark's and the notebook's, hold several GiB), one on a platform without fcntl locks."""
+    benchmark's and the notebook's, hold several GiB); none (one process) on a platform without fcntl locks."""
     if fcntl is None:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -83,9 +83,8 @@ def alone(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _share_the_machine(request, tmp_path_factory):
-    hold = exclusive if request.node.get_closest_marker("alone") else shared
-    with hold(*_lock_paths(tmp_path_factory)):
+def _share_the_machine(tmp_path_factory):
+    with shared(*_lock_paths(tmp_path_factory)):
         yield
 
 
@@ -114,15 +113,16 @@ def digits_main_job(tmp_path_factory):
     """Runs README's main job (train digits, evaluate, export, verify) once per test session, exactly as written,
     in a fresh directory; the training, export and inspection tests all check this one run. The first parallel
     worker to ask runs it, alone on the machine, and records the outcome; the others wait for it and read it."""
-    shared = _shared_dir(tmp_path_factory)
-    cwd, record = shared / "main_job", shared / "main_job.json"
-    with _locked(shared / "main_job.lock", fcntl and fcntl.LOCK_EX):
-        if not record.exists():
+    folder = _shared_dir(tmp_path_factory)
+    cwd, record = folder / "main_job", folder / "main_job.json"
+    with _locked(folder / "main_job.lock", fcntl and fcntl.LOCK_EX):
+        if record.exists():
+            runs = json.loads(record.read_text())
+        else:
             cwd.mkdir()
             with alone(tmp_path_factory):  # test_training_digits holds its wall time to README's "about two minutes"
                 runs = _run_main_job(cwd)
             record.write_text(json.dumps(runs))
-        runs = json.loads(record.read_text())
     runs = [
         SimpleNamespace(
             command=run["command"],
