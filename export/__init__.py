@@ -11,11 +11,11 @@ Library functions return paths, bytes and dicts; `python -m export` is a thin CL
 
 # First, before anything imports Keras: the command line's backend switch (it sets KERAS_BACKEND, which Keras reads
 # when first imported, and importing keras_vit imports Keras) ...
-from export import cli_backend  # noqa: F401
-
 # `python -m export` parses its arguments before importing Keras (keras_vit/_startup.py) and calls _load() after;
 # every other import loads everything now.
 from keras_vit import _startup, _tpu_runtime
+
+from . import cli_backend  # noqa: F401
 
 
 def _load():
@@ -26,17 +26,17 @@ def _load():
     import keras_vit
 
     keras_vit._load()
-    from export.errors import ExportError, VerificationError
-    from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
-    from export.metadata import read_metadata
-    from export.pipeline import FORMATS, export_model, export_path, export_workdir, load_source
-    from export.predict import format_predictions, predict
-    from export.preprocessing import to_model_space
-    from export.report import format_table
-    from export.runners import load_runner
-    from export.saved_model import write_saved_model
-    from export.tflite import QUANTIZATION_MODES
-    from export.tflite import convert as convert_tflite
+    from .errors import ExportError, VerificationError
+    from .flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+    from .metadata import read_metadata
+    from .pipeline import FORMATS, export_model, export_path, export_workdir, load_source
+    from .predict import format_predictions, predict
+    from .preprocessing import to_model_space
+    from .report import format_table
+    from .runners import load_runner
+    from .saved_model import write_saved_model
+    from .tflite import QUANTIZATION_MODES
+    from .tflite import convert as convert_tflite
 
     globals().update(
         FORMATS=FORMATS,

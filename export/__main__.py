@@ -12,10 +12,17 @@ import sys
 
 from keras_vit import _startup
 
+# `python -m export` in a checkout; the installed wheel's `keras-vit export` (or `python -m keras_vit.export`).
+PROG, PREDICT_PROG = (
+    ("python -m export", "python -m export predict")
+    if __package__ == "export"
+    else ("keras-vit export", "keras-vit predict")
+)
+
 
 def _export_parser():
     p = argparse.ArgumentParser(
-        prog="python -m export",
+        prog=PROG,
         description="Export a .keras model or a training workdir to SavedModel and TFLite, verify every "
         "artifact against the Keras model, and write report.json. "
         "Subcommand: `python -m export predict ARTIFACT IMAGE...` classifies images with any artifact (see "
@@ -83,7 +90,7 @@ def _background(text):
 
 
 def _predict_parser():
-    p = argparse.ArgumentParser(prog="python -m export predict", description="Top-k labels for image files.")
+    p = argparse.ArgumentParser(prog=PREDICT_PROG, description="Top-k labels for image files.")
     p.add_argument("artifact", help="a .keras file, a SavedModel directory or a .tflite file")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--top-k", type=int, default=5)
@@ -104,7 +111,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     _startup.configure(argv)
     # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
-    from export.errors import ExportError
+    from .errors import ExportError
 
     try:
         if argv[:1] == ["predict"]:
@@ -112,14 +119,13 @@ def main(argv=None):
         else:
             args = _export_parser().parse_args(argv)
             if args.quantize is not None:
-                from export.tflite import check_quantization
+                from .tflite import check_quantization
 
                 check_quantization(args.quantize)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    import export
-
+    export = sys.modules[__package__]  # this package: `export` in a checkout, `keras_vit.export` installed
     export._load()
     _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:

@@ -46,8 +46,9 @@ try:
 except ImportError:  # Windows: no flock; exports there must not share an `out`
     fcntl = None
 
-from export.errors import ExportError
 from keras_vit import files
+
+from .errors import ExportError
 
 REPORT = "report.json"
 # What an export writes at the top of `out`; anything else there means `out` is not an export directory.

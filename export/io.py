@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from export.errors import ExportError
 from keras_vit import files
 from keras_vit import images as image_reader
 from keras_vit.files import atomic_write_bytes
+
+from .errors import ExportError
 
 
 def atomic_write_json(path, obj):

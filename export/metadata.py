@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from export.errors import ExportError
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+
+from .errors import ExportError
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"

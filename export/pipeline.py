@@ -14,16 +14,17 @@ from pathlib import Path
 
 import numpy as np
 
-from export import commit, preprocessing, tflite
-from export.errors import ExportError, VerificationError, check_choices, check_count
-from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
-from export.io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
-from export.report import format_table
-from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
-from export.saved_model import save_saved_model
-from export.verify import BUDGETS, check_budget, compare
 from keras_vit import _startup, files
 from keras_vit.models.vision_transformer import fixed_size_model
+
+from . import commit, preprocessing, tflite
+from .errors import ExportError, VerificationError, check_choices, check_count
+from .flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
+from .report import format_table
+from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
+from .saved_model import save_saved_model
+from .verify import BUDGETS, check_budget, compare
 
 FORMATS = ("saved_model", "tflite")
 RANDOM_VERIFICATION_IMAGES = 32

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import numpy as np
 
-from export.errors import ExportError, check_count
-from export.io import read_image, read_labels
-from export.runners import load_runner
 from keras_vit.images import DEFAULT_BACKGROUND
 from keras_vit.labels import decode_predictions
+
+from .errors import ExportError, check_count
+from .io import read_image, read_labels
+from .runners import load_runner
 
 
 def softmax(logits):

@@ -2,8 +2,9 @@
 
 import numpy as np
 
-from export.errors import ExportError
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE, scale_pixels
+
+from .errors import ExportError
 
 
 def describe(image_size):

@@ -1,6 +1,6 @@
 """The export report: `report.json` and the table printed after an export."""
 
-from export.io import atomic_write_json
+from .io import atomic_write_json
 
 
 def _size(n):

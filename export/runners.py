@@ -12,12 +12,13 @@ import time
 
 import numpy as np
 
-from export import metadata as tflite_metadata
-from export import preprocessing
-from export.errors import ExportError
-from export.io import load_keras_model, model_labels, read_labels
 from keras_vit import files
 from keras_vit.preprocessing import check_model_range
+
+from . import metadata as tflite_metadata
+from . import preprocessing
+from .errors import ExportError
+from .io import load_keras_model, model_labels, read_labels
 
 
 def _check_batch(x, image_size, what):

@@ -4,10 +4,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from export import preprocessing
-from export.io import replace_path
 from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
+
+from . import preprocessing
+from .io import replace_path
 
 SERVING_KEY = "serving_default"
 MODEL_SPACE_KEY = "model_space"

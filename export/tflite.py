@@ -16,10 +16,10 @@ import warnings
 
 import numpy as np
 
-from export import metadata as tflite_metadata
-from export import preprocessing
-from export.errors import ExportError, check_choices
-from export.flatbuffer import non_builtin_ops, read_ops
+from . import metadata as tflite_metadata
+from . import preprocessing
+from .errors import ExportError, check_choices
+from .flatbuffer import non_builtin_ops, read_ops
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul")
 # The modes whose activation ranges are calibrated on representative images.

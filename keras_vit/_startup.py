@@ -16,7 +16,9 @@ import warnings
 
 # The `-m` entry points (and their submodules) whose __main__ parses its arguments before importing Keras;
 # keras_vit/__init__ (which their own modules import first) defers its layers and models for these only.
-PARSE_FIRST = ("training", "export", "keras_vit.weights")
+PARSE_FIRST = ("training", "export", "keras_vit.training", "keras_vit.export", "keras_vit.weights", "keras_vit.cli")
+# The console command the wheel installs (pyproject.toml [project.scripts]): `keras-vit train|export|weights|inspect`.
+CONSOLE_COMMAND = "keras-vit"
 
 # TensorFlow's C++ logging (TF_CPP_MIN_LOG_LEVEL): 0 everything, 1 hides INFO, 2 hides WARNING too, 3 hides ERROR.
 QUIET_LOG_LEVEL = "2"
@@ -30,8 +32,11 @@ VERBOSE_FLAGS = ("-v", "--verbose")
 def command_line():
     """The module `python -m` is starting (e.g. "training" or "keras_vit.inspect"), or None.
 
-    Only true while Python is locating that module, i.e. during its packages' imports.
+    Only true while Python is locating that module, i.e. during its packages' imports; for the installed
+    `keras-vit` console command, "keras_vit.cli" throughout.
     """
+    if sys.argv[:1] and os.path.basename(sys.argv[0]) == CONSOLE_COMMAND:
+        return "keras_vit.cli"
     if sys.argv[:1] != ["-m"]:
         return None
     argv = getattr(sys, "orig_argv", [])

@@ -39,6 +39,10 @@ def _cli(*args, cwd=ROOT):
         (("training", "evaluate", "--help"), ["--workdir", "--verbose"]),
         (("export", "--help"), ["predict", "--quantize", "--verbose"]),
         (("export", "predict", "--help"), ["--top-k"]),
+        # The installed `keras-vit` console command's module (in a checkout it runs training/ and export/).
+        (("keras_vit.cli", "--help"), ["train", "evaluate", "export", "predict", "weights", "inspect"]),
+        (("keras_vit.cli", "train", "--help"), ["--init", "digits", "--verbose"]),
+        (("keras_vit.cli", "predict", "--help"), ["--top-k"]),
     ],
 )
 def test_help_lists_subcommands_and_recipes_without_importing_keras(args, expected):
@@ -58,6 +62,8 @@ def test_help_lists_subcommands_and_recipes_without_importing_keras(args, expect
         (("training", "--set", "epochs=ten"), "epochs expects an integer. Received: epochs='ten'"),
         (("training", "--strategy", "tpus"), "invalid choice: 'tpus'"),
         (("export", "runs/x", "--quantize", "int9"), "Did you mean 'int8'?"),
+        (("keras_vit.cli", "trian"), "unknown command 'trian'; choose one of: train, evaluate, export"),
+        (("keras_vit.cli", "train", "--config", "digts"), "Unknown config 'digts'. Did you mean 'digits'?"),
     ],
 )
 def test_bad_arguments_answer_before_keras_loads(args, message):

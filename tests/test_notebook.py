@@ -67,4 +67,4 @@ def test_colab_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, fixtures_dir,
     assert "status: PASSED" in text and "model_int8_matmul.tflite" in text
     assert images >= 4  # the inspection figures, read back from the workdir
     # The notebook ran on the package pip installed (with its data files), not on the checkout.
-    assert (tmp_path / "smoke-site-packages" / "training" / "backend_advice.json").is_file()
+    assert (tmp_path / "smoke-site-packages" / "keras_vit" / "training" / "backend_advice.json").is_file()

@@ -22,12 +22,12 @@ def _load():
     import keras_vit
 
     keras_vit._load()
-    from training.checkpointing import NonFiniteLossError, Preempted
-    from training.config import TrainConfig, available_configs, get_config
-    from training.distribution import Placement, select_placement
-    from training.evaluation import evaluate
-    from training.strategy import StrategyError, select_strategy
-    from training.trainer import TrainResult, train
+    from .checkpointing import NonFiniteLossError, Preempted
+    from .config import TrainConfig, available_configs, get_config
+    from .distribution import Placement, select_placement
+    from .evaluation import evaluate
+    from .strategy import StrategyError, select_strategy
+    from .trainer import TrainResult, train
 
     globals().update(
         NonFiniteLossError=NonFiniteLossError,

@@ -12,12 +12,20 @@ import os
 import sys
 
 from keras_vit import _startup
-from training import config as config_module
+
+from . import config as config_module
+
+# `python -m training` in a checkout; the installed wheel's `keras-vit train` (or `python -m keras_vit.training`).
+PROG, EVALUATE_PROG = (
+    ("python -m training", "python -m training evaluate")
+    if __package__ == "training"
+    else ("keras-vit train", "keras-vit evaluate")
+)
 
 
 def _train_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m training",
+        prog=PROG,
         description="Train or fine-tune a ViT. Subcommand: `python -m training evaluate --workdir DIR` evaluates a "
         "trained run (see `python -m training evaluate --help`).",
         epilog=f"recipes (--config): {', '.join(config_module.available_configs())}",
@@ -61,7 +69,7 @@ def _verbose_flag(parser):
 
 
 def _evaluate_parser():
-    parser = argparse.ArgumentParser(prog="python -m training evaluate", description="Evaluate a trained run.")
+    parser = argparse.ArgumentParser(prog=EVALUATE_PROG, description="Evaluate a trained run.")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--dataset", help="evaluate on another dataset than the run's")
     parser.add_argument("--data-dir")
@@ -85,8 +93,7 @@ def main(argv=None):
         run = _parse(argv)
     except (ValueError, KeyError) as err:
         return _error(err)
-    import training
-
+    training = sys.modules[__package__]  # this package: `training` in a checkout, `keras_vit.training` installed
     training._load()
     _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Literal, Union
 
-from training.ranges import check_range
+from .ranges import check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +268,7 @@ def _check_choice(name, value, choices):
 
 def available_configs():
     """Names of the recipes in `training/configs/`."""
-    from training import configs
+    from . import configs
 
     return sorted(m.name for m in pkgutil.iter_modules(configs.__path__) if not m.name.startswith("_"))
 
@@ -290,7 +290,7 @@ def get_config(name_or_config="digits"):
         return TrainConfig(**name_or_config)
     name = str(name_or_config)
     check_config_name(name)
-    return importlib.import_module(f"training.configs.{name}").get_config()
+    return importlib.import_module(f"{__package__}.configs.{name}").get_config()
 
 
 # `model.NAME` keys that `build_model` passes to `create_model` itself, from the top-level fields.

@@ -24,7 +24,7 @@ from typing import Any
 
 import keras
 
-from training.strategy import STRATEGIES, StrategyError
+from .strategy import STRATEGIES, StrategyError
 
 logger = logging.getLogger("training")
 BACKENDS = ("tensorflow", "jax")
@@ -84,7 +84,7 @@ class Placement:
         """The optimizer, with the TF backend's replica-clipping and accumulation fixes (JAX needs neither)."""
         if self.tf_strategy is None:
             return optimizer
-        from training import workarounds
+        from . import workarounds
 
         if optimizer.gradient_accumulation_steps and workarounds.uses_merge_call(self.tf_strategy):
             return workarounds.accumulate_across_replicas(optimizer, self.tf_strategy)  # clips after the sum too
@@ -93,7 +93,7 @@ class Placement:
     def prepare_model(self, model):
         """The compiled model, with the TF backend's multi-worker `fit` fix where it applies."""
         if self.tf_strategy is not None:
-            from training import workarounds
+            from . import workarounds
 
             if workarounds.needs_local_batch_build(self.tf_strategy):
                 workarounds.use_local_batch_for_symbolic_build(model)
@@ -107,7 +107,7 @@ class Placement:
         decides TensorFlow's "auto" on a CPU.
         """
         if self.tf_strategy is not None:
-            from training.strategy import resolve_jit_compile
+            from .strategy import resolve_jit_compile
 
             return resolve_jit_compile(requested, self.tf_strategy, measured)
         if requested is not True and requested is not False and requested != "auto":
@@ -131,11 +131,11 @@ class Placement:
         """
         if self.tf_strategy is None:
             if self.num_processes > 1:
-                from training import processes
+                from . import processes
 
                 return processes.agree_flags
             return None  # one JAX process: its own flags decide
-        from training.strategy import num_workers
+        from .strategy import num_workers
 
         if num_workers(self.tf_strategy) <= 1:
             return None
@@ -172,7 +172,7 @@ class Placement:
         """{"processes", "local_devices"}: JAX's processes, or a TensorFlow cluster's workers."""
         if self.tf_strategy is None:
             return {"processes": self.num_processes, "local_devices": self.local_devices}
-        from training.strategy import num_workers
+        from .strategy import num_workers
 
         workers = num_workers(self.tf_strategy)
         return {"processes": workers, "local_devices": self.num_replicas // workers}
@@ -217,7 +217,7 @@ def select_placement(name="auto", *, tf_strategy=None, join_timeout=300):
 def _tensorflow_placement(name, tf_strategy):
     import tensorflow as tf
 
-    from training import strategy as tf_strategies
+    from . import strategy as tf_strategies
 
     if tf_strategy is None:
         tf_strategy, reason = tf_strategies.select_strategy(name)
@@ -245,7 +245,7 @@ def _tensorflow_placement(name, tf_strategy):
 def _jax_placement(name, join_timeout):
     import jax
 
-    from training import processes
+    from . import processes
 
     if name not in STRATEGIES:
         raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")

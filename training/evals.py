@@ -1,7 +1,7 @@
 """Held-out evaluations beyond the run's own split (`TrainConfig.extra_evals`), reported under "evals" in
 metrics.json: big_vision's recipes report several (minival beside validation, ...) with one pre-processing."""
 
-from training.data import eval_dataset, load_source
+from .data import eval_dataset, load_source
 
 
 def parse_eval_split(dataset, value):

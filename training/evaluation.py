@@ -10,11 +10,12 @@ import logging
 import keras
 
 from keras_vit import files
-from training.config import TrainConfig
-from training.data import eval_dataset
-from training.distribution import select_placement
-from training.optim import make_loss
-from training.trainer import source_of
+
+from .config import TrainConfig
+from .data import eval_dataset
+from .distribution import select_placement
+from .optim import make_loss
+from .trainer import source_of
 
 logger = logging.getLogger("training")
 

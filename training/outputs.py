@@ -12,7 +12,8 @@ import tensorflow as tf
 from keras_vit import files
 from keras_vit.files import atomic_write, atomic_write_text
 from keras_vit.preprocessing import scale_pixels
-from training.data import uint8_images
+
+from .data import uint8_images
 
 logger = logging.getLogger("training")
 

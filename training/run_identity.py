@@ -54,7 +54,7 @@ LOCK_FILE = ".lock"
 
 def folder_identity(path, follow_symlinks=False):
     """'folder: N files, B bytes, sha256 H' for an image folder: its relative paths, sizes and bytes, not its path."""
-    from training.data import list_image_folder  # late: data imports TensorFlow
+    from .data import list_image_folder  # late: data imports TensorFlow
 
     paths = list_image_folder(path, follow_symlinks)[0]
     digest = hashlib.sha256()

@@ -18,14 +18,15 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.models import flops
-from training import advice, processes, run_identity
-from training.checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
-from training.config import get_config, steps_per_execution_for
-from training.data import eval_dataset, load_source, train_dataset
-from training.distribution import select_placement, set_matmul_precision
-from training.evals import evaluate_extra
-from training.optim import WarmupDecay, make_loss, make_optimizer, make_schedule
-from training.outputs import (
+
+from . import advice, processes, run_identity
+from .checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
+from .config import get_config, steps_per_execution_for
+from .data import eval_dataset, load_source, train_dataset
+from .distribution import select_placement, set_matmul_precision
+from .evals import evaluate_extra
+from .optim import WarmupDecay, make_loss, make_optimizer, make_schedule
+from .outputs import (
     CsvLogger,
     EventLogger,
     inspection_figures,
@@ -35,7 +36,7 @@ from training.outputs import (
     write_labels,
     write_samples,
 )
-from training.workarounds import fit_steps_per_execution
+from .workarounds import fit_steps_per_execution
 
 
 @dataclasses.dataclass

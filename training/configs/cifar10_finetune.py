@@ -21,7 +21,7 @@ Deviations (deliberate):
   CPUs under the default and Mirrored strategies and on JAX; not yet run on a TPU).
 """
 
-from training.config import TrainConfig
+from ..config import TrainConfig
 
 
 def get_config():

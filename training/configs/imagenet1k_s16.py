@@ -23,8 +23,8 @@ Deviations (deliberate):
 - ImageNet-ReaL (multi-label 'real_label') and ImageNet-v2 evaluations are not run (not supported yet).
 """
 
-from training.config import TrainConfig
-from training.optim import keras_weight_decay
+from ..config import TrainConfig
+from ..optim import keras_weight_decay
 
 
 def get_config():

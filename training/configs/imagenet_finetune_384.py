@@ -17,7 +17,7 @@ Deviations (deliberate): mixed_bfloat16 weights (vit_jax: float32 with bfloat16 
 step instead of accumulated micro-batches (`--set accum_steps=8` accumulates 8 of 64, as vit_jax does).
 """
 
-from training.config import TrainConfig
+from ..config import TrainConfig
 
 
 def get_config():

@@ -12,17 +12,17 @@ resizes, augmentation, Mixup) and `pipeline` (`train_dataset`, `eval_dataset`). 
 
 # The names other modules use, and (aliased to themselves: re-exported on purpose) the internals the tests reach as
 # `training.data.NAME`; a monkeypatch must target the defining submodule, where the code looks the name up.
-from training.data.decoders import JPEG_DCT, JPEG_WINDOW_MARGIN
-from training.data.decoders import _decode_encoded as _decode_encoded
-from training.data.decoders import _path_decoder as _path_decoder
-from training.data.decoders import _window_encoded as _window_encoded
-from training.data.folders import check_class_name, list_image_folder
-from training.data.loaders import _in_memory as _in_memory
-from training.data.loaders import digits_uint8, load_source
-from training.data.pipeline import eval_dataset, train_dataset, uint8_images
-from training.data.preprocess import _inception_box as _inception_box
-from training.data.preprocess import _mixup as _mixup
-from training.data.preprocess import (
+from .decoders import JPEG_DCT, JPEG_WINDOW_MARGIN
+from .decoders import _decode_encoded as _decode_encoded
+from .decoders import _path_decoder as _path_decoder
+from .decoders import _window_encoded as _window_encoded
+from .folders import check_class_name, list_image_folder
+from .loaders import _in_memory as _in_memory
+from .loaders import digits_uint8, load_source
+from .pipeline import eval_dataset, train_dataset, uint8_images
+from .preprocess import _inception_box as _inception_box
+from .preprocess import _mixup as _mixup
+from .preprocess import (
     augment_fn,
     eval_preprocess,
     mixup_weights,
@@ -30,7 +30,7 @@ from training.data.preprocess import (
     resize_small_central_crop,
     scale,
 )
-from training.data.source import Source
+from .source import Source
 
 __all__ = [
     "JPEG_DCT",

@@ -8,8 +8,9 @@ import tensorflow as tf
 
 import keras_vit.files
 import keras_vit.images
-from training.data.decoders import _path_decoder, _path_window_decoder
-from training.data.source import Source, _stratified_split
+
+from .decoders import _path_decoder, _path_window_decoder
+from .source import Source, _stratified_split
 
 
 def list_image_folder(path, follow_symlinks=False):

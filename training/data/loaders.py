@@ -5,9 +5,10 @@ import tensorflow as tf
 
 import keras_vit.files
 import keras_vit.images
-from training.data.decoders import _decode_encoded, _window_encoded
-from training.data.folders import _folder
-from training.data.source import Source, _stratified_split
+
+from .decoders import _decode_encoded, _window_encoded
+from .folders import _folder
+from .source import Source, _stratified_split
 
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
 

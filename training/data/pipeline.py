@@ -12,8 +12,8 @@ zero-weight samples).
 import numpy as np
 import tensorflow as tf
 
-from training.augment import quantize, randaugment
-from training.data.preprocess import _mixup, augment_fn, eval_preprocess, resize, scale
+from ..augment import quantize, randaugment
+from .preprocess import _mixup, augment_fn, eval_preprocess, resize, scale
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1)):

@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
-from training.data.decoders import _slice_window
+
+from .decoders import _slice_window
 
 
 def scale(image):

@@ -1,0 +1,61 @@
+"""The `keras-vit` console command: `keras-vit train|evaluate|export|predict|weights|inspect ...`.
+
+Each subcommand is the `python -m` module of the same job, given the remaining arguments:
+
+    keras-vit train --config finetune --init vit_tiny_patch16_224.augreg_in21k_ft_in1k --dataset folder:photos
+    keras-vit evaluate --workdir runs/digits      # = python -m keras_vit.training evaluate --workdir runs/digits
+    keras-vit export runs/digits                  # = python -m keras_vit.export runs/digits
+    keras-vit predict runs/digits/export/model_float32.tflite seven.png
+    keras-vit weights list                        # = python -m keras_vit.weights list
+    keras-vit inspect runs/digits                 # = python -m keras_vit.inspect runs/digits
+
+The installed wheel holds the trainer and the exporter as `keras_vit.training` and `keras_vit.export`; a checkout
+holds them as the top-level `training` and `export` packages (`python -m training`), which this command falls back
+to when it runs from an editable install of a checkout. Only the chosen module is imported, after the arguments
+are split, so `keras-vit --help` answers at once.
+"""
+
+import importlib
+import sys
+
+# subcommand -> (module whose main() runs it, arguments put before the user's, what it does)
+COMMANDS = {
+    "train": ("training", (), "train or fine-tune (python -m training)"),
+    "evaluate": ("training", ("evaluate",), "evaluate a trained workdir (python -m training evaluate)"),
+    "export": ("export", (), "export and verify a model or workdir (python -m export)"),
+    "predict": ("export", ("predict",), "classify images with an exported artifact (python -m export predict)"),
+    "weights": ("weights", (), "the pretrained-weights catalogue (python -m keras_vit.weights)"),
+    "inspect": ("inspect", (), "attention and embedding figures (python -m keras_vit.inspect)"),
+}
+
+
+def _usage():
+    lines = ["usage: keras-vit COMMAND [ARGS ...]   (keras-vit COMMAND --help for a command's options)", ""]
+    lines += [f"  {name:<9} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _main_module(name):
+    """`keras_vit.NAME.__main__`, or in a checkout the top-level `training` / `export` package's."""
+    try:
+        return importlib.import_module(f"keras_vit.{name}.__main__")
+    except ModuleNotFoundError as err:
+        if err.name not in (f"keras_vit.{name}", f"keras_vit.{name}.__main__"):
+            raise
+        return importlib.import_module(f"{name}.__main__")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"keras-vit: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    name, prefix, _ = COMMANDS[argv[0]]
+    return _main_module(name).main([*prefix, *argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
