@@ -9,7 +9,15 @@ import pytest
 from training import optim
 from training.config import TrainConfig, available_configs, get_config, parse_overrides, steps_per_execution_for
 
-RECIPES = ["cifar10_finetune", "digits", "digits_augreg", "imagenet1k_s16", "imagenet21k_b16", "imagenet_finetune_384"]
+RECIPES = [
+    "cifar10_finetune",
+    "digits",
+    "digits_augreg",
+    "finetune",
+    "imagenet1k_s16",
+    "imagenet21k_b16",
+    "imagenet_finetune_384",
+]
 
 
 def test_every_recipe_loads_and_states_its_command_line():
@@ -26,6 +34,16 @@ def test_paper_recipes_have_the_published_hyperparameters():
     assert (cifar.optimizer, cifar.momentum, cifar.weight_decay, cifar.batch_size) == ("sgd", 0.9, 0.0, 512)
     assert cifar.steps_per_epoch * cifar.epochs == 10_000 and cifar.warmup_steps == 500
     assert cifar.image_size == 384 and cifar.global_clipnorm == 1.0
+    # The generic recipe: the same optimiser (appendix B.1.1), the model and the step counts left to the run.
+    tune = get_config("finetune")
+    assert (tune.optimizer, tune.momentum, tune.weight_decay, tune.global_clipnorm) == ("sgd", 0.9, 0.0, 1.0)
+    assert (tune.schedule, tune.learning_rate, tune.augment, tune.crop_area) == (
+        "cosine",
+        0.03,
+        "inception",
+        (0.05, 1.0),
+    )
+    assert (tune.variant, tune.image_size, tune.batch_size, tune.warmup_steps) == (None, None, None, None)
     s16 = get_config("imagenet1k_s16")
     assert s16.weight_decay == pytest.approx(0.1)  # big_vision wd 1e-4 at lr 1e-3
     assert s16.model == {

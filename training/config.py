@@ -38,15 +38,18 @@ class TrainConfig:
             inside it are always followed; without this, one pointing outside stops the run before training).
         max_image_bytes: the largest image file of a `folder:` dataset read, in bytes; a larger one (or a FIFO or
             device, whatever its size) is unreadable, so a link to /dev/zero cannot fill the memory.
-        variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...).
-        image_size: model input size in pixels (images are resized to it).
+        variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...); None builds the model the `init`
+            checkpoint describes (its size, patch, pooling, class token, representation layer, GELU and
+            LayerNorm epsilon; `training.resolve`), with `model` overrides on top.
+        image_size: model input size in pixels (images are resized to it); None for the `init` checkpoint's.
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
         init: the checkpoint to fine-tune from, any source `keras_vit.load_weights` takes (a catalogue name,
             `hf://ORG/NAME`, a URL, a `.npz`, `.keras` or timm / transformers / keras-hub folder); position
             embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
             references' fine-tuning, unless `init_head` is set.
         init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
-        batch_size: the GLOBAL batch of one optimiser step (per-replica batch x replicas x accum_steps).
+        batch_size: the GLOBAL batch of one optimiser step (per-replica batch x replicas x accum_steps); None for
+            the paper's fine-tuning batch of 512, or the largest power of two the training split holds.
         accum_steps: gradient accumulation: each optimiser step is `accum_steps` forward/backward passes over
             `batch_size // accum_steps` images, averaged (the same update as one batch of `batch_size`, in less
             memory; vit_jax's `accum_steps`). Every other count (steps_per_epoch, warmup_steps,
@@ -58,7 +61,7 @@ class TrainConfig:
         weight_decay: Keras AdamW convention (multiplied by the learning rate); see `training.optim`.
         beta_1, beta_2, momentum: optimizer moments.
         schedule: "cosine", "linear" or "constant" decay after the linear warm-up.
-        warmup_steps: linear warm-up from 0 to `learning_rate`.
+        warmup_steps: linear warm-up from 0 to `learning_rate`; None for 5% of the run's steps.
         global_clipnorm: clip the global gradient norm (1.0 in the paper); None for none.
         loss: "softmax" or "sigmoid" cross-entropy.
         label_smoothing: label smoothing of the targets.
@@ -85,7 +88,8 @@ class TrainConfig:
             with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
             True or False to force it. See `training.strategy.resolve_jit_compile`.
         steps_per_execution: steps run per call into the compiled function; lowered to the largest divisor of
-            the steps per epoch not above it (with a printed note), so epochs and checkpoints stay on schedule.
+            the steps per epoch not above it (with a printed note), so epochs and checkpoints stay on schedule;
+            None for the largest divisor up to 50 (no note).
         precision: "float32" or "mixed_bfloat16".
         seed: seeds the model init, the data order and the augmentation.
         deterministic: enable TF op determinism (bitwise-reproducible CPU runs; slower).
@@ -119,12 +123,12 @@ class TrainConfig:
     skip_unreadable_images: bool = False
     follow_symlinks: bool = False
     max_image_bytes: int = 64 * 2**20  # keras_vit.images.MAX_IMAGE_BYTES
-    variant: str = "testing"
-    image_size: int = 32
+    variant: str | None = "testing"
+    image_size: int | None = 32
     model: dict = dataclasses.field(default_factory=dict)
     init: str | None = None
     init_head: bool = False
-    batch_size: int = 64
+    batch_size: int | None = 64
     accum_steps: int = 1
     epochs: int = 10
     steps_per_epoch: int | None = None
@@ -135,7 +139,7 @@ class TrainConfig:
     beta_2: float = 0.999
     momentum: float = 0.9
     schedule: str = "cosine"
-    warmup_steps: int = 0
+    warmup_steps: int | None = 0
     global_clipnorm: float | None = 1.0
     loss: str = "softmax"
     label_smoothing: float = 0.0
@@ -150,7 +154,7 @@ class TrainConfig:
     mixup_images: int = 2
     eval_resize_small: int | None = None
     jit_compile: bool | Literal["auto"] = "auto"
-    steps_per_execution: int = 1
+    steps_per_execution: int | None = 1
     precision: str = "float32"
     seed: int = 0
     deterministic: bool = False
@@ -183,14 +187,14 @@ class TrainConfig:
 
         resolve_background(self.image_background)
         if self.eval_resize_small is not None and (
-            not isinstance(self.eval_resize_small, int) or self.eval_resize_small < self.image_size
+            not isinstance(self.eval_resize_small, int) or self.eval_resize_small < (self.image_size or 0)
         ):
             raise ValueError(
                 f"eval_resize_small must be None or an integer >= image_size={self.image_size} (e.g. "
                 f"256 for 224 px). Received: eval_resize_small={self.eval_resize_small!r}"
             )
         sizes = (self.batch_size, self.accum_steps)
-        if self.batch_size % self.accum_steps:
+        if self.batch_size is not None and self.batch_size % self.accum_steps:
             raise ValueError(
                 f"batch_size must be divisible by accum_steps (each optimiser step is accum_steps micro-batches of "
                 f"batch_size // accum_steps images). Received: batch_size={self.batch_size}, "
@@ -297,6 +301,7 @@ def get_config(name_or_config="digits"):
 _MODEL_KEYS_SET_ELSEWHERE = {
     "image_size": "set image_size itself (--set image_size=224), not model.image_size",
     "num_classes": "the class count comes from the dataset; it cannot be overridden",
+    "variant": "set variant itself (--set variant=Ti/16), not model.variant",
 }
 
 

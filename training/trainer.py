@@ -7,6 +7,7 @@ checkpoint, reads the step counter, and starts the input stream at that step.
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -18,8 +19,9 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import files
 from keras_vit.models import flops
+from keras_vit.weights.pretrained import read_checkpoint
 
-from . import advice, processes, run_identity
+from . import advice, processes, resolve, run_identity
 from .checkpointing import CheckpointManager, FaultTolerance, checkpoint_steps
 from .config import get_config, steps_per_execution_for
 from .data import eval_dataset, load_source, train_dataset
@@ -93,6 +95,9 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
 
     strategy = select_placement(config.strategy, tf_strategy=tf_strategy, join_timeout=config.join_timeout)
     source = source_of(config, strategy.shard)
+    manager = CheckpointManager(files.join(workdir, "checkpoints"), None, None, write=strategy.is_chief)
+    loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
+    config, checkpoint = _resolve(config, source, strategy, workdir, loaded)
     measured = advice.lookup(
         strategy.device_kind, config.precision, flops.config_forward_flops(model_config(config, source.num_classes))
     )
@@ -128,8 +133,6 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     if note:
         print(f"[training] note: {note}", flush=True)
 
-    manager = CheckpointManager(files.join(workdir, "checkpoints"), None, None, write=chief)
-    loaded = manager.load_latest()  # before the optimizer is built: the checkpoint carries its schedule
     if strategy.num_processes > 1:  # every process restores the same file, or none does
         processes.check_same(
             "the checkpoint step to resume from (-1: none)",
@@ -142,7 +145,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     with strategy.scope():
         # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
         initial = config.replace(init=None) if loaded else config
-        model = build_model(initial, source.num_classes, class_names=source.class_names)
+        model = build_model(initial, source.num_classes, class_names=source.class_names, checkpoint=checkpoint)
         optimizer = strategy.prepare_optimizer(make_optimizer(config, total_steps, schedule))
         optimizer.build(model.trainable_variables)
         k = min(5, source.num_classes)
@@ -352,22 +355,48 @@ def model_config(config, num_classes):
     )
 
 
-def build_model(config, num_classes, class_names=None):
+def build_model(config, num_classes, class_names=None, checkpoint=None):
     """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras).
 
     `class_names` (the dataset's, in label order) are kept on the model (`model.class_names`, in model.keras),
     so the saved model carries its own label space and an export reads its labels from the model itself. A
-    model fine-tuned from a pretrained one gets the run's names, never the checkpoint's.
+    model fine-tuned from a pretrained one gets the run's names, never the checkpoint's. `checkpoint`: the
+    `init` checkpoint already read (`read_init`), so that it is read once.
     """
     model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
     if config.init:
-        initialise_from(model, config.init)
+        initialise_from(model, checkpoint or config.init)
         if not config.init_head and "head" in {layer.name for layer in model.layers}:
             # The references always fine-tune from a fresh zero head, even when the class counts match.
             head = model.get_layer("head")
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
     return model
+
+
+def _resolve(config, source, strategy, workdir, loaded):
+    """(the run's complete config, the `--init` checkpoint or None): the settings a recipe leaves to the run.
+
+    1. A resume takes what the run resolved when it started (its config.json), so the checkpoint is not read.
+    2. A new run with `--init` reads the checkpoint once: its model options, then (in `build_model`) its weights.
+    3. A new run without `--init` resolves from the data alone.
+    """
+    checkpoint = None
+    if loaded:
+        recorded = files.join(workdir, "config.json")
+        if files.exists(recorded):
+            config = resolve.from_record(config, json.loads(files.read_text(recorded)))
+    elif config.init:
+        checkpoint = read_init(config.init)
+    return resolve.resolve_run(config, checkpoint, source.num_train, strategy.num_replicas_in_sync), checkpoint
+
+
+def read_init(source):
+    """The `--init` checkpoint, read (and downloaded into its cache) once."""
+    try:
+        return read_checkpoint(source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
 
 
 def initialise_from(model, source):

@@ -33,8 +33,11 @@ def read_checkpoint(source):
     `source` is a catalogue name, a URL (`https://`, `gs://`), a Hub id (`hf://ORG/NAME`), a local path (an
     `.npz`, a `.keras` model, a folder of another library's layout) or another `tf.io.gfile` URL; the
     first three are downloaded once into their caches (`keras_vit/weights/sources.py`). A catalogue entry adds
-    what its file does not state: its label space's class names and its preprocessing.
+    what its file does not state: its label space's class names and its preprocessing. A `Checkpoint` already
+    read is returned as it is.
     """
+    if isinstance(source, Checkpoint):
+        return source
     fetched = sources.fetch(source)
     ckpt = _read_local(fetched.path)
     entry = fetched.entry

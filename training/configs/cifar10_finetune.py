@@ -21,11 +21,11 @@ Deviations (deliberate):
   CPUs under the default and Mirrored strategies and on JAX; not yet run on a TPU).
 """
 
-from ..config import TrainConfig
+from ._paper_finetune import paper_finetune
 
 
 def get_config():
-    return TrainConfig(
+    return paper_finetune(
         dataset="tfds:cifar10",
         train_split="train[:98%]",
         eval_split="test",
@@ -35,16 +35,7 @@ def get_config():
         batch_size=512,
         steps_per_epoch=500,
         epochs=20,  # 10k steps
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
         warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
         precision="mixed_bfloat16",
         steps_per_execution=50,
         checkpoint_every=500,

@@ -17,11 +17,11 @@ Deviations (deliberate): mixed_bfloat16 weights (vit_jax: float32 with bfloat16 
 step instead of accumulated micro-batches (`--set accum_steps=8` accumulates 8 of 64, as vit_jax does).
 """
 
-from ..config import TrainConfig
+from ._paper_finetune import paper_finetune
 
 
 def get_config():
-    return TrainConfig(
+    return paper_finetune(
         dataset="tfds:imagenet2012",
         train_split="train[:99%]",
         eval_split="validation",
@@ -31,16 +31,7 @@ def get_config():
         batch_size=512,
         steps_per_epoch=1000,
         epochs=20,  # 20k steps
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
         warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
         precision="mixed_bfloat16",
         steps_per_execution=100,
         checkpoint_every=1000,
