@@ -26,12 +26,13 @@ __version__ = "0.1.0"
 def _load():
     """Imports the public API (and with it Keras); registers the layers for `keras.saving.load_model`."""
     global layers, decode_predictions, imagenet_class_names, imagenet_synsets  # noqa: PLW0603 (the lazy API's binding)
-    global VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant  # noqa: PLW0603
+    global VARIANTS, VisionTransformer, ViTConfig, create_model, feature_model, get_variant  # noqa: PLW0603
     global CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained  # noqa: PLW0603
     # import_module, not `from keras_vit import layers`, which would ask __getattr__ below first.
     layers = importlib.import_module("keras_vit.layers")
     from keras_vit.labels import decode_predictions, imagenet_class_names, imagenet_synsets
     from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
+    from keras_vit.models.features import feature_model
     from keras_vit.weights import CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained
 
 
@@ -48,6 +49,7 @@ __all__ = [
     "VisionTransformer",
     "create_model",
     "decode_predictions",
+    "feature_model",
     "from_pretrained",
     "get_variant",
     "imagenet_class_names",

@@ -48,32 +48,44 @@ def attention(x, params, prefix):
     return out + g("out/bias")
 
 
+def encoder_block(z, params, i, eps=1e-6, approximate_gelu=True):
+    """Block i of the encoder: pre-LN attention and MLP, each with its residual."""
+    p = f"Transformer/encoderblock_{i}"
+    y = layer_norm(z, params[f"{p}/LayerNorm_0/scale"], params[f"{p}/LayerNorm_0/bias"], eps)
+    z = z + attention(y, params, f"{p}/MultiHeadDotProductAttention_1")
+    y = layer_norm(z, params[f"{p}/LayerNorm_2/scale"], params[f"{p}/LayerNorm_2/bias"], eps)
+    y = gelu(y @ params[f"{p}/MlpBlock_3/Dense_0/kernel"] + params[f"{p}/MlpBlock_3/Dense_0/bias"], approximate_gelu)
+    return z + y @ params[f"{p}/MlpBlock_3/Dense_1/kernel"] + params[f"{p}/MlpBlock_3/Dense_1/bias"]
+
+
+def encoder_norm(z, params, eps=1e-6):
+    return layer_norm(z, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], eps)
+
+
 def encoder(tokens, params, num_layers, eps=1e-6, approximate_gelu=True):
     z = tokens
     for i in range(num_layers):
-        p = f"Transformer/encoderblock_{i}"
-        y = layer_norm(z, params[f"{p}/LayerNorm_0/scale"], params[f"{p}/LayerNorm_0/bias"], eps)
-        z = z + attention(y, params, f"{p}/MultiHeadDotProductAttention_1")
-        y = layer_norm(z, params[f"{p}/LayerNorm_2/scale"], params[f"{p}/LayerNorm_2/bias"], eps)
-        y = gelu(
-            y @ params[f"{p}/MlpBlock_3/Dense_0/kernel"] + params[f"{p}/MlpBlock_3/Dense_0/bias"], approximate_gelu
-        )
-        z = z + y @ params[f"{p}/MlpBlock_3/Dense_1/kernel"] + params[f"{p}/MlpBlock_3/Dense_1/bias"]
-    return layer_norm(z, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], eps)
+        z = encoder_block(z, params, i, eps, approximate_gelu)
+    return encoder_norm(z, params, eps)
+
+
+def embed(images, params):
+    """The encoder's input: patch embedding, the class token (if the checkpoint has one), position embedding."""
+    x = np.asarray(images, np.float64)
+    kernel = np.asarray(params["embedding/kernel"], np.float64)  # (P, P, C, D)
+    tokens = patchify(x, kernel.shape[0]) @ kernel.reshape(-1, kernel.shape[-1]) + params["embedding/bias"]
+    if "cls" in params:
+        cls = np.broadcast_to(params["cls"], (tokens.shape[0], 1, tokens.shape[-1]))
+        tokens = np.concatenate([cls, tokens], axis=1)
+    return tokens + params["Transformer/posembed_input/pos_embedding"]
 
 
 def vit_forward(images, params, num_layers, pooling="token", approximate_gelu=True, features=None):
     """Logits of a plain ViT (or, with `features` given, of the transformer on that feature map)."""
     params = {k: np.asarray(v, np.float64) for k, v in params.items()}
-    x = np.asarray(images if features is None else features, np.float64)
-    kernel = params["embedding/kernel"]  # (P, P, C, D)
-    p = kernel.shape[0]
-    tokens = patchify(x, p) @ kernel.reshape(-1, kernel.shape[-1]) + params["embedding/bias"]
-    if "cls" in params:
-        cls = np.broadcast_to(params["cls"], (tokens.shape[0], 1, tokens.shape[-1]))
-        tokens = np.concatenate([cls, tokens], axis=1)
-    tokens = tokens + params["Transformer/posembed_input/pos_embedding"]
-    z = encoder(tokens, params, num_layers, approximate_gelu=approximate_gelu)
+    z = encoder(
+        embed(images if features is None else features, params), params, num_layers, approximate_gelu=approximate_gelu
+    )
     pooled = z[:, 0] if pooling == "token" else z[:, (1 if "cls" in params else 0) :].mean(1)
     if "pre_logits/kernel" in params:
         pooled = np.tanh(pooled @ params["pre_logits/kernel"] + params["pre_logits/bias"])

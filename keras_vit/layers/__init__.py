@@ -10,6 +10,7 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
 from keras_vit.layers.resnet import ResidualUnit, ResNetStage, StdConv2D
+from keras_vit.layers.token_split import TokenSplit
 
 __all__ = [
     "ClassToken",
@@ -24,6 +25,7 @@ __all__ = [
     "ResidualUnit",
     "StdConv2D",
     "TokenPooling",
+    "TokenSplit",
     "resize_position_embedding",
     "sincos_2d_table",
 ]
