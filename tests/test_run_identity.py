@@ -15,7 +15,7 @@ import training
 from training import run_identity
 from training.checkpointing import CheckpointManager, FaultTolerance, _checksum
 from training.config import TrainConfig, parse_overrides
-from training.trainer import _resume_schedule
+from training.run_plan import resume_schedule
 
 CONFIG = TrainConfig(
     dataset="synthetic",
@@ -214,9 +214,9 @@ def test_rescue_changes_the_learning_rate_on_purpose_and_the_history_records_it(
     assert event["changed"] == {"learning_rate": [0.01, 0.001], "global_clipnorm": [None, 1.0]}
     assert rescued.fingerprint["learning_rate"] == 0.001  # later resumes compare against the rescued values
     # The restored schedule keeps its shape from the restored step, at the new peak.
-    header = {**loaded[1], "schedule": {"peak": 0.01, "total_steps": 8, "warmup_steps": 0, "decay": "cosine"}}
-    old = _resume_schedule(config, 8, (loaded[0], header, loaded[2]))
-    new = _resume_schedule(config.replace(**rescue), 8, (loaded[0], header, loaded[2]))
+    header = {**loaded.header, "schedule": {"peak": 0.01, "total_steps": 8, "warmup_steps": 0, "decay": "cosine"}}
+    old = resume_schedule(config, 8, dataclasses.replace(loaded, header=header))
+    new = resume_schedule(config.replace(**rescue), 8, dataclasses.replace(loaded, header=header))
     assert new.peak == 0.001 and float(new(5)) == pytest.approx(float(old(5)) / 10, rel=1e-6)
     rescued.write(str(tmp_path))
     assert json.loads((tmp_path / "run.json").read_text())["history"][-1]["event"] == "rescue"
@@ -282,9 +282,7 @@ def test_an_access_error_is_raised_in_one_line_and_never_marks_a_checkpoint_dama
     manager.save()
     assert os.path.exists(newest)
     (tmp_path / "checkpoints" / "ckpt-00000009.npz").write_bytes(b"PK\x03\x04 truncated")  # real damage: skipped
-    assert manager.load_latest()[1]["step"] == 5 and manager.skipped == [
-        str(tmp_path / "checkpoints" / "ckpt-00000009.npz")
-    ]
+    assert manager.load_latest().step == 5 and manager.skipped == [str(tmp_path / "checkpoints" / "ckpt-00000009.npz")]
 
 
 def test_a_nan_in_the_optimizer_state_is_never_saved_and_renames_are_made_durable(tmp_path, monkeypatch):

@@ -178,7 +178,8 @@ def test_a_run_killed_mid_update_resumes_exactly(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="crash mid-update"):
         training.train(training.TrainConfig(**RUN), tmp_path / "crashed", callbacks=[_Crash()], verbose=0)
     manager = CheckpointManager(str(tmp_path / "crashed" / "checkpoints"), None, None)
-    _, header, arrays = manager.load_latest()
+    resume = manager.load_latest()
+    header, arrays = resume.header, resume.arrays
     assert header["step"] == 5  # checkpoint_every=2 after the epoch end at 3; the crash came before step 6
     saved = {path: arrays[f"optimizer/{i:05d}"] for i, path in enumerate(header["paths"]["optimizer"])}
     assert int(saved[next(p for p in saved if p.endswith("/iteration"))]) == 10  # 5 updates x 2 micro-batches

@@ -40,7 +40,7 @@ def _train_parser():
     )
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, help="global batch size")
-    parser.add_argument("--strategy", choices=("auto", "tpu", "multi_worker", "mirrored", "default"))
+    parser.add_argument("--strategy", choices=config_module.STRATEGIES)
     parser.add_argument(
         "--init",
         help="checkpoint to fine-tune from: a catalogue name (python -m keras_vit.weights list), hf://ORG/NAME, "
@@ -77,7 +77,7 @@ def _evaluate_parser():
     parser.add_argument("--batch-size", type=int)
     parser.add_argument(
         "--strategy",
-        choices=("auto", "tpu", "multi_worker", "mirrored", "default"),
+        choices=config_module.STRATEGIES,
         help="as for training (default: the run's strategy setting)",
     )
     _verbose_flag(parser)

@@ -9,6 +9,7 @@ of the step. `keras.callbacks.BackupAndRestore` is not used: it restores epochs 
 and does not handle SIGTERM.
 """
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -45,6 +46,43 @@ class Preempted(RuntimeError):
 
 class CheckpointError(weights.CheckpointError):
     """Checkpoints exist but none can be restored into this run (all unreadable, or written by another model)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run resumes from, read once from its folder (`find_resume`) and then passed by value.
+
+    Attributes:
+        path: the file.
+        header: its JSON header (step, variable paths, schedule, run id, fingerprint, history).
+        arrays: {name: array} of the file.
+        steps: the steps of every checkpoint file in the folder (from their names), oldest first.
+        skipped: unreadable files met on the way (newest first); the next good save removes them.
+    """
+
+    path: str
+    header: dict
+    arrays: dict
+    steps: tuple = ()
+    skipped: tuple = ()
+
+    @property
+    def step(self):
+        return int(self.header["step"])
+
+    @property
+    def schedule(self):
+        """The learning-rate schedule's config the checkpoint was written with (None in older files)."""
+        return self.header.get("schedule")
+
+    @property
+    def metric_paths(self):
+        return self.header.get("metric_paths", [])
+
+
+def find_resume(directory):
+    """The newest readable checkpoint in `directory` as a `Resume`, or None when it holds none (see `load_latest`)."""
+    return CheckpointManager(directory, None, None).load_latest()
 
 
 def checkpoint_steps(directory):
@@ -132,13 +170,13 @@ class CheckpointManager:
     is named) and a SHA-256 of every array (a file that reads but does not match it is treated as unreadable).
     """
 
-    def __init__(self, directory, model, optimizer, keep=2, write=True):
+    def __init__(self, directory, model, optimizer, keep=2, write=True, skipped=()):
         self.directory = directory
         self.model = model
         self.optimizer = optimizer
         self.keep = keep
         self.write = write  # False on the non-chief workers of a multi-worker run
-        self.skipped = []  # unreadable checkpoints met by `load_latest`, newest first
+        self.skipped = list(skipped)  # unreadable checkpoints met by `load_latest` (or a `Resume`), newest first
         self.restored_path = None
 
     def _variables(self):
@@ -236,7 +274,7 @@ class CheckpointManager:
         return header, arrays
 
     def load_latest(self):
-        """The newest readable checkpoint as (path, header, arrays), or None when the directory holds none.
+        """The newest readable checkpoint as a `Resume`, or None when the directory holds none.
 
         Unreadable files (truncated, damaged, not a checkpoint) are skipped with a warning naming each; they are
         remembered in `skipped` and removed once a newer good checkpoint has been written. Needs no model.
@@ -262,7 +300,8 @@ class CheckpointManager:
                     f"not damage, so no checkpoint was skipped or marked for deletion. Fix the access (permissions, "
                     f"network, credentials) and run the same command again."
                 ) from err
-            return path, header, arrays
+            steps = tuple(int(_NAME.search(p).group(1)) for p in paths)
+            return Resume(path, header, arrays, steps=steps, skipped=tuple(self.skipped))
         if paths:
             raise CheckpointError(
                 f"{self.directory} holds {len(paths)} checkpoint file(s) and none can be read (newest: {paths[-1]}); "
@@ -271,9 +310,9 @@ class CheckpointManager:
             )
         return None
 
-    def restore(self, loaded):
-        """Assigns a `load_latest` result to the model and optimizer, matching variables by path."""
-        path, header, arrays = loaded
+    def restore(self, resume):
+        """Assigns a `Resume` to the model and optimizer, matching variables by path; returns its header."""
+        path, header, arrays = resume.path, resume.header, resume.arrays
         for group, variables in self._variables().items():
             saved_paths = header["paths"][group]
             pairs, missing, unused = _pair(saved_paths, [v.path for v in variables])
@@ -296,16 +335,16 @@ class CheckpointManager:
         self.restored_path = path
         return header
 
-    def restore_metrics(self, loaded):
+    def restore_metrics(self, resume):
         """Assigns a checkpoint's running metric sums to the model's metrics; returns whether they fitted.
 
         Called at the start of the epoch a mid-epoch resume continues (after Keras has reset the metrics). A file
         without them, or with metrics of another compile, leaves the metrics as they are, with a warning: the
         epoch's logged row then covers only the steps after the resume (the weights are right either way).
         """
-        path, header, arrays = loaded
+        path, arrays = resume.path, resume.arrays
         variables = list(getattr(self.model, "metrics_variables", ()))
-        saved = header.get("metric_paths", [])
+        saved = resume.metric_paths
         pairs, missing, unused = _pair(saved, [v.path for v in variables])
         values = [arrays[f"metrics/{pairs[j]:05d}"] for j in range(len(variables)) if j in pairs]
         if missing or unused or any(tuple(x.shape) != tuple(v.shape) for x, v in zip(values, variables)):
@@ -344,7 +383,7 @@ class FaultTolerance(keras.callbacks.Callback):
     and leave `fit`, instead of the others waiting forever in their next collective.
     """
 
-    def __init__(self, manager, every=0, header=None, agree=None, accum_steps=1):
+    def __init__(self, manager, every=0, header=None, agree=None, accum_steps=1, resume_metrics_from=None):
         super().__init__()
         self.manager = manager
         self.accum_steps = accum_steps  # fit batches per optimiser step (gradient accumulation)
@@ -357,7 +396,8 @@ class FaultTolerance(keras.callbacks.Callback):
         self._sigterm = threading.Event()
         self._previous_handler = None
         self._epoch_start = 0
-        self.resume_metrics_from = None  # a `load_latest` result whose metric sums the first epoch continues
+        # A mid-epoch resume's `Resume`: the interrupted epoch's row then counts its steps before the resume too.
+        self.resume_metrics_from = resume_metrics_from
         self._mid_update = False
 
     # SIGTERM: only a flag in the handler; the save happens between steps, where the state is consistent.
@@ -366,7 +406,7 @@ class FaultTolerance(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.last_saved = self.manager.step()
-        saved = (self.resume_metrics_from or (None, {}))[1].get("metric_paths", [])
+        saved = self.resume_metrics_from.metric_paths if self.resume_metrics_from is not None else []
         if len(saved) > len(self.model.metrics_variables):
             # Keras builds the compiled metrics in the first step (without a tf.distribute strategy), after
             # `on_epoch_begin`, which restores their sums: build them now with a zero-weight sample (the epoch's

@@ -15,6 +15,16 @@ from typing import Literal, Union
 
 from .ranges import check_range
 
+# The placements `strategy` names (training.distribution), on either backend: the one list of them.
+Strategy = Literal["auto", "tpu", "multi_worker", "mirrored", "default"]
+STRATEGIES = typing.get_args(Strategy)
+
+
+def check_jit_compile(value):
+    """Raises the one `jit_compile` error unless `value` is True, False or "auto"."""
+    if value is not True and value is not False and value != "auto":
+        raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={value!r}")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -164,7 +174,7 @@ class TrainConfig:
     eval_every: int = 1
     num_samples: int = 64
     num_calibration: int = 256
-    strategy: str = "auto"
+    strategy: Strategy = "auto"
     matmul_precision: str | None = None
     join_timeout: int = 300
 
@@ -174,9 +184,8 @@ class TrainConfig:
         _check_choice("loss", self.loss, ("softmax", "sigmoid"))
         _check_choice("augment", self.augment, ("inception", "translate", "resize"))
         _check_choice("precision", self.precision, ("float32", "mixed_bfloat16"))
-        _check_choice("strategy", self.strategy, ("auto", "tpu", "multi_worker", "mirrored", "default"))
-        if self.jit_compile is not True and self.jit_compile is not False and self.jit_compile != "auto":
-            raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={self.jit_compile!r}")
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        check_jit_compile(self.jit_compile)
         _check_field_types(self)  # before the range checks below, which would fail on a string with a TypeError
         _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
         for field in dataclasses.fields(self):
@@ -460,11 +469,6 @@ def parse_typed(text, annotation, name="value"):
     if origin in (tuple,) or annotation is tuple:
         return tuple(value)
     return value
-
-
-def parse_value(text, annotation=typing.Any, name="value"):
-    """A `--set key=value` value: converted to `annotation`; without one, a Python literal or else the string."""
-    return parse_typed(text, annotation, name)
 
 
 def parse_overrides(items):

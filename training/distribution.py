@@ -24,7 +24,8 @@ from typing import Any
 
 import keras
 
-from .strategy import STRATEGIES, StrategyError
+from .config import check_jit_compile
+from .strategy import StrategyError, check_name
 
 logger = logging.getLogger("training")
 BACKENDS = ("tensorflow", "jax")
@@ -110,8 +111,7 @@ class Placement:
             from .strategy import resolve_jit_compile
 
             return resolve_jit_compile(requested, self.tf_strategy, measured)
-        if requested is not True and requested is not False and requested != "auto":
-            raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
+        check_jit_compile(requested)
         if requested is False:
             return False, "jit_compile=False: JAX runs the step op by op"
         return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
@@ -247,8 +247,7 @@ def _jax_placement(name, join_timeout):
 
     from . import processes
 
-    if name not in STRATEGIES:
-        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
+    check_name(name)
     _keep_tensorflow_off_accelerators()
     try:
         processes.join(name, join_timeout)  # before any other JAX call: it fixes the devices JAX sees

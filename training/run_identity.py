@@ -99,25 +99,25 @@ class RunIdentity:
         )
 
 
-def resolve(workdir, config, loaded):
+def resolve(workdir, config, resume):
     """The run this start continues (or a new one), refusing a checkpoint of another run or a changed config.
 
     Args:
         workdir: the run's directory.
         config: this start's `TrainConfig`.
-        loaded: `CheckpointManager.load_latest()`'s result, or None.
+        resume: the `training.checkpointing.Resume` the run continues from, or None.
 
     Raises:
         ValueError: the checkpoint belongs to another run, or a fingerprint field changed without its switch.
     """
     record_path = files.join(workdir, RUN_FILE)
     record = json.loads(files.read_text(record_path)) if files.exists(record_path) else None
-    header = loaded[1] if loaded else None
+    header = resume.header if resume else None
     current = fingerprint(config)
     if header is not None and header.get("run_id"):
         if record is not None and record.get("run_id") != header["run_id"]:
             raise ValueError(
-                f"Checkpoint {loaded[0]} belongs to run {header['run_id']}, but {workdir} is run {record['run_id']} "
+                f"Checkpoint {resume.path} belongs to run {header['run_id']}, but {workdir} is run {record['run_id']} "
                 f"({record_path}); a checkpoint of another run is not resumed. Move it back to its own workdir, "
                 f"or use a new --workdir."
             )
@@ -126,7 +126,7 @@ def resolve(workdir, config, loaded):
     elif header is not None:  # written before checkpoints carried a run id
         if record is not None:
             raise ValueError(
-                f"Checkpoint {loaded[0]} carries no run id, but {workdir} is run {record['run_id']} "
+                f"Checkpoint {resume.path} carries no run id, but {workdir} is run {record['run_id']} "
                 f"({record_path}); it was not written by this run. Move it away, or use a new --workdir."
             )
         run_id, previous, step = _new_id(), _legacy_fingerprint(workdir), int(header["step"])

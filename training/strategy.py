@@ -16,7 +16,7 @@ import tensorflow as tf
 from keras_vit import _tpu_runtime
 from keras_vit._tpu_runtime import tpu_evidence
 
-STRATEGIES = ("auto", "tpu", "multi_worker", "mirrored", "default")
+from .config import STRATEGIES, check_jit_compile
 
 
 class StrategyError(RuntimeError):
@@ -88,14 +88,19 @@ def _mirrored():
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
+def check_name(name):
+    """Raises `StrategyError` unless `name` is one of `training.config.STRATEGIES`."""
+    if name not in STRATEGIES:
+        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
+
+
 def select_strategy(name="auto"):
     """Returns (strategy, reason) for "auto", "tpu", "multi_worker", "mirrored" or "default".
 
     Raises:
         StrategyError: `tpu` without a TPU, `multi_worker` without TF_CONFIG, an unknown name.
     """
-    if name not in STRATEGIES:
-        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
+    check_name(name)
     if name == "tpu":
         evidence = tpu_evidence()
         if evidence is None:
@@ -147,8 +152,7 @@ def resolve_jit_compile(requested, strategy, measured=None):
     compile there, unless `measured` (a `training.advice.Advice`: the benchmark's figures for this CPU class and
     the nearest measured model size) found TensorFlow without XLA faster.
     """
-    if requested is not True and requested is not False and requested != "auto":
-        raise ValueError(f"jit_compile must be True, False or 'auto'. Received: {requested!r}")
+    check_jit_compile(requested)
     if requested != "auto":
         return requested, f"jit_compile={requested} as configured"
     if isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):

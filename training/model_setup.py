@@ -1,0 +1,118 @@
+"""Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored.
+
+`build_run` builds the model (from `--init` on a new run), compiles it with the plan's optimizer, schedule and XLA
+setting, and restores the plan's checkpoint; the `CheckpointManager` it returns is complete from the start.
+"""
+
+import keras
+import numpy as np
+
+import keras_vit
+from keras_vit import files
+from keras_vit.weights.pretrained import read_checkpoint
+
+from . import processes
+from .checkpointing import CheckpointManager
+from .optim import make_loss, make_optimizer
+from .workarounds import fit_steps_per_execution
+
+
+def build_run(plan):
+    """(model, manager): the plan's model compiled inside the placement's scope, its checkpoint restored."""
+    config, placement, source = plan.config, plan.placement, plan.source
+    with placement.scope():
+        # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
+        initial = config.replace(init=None) if plan.resume else config
+        model = build_model(initial, source.num_classes, class_names=source.class_names, checkpoint=plan.init)
+        optimizer = placement.prepare_optimizer(make_optimizer(config, plan.total_steps, plan.schedule))
+        optimizer.build(model.trainable_variables)
+        model.compile(
+            optimizer=optimizer,
+            loss=make_loss(config),
+            # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
+            weighted_metrics=[
+                keras.metrics.CategoricalAccuracy(name="top1"),
+                keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
+            ],
+            jit_compile=plan.jit_compile,
+            # Fit steps are micro-batches (gradient accumulation); see the workaround for the count.
+            steps_per_execution=fit_steps_per_execution(
+                placement.tf_strategy, plan.steps_per_execution, config.accum_steps
+            ),
+        )
+        placement.prepare_model(model)
+        manager = CheckpointManager(
+            files.join(plan.workdir, "checkpoints"),
+            model,
+            optimizer,
+            write=plan.chief,
+            skipped=plan.resume.skipped if plan.resume else (),
+        )
+        if plan.resume:
+            manager.restore(plan.resume)
+    if placement.num_processes > 1:  # same seed, same file: a difference here would silently split the replicas
+        processes.check_same(
+            "the model's starting weights",
+            weights_checksum(model),
+            "Run the same keras-vit version, config and --init on every process.",
+        )
+    return model, manager
+
+
+def weights_checksum(model):
+    """One number from every weight: what the processes of a run compare before their first step."""
+    return float(sum(np.sum(np.asarray(v.value, np.float64)) for v in model.weights))
+
+
+def model_config(config, num_classes):
+    """The run's `ViTConfig`: the variant with the run's image size, classes, precision and model overrides."""
+    overrides = dict(config.model)
+    if config.head_bias_init is not None:
+        overrides["head_bias_init"] = config.head_bias_init
+    if config.precision != "float32":
+        overrides["dtype"] = config.precision
+    return keras_vit.get_variant(config.variant).replace(
+        image_size=config.image_size, num_classes=num_classes, **overrides
+    )
+
+
+def build_model(config, num_classes, class_names=None, checkpoint=None):
+    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras).
+
+    `class_names` (the dataset's, in label order) are kept on the model (`model.class_names`, in model.keras),
+    so the saved model carries its own label space and an export reads its labels from the model itself. A
+    model fine-tuned from a pretrained one gets the run's names, never the checkpoint's. `checkpoint`: the
+    `init` checkpoint already read (`read_init`), so that it is read once.
+    """
+    model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
+    if config.init:
+        initialise_from(model, checkpoint or config.init)
+        if not config.init_head and "head" in {layer.name for layer in model.layers}:
+            # The references always fine-tune from a fresh zero head, even when the class counts match.
+            head = model.get_layer("head")
+            head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
+            head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
+    return model
+
+
+def read_init(source):
+    """The `--init` checkpoint, read (and downloaded into its cache) once."""
+    try:
+        return read_checkpoint(source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
+
+
+def initialise_from(model, source):
+    """Loads the `--init` checkpoint into `model` for fine-tuning.
+
+    Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
+    folder of timm / transformers / keras-hub layout, or a checkpoint `read_init` already read. Position
+    embeddings are interpolated to the model's patch grid and a head with another class count is left at its
+    fresh zero initialisation (`keras_vit.load_npz`'s rules). Downloads are cached, so a resumed run does not fetch
+    the checkpoint again.
+    """
+    try:
+        return keras_vit.load_weights(model, source)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
