@@ -7,6 +7,7 @@ missing file). It counts every request, so a cache hit is shown to make none. Fi
 here, never real weights; every socket has a time-out.
 """
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -28,10 +29,17 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TIMEOUT = 5.0
 
 
-def _npz_bytes(seed=0):
+def _npz_bytes(seed=0, classes=21843, **extra):
+    """A tiny stand-in for a catalogue file: the tensors every ViT .npz holds, a head `classes` wide."""
     buffer = io.BytesIO()
     rng = np.random.default_rng(seed)
-    np.savez(buffer, **{"cls": rng.normal(size=(1, 1, 8)), "head/kernel": rng.normal(size=(8, 3))})
+    arrays = {
+        "embedding/kernel": rng.normal(size=(2, 2, 3, 4)),
+        "cls": rng.normal(size=(1, 1, 4)),
+        "Transformer/encoder_norm/scale": rng.normal(size=(4,)),
+        "head/kernel": rng.normal(size=(4, classes)).astype("float16"),
+    }
+    np.savez(buffer, **arrays, **extra)
     return buffer.getvalue()
 
 
@@ -74,6 +82,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
         self.send_header("Content-Length", str(len(data) - start))
+        self.send_header("Content-Type", state.types.get(path, "application/octet-stream"))
         self.end_headers()
         if not body:
             return
@@ -95,6 +104,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _State:
     def __init__(self):
         self.files, self.requests, self.truncate, self.honour_range, self.delay = {}, [], set(), True, 0.0
+        self.types = {}  # path -> Content-Type (default application/octet-stream)
 
 
 @pytest.fixture
@@ -113,6 +123,10 @@ def server():
 
 @pytest.fixture
 def env(tmp_path, monkeypatch, server):
+    # The files served here are tiny stand-ins, so the catalogue's published sizes are set aside (a test that
+    # checks sizes puts its entry's back).
+    sizeless = {n: dataclasses.replace(e, size_mib=None, size_source=None) for n, e in catalogue.CATALOGUE.items()}
+    monkeypatch.setattr(catalogue, "CATALOGUE", sizeless)
     monkeypatch.setenv("KERAS_VIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, server.url)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -156,7 +170,7 @@ def test_cold_download_then_cache_hit_without_a_request(server, env):
 
 
 def test_reserved_characters_in_object_names_are_percent_encoded(server, env):
-    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1)
+    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1, classes=1000)
     path = sources.fetch("vit_base_patch16_224.orig_in21k_ft_in1k", timeout=TIMEOUT).path
     assert path.endswith(os.path.join("vit_models", "imagenet21k+imagenet2012", "ViT-B_16-224.npz"))
     # A raw '+' in a URL path may be read as a space; the bucket's documented form encodes it.
@@ -431,7 +445,7 @@ def test_cli_mode_still_offers_every_public_name():
 
 
 def test_cli_download_prints_the_path(server, env):
-    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9)
+    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9, classes=1000)
     result = _cli(
         "download", "i1k-s16-90ep", env={k: os.environ[k] for k in ("KERAS_VIT_CACHE", catalogue.GCS_ENDPOINT_ENV)}
     )

@@ -49,7 +49,8 @@ class Checkpoint:
         bucket, object: where it lives: `gs://{bucket}/{object}`.
         top1: ImageNet-1k top-1 in % reported for it, None when not reported (e.g. pre-training only).
         top1_source: who reported `top1`, and how.
-        approx_size_mib: the publisher's rounded size in MiB, when given.
+        size_mib, size_source: the publisher's rounded size in MiB, when given, and where it is published; a
+            download whose size is more than 1 % off is refused (keras_vit/weights/content.py).
         size_bytes, sha256: exact size and hash when the publisher gives them (none does yet).
         mean, std: per-channel normalisation of inputs in [0, 1] ((x - 127.5) / 127.5 for 0.5, 0.5).
         crop_pct, interpolation: the evaluation resize (resize to image_size / crop_pct, centre crop).
@@ -72,7 +73,8 @@ class Checkpoint:
     family: str
     pooling: str = "token"
     position_embedding: str = "learned"
-    approx_size_mib: int | None = None
+    size_mib: float | None = None
+    size_source: str | None = None
     size_bytes: int | None = None
     sha256: str | None = None
     mean: tuple = (0.5, 0.5, 0.5)
@@ -130,6 +132,9 @@ _HIDDEN = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}
 _VT_README = "vision_transformer README (expected top-1 of the -224 fine-tunes)"
 _VT_AUGREG = "vision_transformer README, recommended AugReg checkpoints"
 _TIMM_CSV = "timm results-imagenet.csv (timm's evaluation)"
+_VT_NOTEBOOK = "vision_transformer vit_jax.ipynb, as quoted in keras-vit issue 29"
+# The vit_jax files' sizes in MiB (two decimals), by object.
+_VIT_JAX_MIB = {"imagenet21k/ViT-B_16.npz": 393.69}
 
 
 def _name(variant, size, tag):
@@ -169,6 +174,8 @@ def _vit_jax():
                 top1=None,
                 top1_source=None,
                 family="vit_jax",
+                size_mib=_VIT_JAX_MIB.get(f"imagenet21k/{stem}.npz"),
+                size_source=_VT_NOTEBOOK if f"imagenet21k/{stem}.npz" in _VIT_JAX_MIB else None,
                 crop_pct=0.9,
                 hf_hub_id=hub,
                 note=note,
@@ -223,7 +230,8 @@ def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=
         top1=top1,
         top1_source=source,
         family="augreg",
-        approx_size_mib=mib,
+        size_mib=mib,
+        size_source=_VT_AUGREG if mib else None,
         crop_pct=_crop(size),
         hf_hub_id=f"timm/{name}" if hub else None,
         aliases=aliases,
@@ -292,7 +300,9 @@ def _augreg_all():
         ft_name = _name(variant, 384, "augreg_rec_in21k_ft_in1k")
         if pre in by_stem:  # timm publishes the recommended run: keep its name, add ours as an alias
             old = by_stem[pre]
-            by_stem[pre] = dataclasses.replace(old, approx_size_mib=mib, aliases=(*old.aliases, pre_name))
+            by_stem[pre] = dataclasses.replace(
+                old, size_mib=mib, size_source=_VT_AUGREG, aliases=(*old.aliases, pre_name)
+            )
         else:
             by_stem[pre] = _augreg(pre_name, variant, 224, pre, mib=mib)
         if ft_stem in by_stem:  # the publisher's top-1 replaces timm's own measurement

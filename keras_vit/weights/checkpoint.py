@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import sources
 from keras_vit.weights.loading import CheckpointError
 
 # keras-vit's input contract: (pixels - 127.5) / 127.5, i.e. mean 0.5 and std 0.5 on pixels scaled to 0..1.
@@ -63,7 +64,7 @@ def read_safetensors(path):
     except (SafetensorError, ValueError) as err:
         raise CheckpointError(
             f"Cannot read {os.fspath(path)!r} as safetensors ({err}); the file is truncated or corrupt. "
-            f"Download it again."
+            f"{sources.unreadable_advice(path)}"
         ) from err
 
 

@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import sources
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, load_params
 
 # big_vision names -> original names, inside an encoder block.
@@ -43,7 +44,7 @@ def read_npz(path):
 def _unreadable(path, err):
     return CheckpointError(
         f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
-        f"corrupt or not an .npz; download it again or point to the right file."
+        f"corrupt or not an .npz. {sources.unreadable_advice(path)}"
     )
 
 
