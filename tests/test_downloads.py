@@ -374,7 +374,7 @@ def test_catalogue_entries_are_consistent():
             assert entry.object.split("/")[0] in ("imagenet21k", "imagenet21k+imagenet2012", "augreg")
         assert catalogue.LABEL_SPACES[entry.label_space] == entry.num_classes
         # Fine-tuned on ImageNet-1k <=> a 1000-class head; timm's tag says which.
-        assert ("_ft_in1k" in name or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
+        assert (name.endswith("in1k") or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
         config = get_variant(entry.variant)
         assert entry.image_size % (config.patch_size * config.feature_stride) == 0, name
         assert f"_{entry.image_size}." in name, name
@@ -389,6 +389,34 @@ def test_catalogue_entries_are_consistent():
     assert {e.family for e in catalogue.CATALOGUE.values()} == {"vit_jax", "augreg", "big_vision"}
     assert catalogue.get("R50+ViT-B_16").representation_size == 768
     assert catalogue.get("imagenet21k+imagenet2012/R50+ViT-B_16.npz").variant == "R50+B/16"
+
+
+def test_every_figure_names_its_source_and_timms_figures_their_revision():
+    figures = 0
+    for name, entry in catalogue.CATALOGUE.items():
+        for value, source in [(entry.top1, entry.top1_source), (entry.size_mib, entry.size_source)]:
+            assert (value is None) == (source is None), name  # a figure without a source, or a source of nothing
+            figures += value is not None
+            if source is not None and "timm results-imagenet.csv" in source:
+                # The csv changes as timm re-evaluates: a figure from it names the revision it was read from.
+                assert "@ 049b1332 (2023-05-24)" in source or "of 2021-04-17" in source, name
+        assert entry.size_bytes is None or entry.size_bytes > 0
+    by_source = [e.top1_source for e in catalogue.CATALOGUE.values()]
+    assert (
+        sum("049b1332" in (s or "") for s in by_source) == 15 and sum("2021-04-17" in (s or "") for s in by_source) == 2
+    )
+    assert figures > 30
+
+
+def test_catalogue_corrections_of_issue_29():
+    for epochs in (90, 150, 300):  # big_vision's resize_small resizes with method="area"
+        assert catalogue.get(f"i1k-s16-{epochs}ep").interpolation == "area"
+    for stem in ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-B_16"):
+        entry = catalogue.get(f"imagenet21k/{stem}.npz")
+        assert entry.hf_hub_id == f"timm/{entry.name}" and "neither the 21k head nor pre_logits" in entry.note
+        assert ("21k head is all zeros" in entry.note) == (stem in ("ViT-L_32", "ViT-H_14"))
+    assert catalogue.get("imagenet21k+imagenet2012/ViT-B_32.npz").top1 == 81.652
+    assert catalogue.get("imagenet21k+imagenet2012/ViT-L_16.npz").top1 == 85.158
 
 
 def test_catalogue_url_respects_the_endpoint_variable(monkeypatch):
