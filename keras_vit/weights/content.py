@@ -111,7 +111,7 @@ def _check_entry_keys(members, entry):
 
 
 def safetensors_header(path):
-    """The parsed header of a `.safetensors` file; `ContentError` unless its tensors fill the file exactly."""
+    """(parsed header, offset of the data) of a `.safetensors` file; `ContentError` unless its tensors fill the file."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         start = f.read(8)
@@ -128,4 +128,4 @@ def safetensors_header(path):
         raise ContentError(f"no safetensors file (its header does not parse: {err})") from None
     if 8 + length + end != size:
         raise ContentError(f"a safetensors file whose tensors end at byte {8 + length + end} of {size}")
-    return header
+    return header, 8 + length

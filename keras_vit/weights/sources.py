@@ -199,18 +199,18 @@ def fetch_hub(source):
 
 
 def unreadable_advice(path):
-    """What to do about a file that cannot be read: for a cached download, its path and how to remove it."""
+    """What to do about a file that cannot be read (a clause): for a cached download, its path and how to remove it."""
     path = os.path.abspath(os.fspath(path))
     real = os.path.realpath(path)
     if _inside(path, download.cache_dir()):
         return (
-            f"It is keras-vit's cached download: remove it (`rm {path} {path}.sha256`) and run again to download "
-            f"it afresh."
+            f"it is keras-vit's cached download: remove it (`rm {path} {path}.sha256`) and run again to download "
+            f"it afresh"
         )
     if _inside(path, _hub_settings()[1]):
         both = f"{real} {path}" if real != path else path  # a snapshot file links to its blob: remove both
-        return f"It is in the Hugging Face cache: remove it (`rm {both}`) and run again to download it afresh."
-    return "Download it again or point to the right file."
+        return f"it is in the Hugging Face cache: remove it (`rm {both}`) and run again to download it afresh"
+    return "download it again or point to the right file"
 
 
 def _inside(path, folder):
