@@ -7,6 +7,7 @@ missing file). It counts every request, so a cache hit is shown to make none. Fi
 here, never real weights; every socket has a time-out.
 """
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -28,10 +29,17 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TIMEOUT = 5.0
 
 
-def _npz_bytes(seed=0):
+def _npz_bytes(seed=0, classes=21843, **extra):
+    """A tiny stand-in for a catalogue file: the tensors every ViT .npz holds, a head `classes` wide."""
     buffer = io.BytesIO()
     rng = np.random.default_rng(seed)
-    np.savez(buffer, **{"cls": rng.normal(size=(1, 1, 8)), "head/kernel": rng.normal(size=(8, 3))})
+    arrays = {
+        "embedding/kernel": rng.normal(size=(2, 2, 3, 4)),
+        "cls": rng.normal(size=(1, 1, 4)),
+        "Transformer/encoder_norm/scale": rng.normal(size=(4,)),
+        "head/kernel": rng.normal(size=(4, classes)).astype("float16"),
+    }
+    np.savez(buffer, **arrays, **extra)
     return buffer.getvalue()
 
 
@@ -74,6 +82,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
         self.send_header("Content-Length", str(len(data) - start))
+        self.send_header("Content-Type", state.types.get(path, "application/octet-stream"))
         self.end_headers()
         if not body:
             return
@@ -95,6 +104,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _State:
     def __init__(self):
         self.files, self.requests, self.truncate, self.honour_range, self.delay = {}, [], set(), True, 0.0
+        self.types = {}  # path -> Content-Type (default application/octet-stream)
 
 
 @pytest.fixture
@@ -113,6 +123,10 @@ def server():
 
 @pytest.fixture
 def env(tmp_path, monkeypatch, server):
+    # The files served here are tiny stand-ins, so the catalogue's published sizes are set aside (a test that
+    # checks sizes puts its entry's back).
+    sizeless = {n: dataclasses.replace(e, size_mib=None, size_source=None) for n, e in catalogue.CATALOGUE.items()}
+    monkeypatch.setattr(catalogue, "CATALOGUE", sizeless)
     monkeypatch.setenv("KERAS_VIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, server.url)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -156,7 +170,7 @@ def test_cold_download_then_cache_hit_without_a_request(server, env):
 
 
 def test_reserved_characters_in_object_names_are_percent_encoded(server, env):
-    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1)
+    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1, classes=1000)
     path = sources.fetch("vit_base_patch16_224.orig_in21k_ft_in1k", timeout=TIMEOUT).path
     assert path.endswith(os.path.join("vit_models", "imagenet21k+imagenet2012", "ViT-B_16-224.npz"))
     # A raw '+' in a URL path may be read as a space; the bucket's documented form encodes it.
@@ -360,7 +374,7 @@ def test_catalogue_entries_are_consistent():
             assert entry.object.split("/")[0] in ("imagenet21k", "imagenet21k+imagenet2012", "augreg")
         assert catalogue.LABEL_SPACES[entry.label_space] == entry.num_classes
         # Fine-tuned on ImageNet-1k <=> a 1000-class head; timm's tag says which.
-        assert ("_ft_in1k" in name or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
+        assert (name.endswith("in1k") or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
         config = get_variant(entry.variant)
         assert entry.image_size % (config.patch_size * config.feature_stride) == 0, name
         assert f"_{entry.image_size}." in name, name
@@ -375,6 +389,34 @@ def test_catalogue_entries_are_consistent():
     assert {e.family for e in catalogue.CATALOGUE.values()} == {"vit_jax", "augreg", "big_vision"}
     assert catalogue.get("R50+ViT-B_16").representation_size == 768
     assert catalogue.get("imagenet21k+imagenet2012/R50+ViT-B_16.npz").variant == "R50+B/16"
+
+
+def test_every_figure_names_its_source_and_timms_figures_their_revision():
+    figures = 0
+    for name, entry in catalogue.CATALOGUE.items():
+        for value, source in [(entry.top1, entry.top1_source), (entry.size_mib, entry.size_source)]:
+            assert (value is None) == (source is None), name  # a figure without a source, or a source of nothing
+            figures += value is not None
+            if source is not None and "timm results-imagenet.csv" in source:
+                # The csv changes as timm re-evaluates: a figure from it names the revision it was read from.
+                assert "@ 049b1332 (2023-05-24)" in source or "of 2021-04-17" in source, name
+        assert entry.size_bytes is None or entry.size_bytes > 0
+    by_source = [e.top1_source for e in catalogue.CATALOGUE.values()]
+    assert (
+        sum("049b1332" in (s or "") for s in by_source) == 15 and sum("2021-04-17" in (s or "") for s in by_source) == 2
+    )
+    assert figures > 30
+
+
+def test_catalogue_corrections_of_issue_29():
+    for epochs in (90, 150, 300):  # big_vision's resize_small resizes with method="area"
+        assert catalogue.get(f"i1k-s16-{epochs}ep").interpolation == "area"
+    for stem in ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-B_16"):
+        entry = catalogue.get(f"imagenet21k/{stem}.npz")
+        assert entry.hf_hub_id == f"timm/{entry.name}" and "neither the 21k head nor pre_logits" in entry.note
+        assert ("21k head is all zeros" in entry.note) == (stem in ("ViT-L_32", "ViT-H_14"))
+    assert catalogue.get("imagenet21k+imagenet2012/ViT-B_32.npz").top1 == 81.652
+    assert catalogue.get("imagenet21k+imagenet2012/ViT-L_16.npz").top1 == 85.158
 
 
 def test_catalogue_url_respects_the_endpoint_variable(monkeypatch):
@@ -431,7 +473,7 @@ def test_cli_mode_still_offers_every_public_name():
 
 
 def test_cli_download_prints_the_path(server, env):
-    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9)
+    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9, classes=1000)
     result = _cli(
         "download", "i1k-s16-90ep", env={k: os.environ[k] for k in ("KERAS_VIT_CACHE", catalogue.GCS_ENDPOINT_ENV)}
     )

@@ -5,7 +5,7 @@
 `transformers.py` and `keras_hub.py` convert those libraries' folders to and from the original layout;
 `pretrained.py` is the entry point over all of them (`from_pretrained`, `load_weights`, `save_pretrained`);
 `catalogue.py` names the released files, `download.py` and `sources.py` fetch them (and URLs, Hub repos) into
-local caches.
+local caches, and `content.py` checks that what was downloaded is the file it claims to be before it is cached.
 """
 
 from keras_vit import _startup

@@ -19,7 +19,7 @@ from keras_vit.weights import catalogue, download, sources
 def _size(entry):
     if entry.size_bytes:
         return f"{entry.size_bytes / 2**20:.0f} MiB"
-    return f"~{entry.approx_size_mib} MiB" if entry.approx_size_mib else "?"
+    return f"~{entry.size_mib:g} MiB" if entry.size_mib else "?"
 
 
 def _table(entries):
@@ -60,7 +60,7 @@ def _info(entry):
         ("position embedding", entry.position_embedding),
         ("preprocessing", entry.preprocessing),
         ("top-1", f"{entry.top1}% ({entry.top1_source})" if entry.top1 else "not reported"),
-        ("size", _size(entry) if entry.size_bytes or entry.approx_size_mib else "not published"),
+        ("size", _size(entry) if entry.size_bytes or entry.size_mib else "not published"),
         ("sha256", entry.sha256 or "not published (recorded on first download)"),
         ("url", entry.url),
         ("gs", entry.gs_url),

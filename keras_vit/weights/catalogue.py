@@ -11,13 +11,22 @@ Sources of the figures (read late 2026; nothing here was downloaded):
   `.../imagenet21k+imagenet2012`, `.../augreg`), the "-224" fine-tunes and their expected top-1 (update 29.10.2020),
   the table of recommended AugReg checkpoints (file names, pre-trained sizes in MiB, ImageNet top-1 at 384 px).
 - [TIMM] huggingface/pytorch-image-models `timm/models/vision_transformer.py` default_cfgs (names, URLs, hf_hub_id,
-  crop_pct, num_classes) and `results/results-imagenet.csv` (top-1 timm measured with those settings). The in21k
-  originals' pre_logits width (= hidden size) is from timm's older `*_in21k` builders (`representation_size=768`...).
+  crop_pct, num_classes; the `*.augreg_in1k` runs pre-trained on ImageNet-1k only and the R26+S/32 fine-tune at 224
+  are from there) and `results/results-imagenet.csv` (top-1 timm measured with those settings): the 15 figures
+  credited to it are those of its revision 049b1332 (2023-05-24; the current one, 4e5207c7 of 2025-10-30, differs by
+  up to 0.04 points), B/32-384's 81.652 and L/16-384's 85.158 are from its results of 2021-04-17 (both facts as
+  keras-vit issue 29 reports them). The in21k originals' pre_logits width (= hidden size) is from timm's older
+  `*_in21k` builders (`representation_size=768`...); their note that the original L/32 and H/14 files hold an
+  all-zero 21k head is in those builders' docstrings. timm's Hub copies of the six in21k originals
+  (`hf://timm/vit_*_224.orig_in21k`) hold neither that head nor `pre_logits` (default_cfgs: num_classes=0).
 - [BV] google-research/big_vision `big_vision/configs/vit_s16_i1k.py` (model: S/16, GAP, 2-D sin-cos position
   embedding, rep_size=True; eval pre-processing resize_small(256)|central_crop(224)|value_range(-1,1); "reach 76.5%"
-  after 90 epochs) and the `i1k-s16-{90,150,300}ep` -> `gs://big_vision/vit_s16_i1k_*.npz` names of its loaders.
+  after 90 epochs) and the `i1k-s16-{90,150,300}ep` -> `gs://big_vision/vit_s16_i1k_*.npz` names of its loaders;
+  `big_vision/pp/ops_image.py`: `resize_small` resizes with `method="area"` by default.
+- [NB] vision_transformer `vit_jax.ipynb`: the sizes of the vit_jax files in MiB (only ViT-B_16's 393.69, as
+  keras-vit issue 29 quotes it, is used here).
 No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
-download records both on first use (keras_vit/weights/download.py). `approx_size_mib` is the README's rounded MiB.
+download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB.
 """
 
 import dataclasses
@@ -49,11 +58,13 @@ class Checkpoint:
         bucket, object: where it lives: `gs://{bucket}/{object}`.
         top1: ImageNet-1k top-1 in % reported for it, None when not reported (e.g. pre-training only).
         top1_source: who reported `top1`, and how.
-        approx_size_mib: the publisher's rounded size in MiB, when given.
+        size_mib, size_source: the publisher's rounded size in MiB, when given, and where it is published; a
+            download whose size is more than 1 % off is refused (keras_vit/weights/content.py).
         size_bytes, sha256: exact size and hash when the publisher gives them (none does yet).
         mean, std: per-channel normalisation of inputs in [0, 1] ((x - 127.5) / 127.5 for 0.5, 0.5).
         crop_pct, interpolation: the evaluation resize (resize to image_size / crop_pct, centre crop).
-        hf_hub_id: the same weights on the Hugging Face Hub in timm's layout, where timm publishes them.
+        hf_hub_id: timm's copy of the weights on the Hugging Face Hub, in its layout, where timm publishes one (for
+            the `orig_in21k` files without the 21k head and without `pre_logits`: see `note`).
         family: "vit_jax" (the paper's release), "augreg" ("How to train your ViT?") or "big_vision".
         note: anything a user should know before using it.
         aliases: other names that find it (file names, bucket paths).
@@ -72,7 +83,8 @@ class Checkpoint:
     family: str
     pooling: str = "token"
     position_embedding: str = "learned"
-    approx_size_mib: int | None = None
+    size_mib: float | None = None
+    size_source: str | None = None
     size_bytes: int | None = None
     sha256: str | None = None
     mean: tuple = (0.5, 0.5, 0.5)
@@ -127,9 +139,18 @@ _TIMM_NAMES = {
 }
 _HIDDEN = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}
 
-_VT_README = "vision_transformer README (expected top-1 of the -224 fine-tunes)"
+_VT_README = "vision_transformer README, update of 29.10.2020 (expected top-1 of the -224 fine-tunes)"
 _VT_AUGREG = "vision_transformer README, recommended AugReg checkpoints"
-_TIMM_CSV = "timm results-imagenet.csv (timm's evaluation)"
+_TIMM_CSV = "timm results-imagenet.csv @ 049b1332 (2023-05-24), timm's evaluation"
+_TIMM_CSV_2021 = "timm results-imagenet.csv of 2021-04-17, timm's evaluation"
+_VT_NOTEBOOK = "vision_transformer vit_jax.ipynb, as quoted in keras-vit issue 29"
+# The vit_jax files' sizes in MiB (two decimals), by object.
+_VIT_JAX_MIB = {"imagenet21k/ViT-B_16.npz": 393.69}
+
+
+_HUB_HEADLESS = (
+    "timm's Hub copy (hf_hub_id) is not the whole file: it has neither the 21k head nor pre_logits (num_classes=0)"
+)
 
 
 def _name(variant, size, tag):
@@ -145,17 +166,16 @@ def _vit_jax():
     out = []
     # (variant, file stem, hf_hub_id in timm, note)
     for variant, stem, hub in [
-        ("B/16", "ViT-B_16", None),
-        ("B/32", "ViT-B_32", None),
-        ("L/16", "ViT-L_16", None),
+        ("B/16", "ViT-B_16", "timm/vit_base_patch16_224.orig_in21k"),
+        ("B/32", "ViT-B_32", "timm/vit_base_patch32_224.orig_in21k"),
+        ("L/16", "ViT-L_16", "timm/vit_large_patch16_224.orig_in21k"),
         ("L/32", "ViT-L_32", "timm/vit_large_patch32_224.orig_in21k"),
         ("H/14", "ViT-H_14", "timm/vit_huge_patch14_224.orig_in21k"),
         ("R50+B/16", "R50+ViT-B_16", "timm/vit_base_r50_s16_224.orig_in21k"),
     ]:
         hidden = _HIDDEN[variant.split("+")[-1].split("/")[0]]
-        note = (
-            "the 21k head is all zeros in this file (timm's note); use it for fine-tuning" if stem == "ViT-H_14" else ""
-        )
+        zeroed = "the 21k head is all zeros in this file (timm's note); use it for fine-tuning. "
+        note = (zeroed if stem in ("ViT-H_14", "ViT-L_32") else "") + _HUB_HEADLESS
         out.append(
             Checkpoint(
                 name=_name(variant, 224, "orig_in21k"),
@@ -169,6 +189,8 @@ def _vit_jax():
                 top1=None,
                 top1_source=None,
                 family="vit_jax",
+                size_mib=_VIT_JAX_MIB.get(f"imagenet21k/{stem}.npz"),
+                size_source=_VT_NOTEBOOK if f"imagenet21k/{stem}.npz" in _VIT_JAX_MIB else None,
                 crop_pct=0.9,
                 hf_hub_id=hub,
                 note=note,
@@ -179,8 +201,8 @@ def _vit_jax():
     for variant, size, stem, top1, source, hub in [
         ("B/16", 384, "ViT-B_16", 84.200, _TIMM_CSV, "timm/vit_base_patch16_384.orig_in21k_ft_in1k"),
         ("B/16", 224, "ViT-B_16-224", 81.2, _VT_README, "timm/vit_base_patch16_224.orig_in21k_ft_in1k"),
-        ("B/32", 384, "ViT-B_32", None, None, None),
-        ("L/16", 384, "ViT-L_16", None, None, None),
+        ("B/32", 384, "ViT-B_32", 81.652, _TIMM_CSV_2021, None),
+        ("L/16", 384, "ViT-L_16", 85.158, _TIMM_CSV_2021, None),
         ("L/16", 224, "ViT-L_16-224", 82.7, _VT_README, None),
         ("L/32", 384, "ViT-L_32", 81.510, _TIMM_CSV, "timm/vit_large_patch32_384.orig_in21k_ft_in1k"),
         ("R50+B/16", 384, "R50+ViT-B_16", 84.976, _TIMM_CSV, "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k"),
@@ -223,7 +245,8 @@ def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=
         top1=top1,
         top1_source=source,
         family="augreg",
-        approx_size_mib=mib,
+        size_mib=mib,
+        size_source=_VT_AUGREG if mib else None,
         crop_pct=_crop(size),
         hf_hub_id=f"timm/{name}" if hub else None,
         aliases=aliases,
@@ -272,6 +295,15 @@ L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        
 L/16      384  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  87.084
 R26+S/32  384  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0   0.03  84.048
 """
+# timm's fine-tunes without a top-1 here (variant, size, the file's stem): the R26+S/32 fine-tune at 224 (another
+# pre-training run than the 384 one) and the AugReg runs pre-trained on ImageNet-1k only (timm's `augreg_in1k`).
+_TIMM_AUGREG_FT_ONLY = """
+R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224
+B/32      224  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
+B/32      384  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
+B/16      224  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
+B/16      384  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
+"""
 
 
 def _rows(table):
@@ -286,13 +318,18 @@ def _augreg_all():
         stem = pre + _FT.format(lr=lr, res=size)
         name = _name(variant, size, "augreg_in21k_ft_in1k")
         by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_TIMM_CSV, hub=True)
+    for variant, size, stem in _rows(_TIMM_AUGREG_FT_ONLY):
+        tag = "augreg_in1k" if "-i1k-" in stem else "augreg_in21k_ft_in1k"
+        by_stem[stem] = _augreg(_name(variant, size, tag), variant, int(size), stem, hub=True)
     for variant, (pre, mib, lr, top1) in _RECOMMENDED.items():
         pre_name = _name(variant, 224, "augreg_rec_in21k")
         ft_stem = pre + _FT.format(lr=lr, res=384)
         ft_name = _name(variant, 384, "augreg_rec_in21k_ft_in1k")
         if pre in by_stem:  # timm publishes the recommended run: keep its name, add ours as an alias
             old = by_stem[pre]
-            by_stem[pre] = dataclasses.replace(old, approx_size_mib=mib, aliases=(*old.aliases, pre_name))
+            by_stem[pre] = dataclasses.replace(
+                old, size_mib=mib, size_source=_VT_AUGREG, aliases=(*old.aliases, pre_name)
+            )
         else:
             by_stem[pre] = _augreg(pre_name, variant, 224, pre, mib=mib)
         if ft_stem in by_stem:  # the publisher's top-1 replaces timm's own measurement
@@ -325,7 +362,7 @@ def _big_vision():
                 pooling="gap",
                 position_embedding="sincos2d",
                 crop_pct=224 / 256,
-                interpolation="bilinear",
+                interpolation="area",  # big_vision's resize_small: tf.image.resize(method="area")
                 note="plain ViT baseline trained on ImageNet-1k only (arXiv 2205.01580)",
                 aliases=(stem, f"{stem}.npz", f"big_vision/{stem}.npz", f"i1k-s16-{epochs}ep"),
             )

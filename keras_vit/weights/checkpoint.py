@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import content, sources
 from keras_vit.weights.loading import CheckpointError
 
 # keras-vit's input contract: (pixels - 127.5) / 127.5, i.e. mean 0.5 and std 0.5 on pixels scaled to 0..1.
@@ -53,18 +54,53 @@ def write_json(path, data):
     files.atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
+# safetensors dtype -> numpy's (little-endian, as the format stores them). BF16 has no numpy dtype.
+_NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1"}
+_NUMPY_DTYPES |= {"U8": "u1", "BOOL": "?"}
+
+
 def read_safetensors(path):
-    """Every tensor of a `.safetensors` file as numpy arrays (the numpy API: no torch needed)."""
+    """Every tensor of a `.safetensors` file as numpy arrays (no torch needed).
+
+    A local file is memory-mapped: the arrays are read-only views of the file, so its bytes are read once, when
+    used, and never held twice. A URL (or a dtype numpy lacks) goes through safetensors' own numpy API.
+    """
     from safetensors import SafetensorError
-    from safetensors.numpy import load
 
     try:
+        if not files.is_remote(path):
+            header, start = content.safetensors_header(path)
+            tensors = {k: t for k, t in header.items() if k != "__metadata__"}
+            if all(t["dtype"] in _NUMPY_DTYPES for t in tensors.values()):
+                return _mapped_tensors(path, tensors, start)
+            return _safe_open_tensors(path)
+        from safetensors.numpy import load
+
         return dict(load(files.read_bytes(path)))
-    except (SafetensorError, ValueError) as err:
+    except (SafetensorError, ValueError) as err:  # content.ContentError is a ValueError
         raise CheckpointError(
-            f"Cannot read {os.fspath(path)!r} as safetensors ({err}); the file is truncated or corrupt. "
-            f"Download it again."
+            f"Cannot read {os.fspath(path)!r} as safetensors ({err}); the file is truncated or corrupt: "
+            f"{sources.unreadable_advice(path)}."
         ) from err
+
+
+def _mapped_tensors(path, tensors, start):
+    size = os.path.getsize(path) - start
+    if size == 0:
+        return {k: np.zeros(t["shape"], _NUMPY_DTYPES[t["dtype"]]) for k, t in tensors.items()}
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(size,))
+    out = {}
+    for key, t in tensors.items():
+        begin, end = t["data_offsets"]
+        out[key] = np.asarray(data[begin:end]).view(_NUMPY_DTYPES[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def _safe_open_tensors(path):
+    from safetensors import safe_open
+
+    with safe_open(os.fspath(path), framework="numpy") as f:
+        return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
 
 
 def write_safetensors(path, tensors, metadata=None):

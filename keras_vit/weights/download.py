@@ -6,7 +6,11 @@ are renamed to it only once complete and checked, so the final path never holds 
 stopped early keeps its `.part`, and the next call resumes it with an HTTP Range request (or starts again when the
 server ignores the range). The sha256 is checked against the publisher's when one is known, else recorded in
 `NAME.sha256` on first download and checked on every later use, so a file corrupted or replaced on disk is found
-before its weights are loaded. Only the standard library is used, so this imports without TensorFlow or Keras.
+before its weights are loaded. Before a download is hashed or renamed into place its content is checked
+(keras_vit/weights/content.py: an `.npz` is a zip of arrays, a `.safetensors` file has a valid header, a catalogue
+entry's file holds its tensors and has its published size): a server that answers with a portal's HTML page or
+another file leaves nothing in the cache. Only the standard library and numpy are used, so this imports without
+TensorFlow or Keras.
 """
 
 import contextlib
@@ -19,6 +23,7 @@ import urllib.parse
 import urllib.request
 
 from keras_vit import files
+from keras_vit.weights import content
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 CHUNK = 1 << 20
@@ -69,14 +74,23 @@ def _read_sidecar(path):
     return fields[0] if fields else None
 
 
-def verify(path, sha256=None):
+def verify(path, sha256=None, entry=None):
     """Checks a cached file against `sha256` (the publisher's) or its recorded sidecar; records one if neither.
 
-    Returns the file's sha256. Raises `DownloadError` on a mismatch, naming both hashes and the fix.
+    A file with no hash to check (placed by hand, or its sidecar lost) must pass the content check
+    (`content.check`, against `entry` when given) before its hash is recorded. Returns the file's sha256.
+    Raises `DownloadError` on a mismatch or a failed content check, naming the file and the fix.
     """
     actual = sha256_of(path)
     expected, origin = (sha256, "the publisher's") if sha256 else (_read_sidecar(path), "the one recorded")
-    if expected is None:  # placed by hand, or the sidecar was lost: record it now
+    if expected is None:  # placed by hand, or the sidecar was lost: record it now, if it is what it should be
+        try:
+            content.check(path, entry)
+        except content.ContentError as err:
+            raise DownloadError(
+                f"{path} is not the file its name says ({err}): delete it (`rm {path}`) and run again to download "
+                f"it afresh, or place the right file there."
+            ) from None
         files.atomic_write_text(_sidecar(path), f"{actual}  {os.path.getsize(path)}\n")
         return actual
     if actual != expected.lower():
@@ -108,7 +122,7 @@ def _offline_error(url, path, err, how_to_get=None):
     )
 
 
-def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None, label=None):
+def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None, label=None, entry=None):
     """Downloads `url` to `path` (default: its place in the cache) unless it is already there; returns `path`.
 
     Args:
@@ -118,22 +132,25 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
         timeout: seconds any single socket operation may take.
         how_to_get: the command shown in the offline message for fetching the file by other means.
         label: the name shown on the progress bar.
+        entry: the catalogue entry the file is, if any: its tensors and published size are checked too.
 
     Raises:
         DownloadError: offline (names the file, URL and where to place it), HTTP errors, a download that ended
-            before its Content-Length (run again to resume), or a checksum mismatch. Nothing is left at `path`.
+            before its Content-Length (run again to resume), a file that is not what its name or entry says
+            (names what came back), or a checksum mismatch. Nothing is left at `path`.
     """
     path = os.path.abspath(path or url_cache_path(url))
     if os.path.exists(path):
-        verify(path, sha256)
+        verify(path, sha256, entry)
         return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _exclusive(path):  # several processes on one host (e.g. one per accelerator) download it once
         if os.path.exists(path):  # another process finished it while this one waited
-            verify(path, sha256)
+            verify(path, sha256, entry)
             return path
         part = f"{path}.part"
-        got = _transfer(url, part, path, timeout, how_to_get, label)
+        got, content_type = _transfer(url, part, path, timeout, how_to_get, label)
+        _accept(url, part, entry, content_type)
         actual = sha256_of(part)
         if sha256 and actual != sha256.lower():
             os.remove(part)
@@ -144,6 +161,21 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
         os.replace(part, path)
         files.atomic_write_text(_sidecar(path), f"{actual}  {got}\n")
     return path
+
+
+def _accept(url, part, entry, content_type):
+    """Removes `part` and raises unless its content is what its name and `entry` say (see content.py)."""
+    try:
+        content.check(part, entry)
+    except content.ContentError as err:
+        with open(part, "rb") as f:
+            first = f.read(40)
+        os.remove(part)  # never resumed from, never hashed: the next call starts afresh
+        raise DownloadError(
+            f"Downloaded {url} but it is not the file asked for: {err}. The server answered "
+            f"{content_type or 'with no Content-Type'}, starting {first!r} (a captive portal or a proxy's error "
+            f"page?); nothing was cached. Check the connection or the URL and run again."
+        ) from None
 
 
 @contextlib.contextmanager
@@ -163,7 +195,7 @@ def _exclusive(path):
 
 
 def _transfer(url, part, path, timeout, how_to_get, label):
-    """Appends the rest of `url` to `part` (all of it when the server ignores Range); returns its final size."""
+    """Appends the rest of `url` to `part` (all of it when the server ignores Range); returns (size, Content-Type)."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     request = urllib.request.Request(url, headers={"User-Agent": "keras-vit", "Accept-Encoding": "identity"})
     if have:
@@ -216,7 +248,7 @@ def _transfer(url, part, path, timeout, how_to_get, label):
             f"Download of {url} ended at {got} of {total} bytes (the connection closed early); run again to "
             f"resume it (the part is kept in {part}, never at {path})."
         )
-    return got
+    return got, response.headers.get("Content-Type")
 
 
 def _range_start(response):

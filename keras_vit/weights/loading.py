@@ -11,6 +11,7 @@ layouts, and one module per foreign library) convert their keys to this layout b
 
 import dataclasses
 import logging
+import mmap
 import os
 import warnings
 
@@ -168,6 +169,7 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
         if key in skipped:
             continue
         variable.assign(np.asarray(params[key]).astype(variable.dtype))
+        _release(params[key])
         loaded.append(key)
     for key, reason in resized.items():
         logger.info("%s: resized %s: %s", caller, key, reason)
@@ -175,6 +177,20 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
         if key.endswith("/kernel"):
             warnings.warn(f"{caller}: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=3)
     return LoadReport(loaded=loaded, resized=resized, skipped=skipped)
+
+
+def _release(array):
+    """Drops the pages of a memory-mapped checkpoint array from the resident set once it has been copied.
+
+    The readers map local files (npz.py, checkpoint.py); without this, every page read stays resident until the
+    arrays are gone, and a load holds the weights twice (file pages and variables). The file and the page cache
+    keep the bytes: an array read again is faulted back in, unchanged.
+    """
+    base = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is not None and hasattr(mmap, "MADV_DONTNEED") and not base.closed:
+        base.madvise(mmap.MADV_DONTNEED)
 
 
 def _mismatch_message(source, model, missing, unexpected, mismatched, problems):

@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import sources
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, load_params
 
 # big_vision names -> original names, inside an encoder block.
@@ -19,10 +20,19 @@ _BIG_VISION_BLOCK = {
 
 
 def read_npz(path):
-    """Reads every array of an `.npz` checkpoint (no pickles); a clear `CheckpointError` if it is unreadable."""
+    """Reads every array of an `.npz` checkpoint (no pickles); a clear `CheckpointError` if it is unreadable.
+
+    A local file is read without a second copy: members stored uncompressed (`np.savez`, the released files) are
+    memory-mapped as read-only arrays, compressed ones (`np.savez_compressed`) are read one array at a time.
+    """
     path = os.fspath(path)
     if not files.exists(path):
         raise FileNotFoundError(f"Checkpoint not found: {path!r}")
+    if not files.is_remote(path) and zipfile.is_zipfile(path):
+        try:
+            return _read_local_npz(path)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
+            raise _unreadable(path, err) from err
     try:
         archive = files.load_numpy(path, allow_pickle=False)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
@@ -40,10 +50,49 @@ def read_npz(path):
         raise _unreadable(path, err) from err
 
 
+def _read_local_npz(path):
+    out = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                shape, fortran, dtype = _npy_header(member, version)
+                if dtype.hasobject:
+                    raise ValueError(f"member {info.filename!r} holds pickled Python objects; refusing to load it")
+                if info.compress_type == zipfile.ZIP_STORED and dtype.itemsize:
+                    offset = _member_data_offset(raw, info) + member.tell()
+                    count = int(np.prod(shape))
+                    order = "F" if fortran else "C"
+                    mapped = np.memmap(raw, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+                    out[name] = np.asarray(mapped) if count else np.zeros(shape, dtype)  # plain, read-only views
+                else:  # compressed: decompressed straight into the array, one member at a time
+                    out[name] = np.lib.format.read_array(archive.open(info), allow_pickle=False)
+    return out
+
+
+def _npy_header(member, version):
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(member)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(member)
+    return np.lib.format._read_array_header(member, version)  # 3.0 has no public reader
+
+
+def _member_data_offset(raw, info):
+    """Where a stored member's bytes start: after its local header (its name and extra field have their own lengths)."""
+    raw.seek(info.header_offset)
+    local = raw.read(30)
+    if local[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"no local header for {info.filename!r}")
+    name_length, extra_length = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+    return info.header_offset + 30 + name_length + extra_length
+
+
 def _unreadable(path, err):
     return CheckpointError(
         f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
-        f"corrupt or not an .npz; download it again or point to the right file."
+        f"corrupt or not an .npz; {sources.unreadable_advice(path)}."
     )
 
 

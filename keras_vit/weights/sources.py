@@ -52,7 +52,9 @@ def fetch(source, *, timeout=download.TIMEOUT_S):
     if re.match(r"^https?://", text):
         entry = _entry_for_url(text)
         return Fetched(
-            download.download(text, _cache_path(entry, text), sha256=_sha(entry), timeout=timeout), entry, text
+            download.download(text, _cache_path(entry, text), sha256=_sha(entry), timeout=timeout, entry=entry),
+            entry,
+            text,
         )
     if text.startswith("gs://"):
         return Fetched(_fetch_gcs(text, timeout), catalogue.find(text), text)
@@ -80,7 +82,13 @@ def fetch_entry(entry, *, timeout=download.TIMEOUT_S):
     """Downloads a catalogue entry's `.npz` (once) and returns its local path."""
     how = f"gsutil cp {entry.gs_url} {entry_cache_path(entry)}"
     return download.download(
-        entry.url, entry_cache_path(entry), sha256=entry.sha256, timeout=timeout, how_to_get=how, label=entry.name
+        entry.url,
+        entry_cache_path(entry),
+        sha256=entry.sha256,
+        timeout=timeout,
+        how_to_get=how,
+        label=entry.name,
+        entry=entry,
     )
 
 
@@ -112,7 +120,7 @@ def _fetch_gcs(url, timeout):
     https = catalogue.gcs_https_url(bucket, obj)
     try:
         return download.download(
-            https, target, sha256=_sha(entry), timeout=timeout, how_to_get=f"gsutil cp {url} {target}"
+            https, target, sha256=_sha(entry), timeout=timeout, how_to_get=f"gsutil cp {url} {target}", entry=entry
         )
     except download.DownloadError as err:
         private = " HTTP 401 " in str(err) or " HTTP 403 " in str(err)
@@ -120,7 +128,7 @@ def _fetch_gcs(url, timeout):
             raise
     # A private object: TensorFlow's GCS filesystem uses the user's credentials. One copy into the cache, atomic.
     files.copy_file(url, target)
-    download.verify(target, _sha(entry))
+    download.verify(target, _sha(entry), entry)
     return target
 
 
@@ -188,6 +196,26 @@ def fetch_hub(source):
         for name in _HF_OPTIONAL:
             get(name, required=False)
     return folder
+
+
+def unreadable_advice(path):
+    """What to do about a file that cannot be read (a clause): for a cached download, its path and how to remove it."""
+    path = os.path.abspath(os.fspath(path))
+    real = os.path.realpath(path)
+    if _inside(path, download.cache_dir()):
+        return (
+            f"it is keras-vit's cached download: remove it (`rm {path} {path}.sha256`) and run again to download "
+            f"it afresh"
+        )
+    if _inside(path, _hub_settings()[1]):
+        both = f"{real} {path}" if real != path else path  # a snapshot file links to its blob: remove both
+        return f"it is in the Hugging Face cache: remove it (`rm {both}`) and run again to download it afresh"
+    return "download it again or point to the right file"
+
+
+def _inside(path, folder):
+    folder = os.path.abspath(folder)
+    return os.path.commonpath([path, folder]) == folder
 
 
 def _hub_offline_error(source, filename, cache, err=None):

@@ -1,0 +1,128 @@
+"""The checkpoint readers hold no second copy: local files are memory-mapped, compressed members read one by one.
+
+Every array is compared with what numpy's and safetensors' own loaders return for the same file (the independent
+reference); that an array is a view of the file is read from its flags (read-only, owning no memory).
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load as safetensors_load
+
+from keras_vit.weights import checkpoint, npz
+from keras_vit.weights.loading import CheckpointError
+from tests.conftest import ROOT
+
+
+def _arrays():
+    rng = np.random.default_rng(0)
+    return {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": rng.normal(size=(8, 32)).astype("float32"),
+        "fortran": np.asfortranarray(rng.normal(size=(5, 3))),
+        "half": rng.normal(size=(4, 4)).astype("float16"),
+        "ints": np.arange(7, dtype="int64"),
+        "scalar": np.float32(2.5),
+        "empty": np.zeros((0, 3), "float32"),
+    }
+
+
+def _is_file_view(array):
+    return not array.flags.writeable and not array.flags.owndata
+
+
+def test_an_uncompressed_npz_is_memory_mapped(tmp_path):
+    path = tmp_path / "stored.npz"
+    np.savez(path, **_arrays())
+    got = npz.read_npz(path)
+    with np.load(path) as reference:
+        assert sorted(got) == sorted(reference.files)
+        for key in reference.files:
+            expected = reference[key]
+            assert got[key].dtype == expected.dtype and got[key].shape == expected.shape, key
+            np.testing.assert_array_equal(got[key], expected)
+            assert type(got[key]) is np.ndarray, key  # plain arrays, not np.memmap objects
+            if expected.size:
+                assert _is_file_view(got[key]), key
+    assert got["fortran"].flags.f_contiguous
+
+
+def test_a_compressed_npz_is_read_member_by_member(tmp_path):
+    path = tmp_path / "compressed.npz"
+    np.savez_compressed(path, **_arrays())
+    got = npz.read_npz(path)
+    with np.load(path) as reference:
+        for key in reference.files:
+            np.testing.assert_array_equal(got[key], reference[key])
+            assert type(got[key]) is np.ndarray, key
+
+
+def test_an_npz_with_pickled_objects_is_refused(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, bad=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="pickled Python objects"):
+        npz.read_npz(path)
+
+
+def test_safetensors_are_memory_mapped(tmp_path):
+    arrays = {k: v for k, v in _arrays().items() if k not in ("fortran", "scalar")}
+    arrays["scalar"] = np.array(3.0, "float32")
+    path = tmp_path / "model.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file(arrays, str(path))
+    got = checkpoint.read_safetensors(path)
+    with open(path, "rb") as f:
+        reference = safetensors_load(f.read())
+    assert sorted(got) == sorted(reference)
+    for key, expected in reference.items():
+        assert got[key].dtype == expected.dtype and got[key].shape == expected.shape, key
+        np.testing.assert_array_equal(got[key], expected)
+        if expected.size:
+            assert _is_file_view(got[key]), key
+
+
+def test_a_truncated_safetensors_file_is_one_clear_error(tmp_path):
+    path = tmp_path / "model.safetensors"
+    checkpoint.write_safetensors(path, {"w": np.ones((4, 4))})
+    data = path.read_bytes()
+    path.write_bytes(data[:-8])
+    with pytest.raises(CheckpointError, match=r"as safetensors \(a safetensors file whose tensors end at byte") as err:
+        checkpoint.read_safetensors(path)
+    assert "\n" not in str(err.value) and "download it again" in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_loading_benchmark_runs_on_a_tiny_model():
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.loading", "--variant", "testing", "--rounds", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("testing: weights 0.2 MiB (float32), 1 rounds")
+    for fmt, stage in [("npz", "read"), ("safetensors", "read, previous way"), ("safetensors", "model")]:
+        assert any(line.startswith(f"{fmt:<12} {stage:<20}") for line in lines), (fmt, stage)
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from Linux's /proc")
+def test_a_loaded_tensor_leaves_the_resident_set_and_reads_back_unchanged(tmp_path):
+    from keras_vit.weights import loading
+
+    path = tmp_path / "big.npz"
+    values = np.random.default_rng(1).normal(size=(64, 2**18)).astype("float32")  # 64 MiB
+    np.savez(path, w=values)
+    mapped = npz.read_npz(path)["w"]
+    assert float(mapped.sum(dtype=np.float64)) == pytest.approx(float(values.sum(dtype=np.float64)))
+    before = _rss_mib()  # every page of the mapping is resident now
+    loading._release(mapped)
+    assert before - _rss_mib() > 48  # what load_params does after each assign: the 64 MiB leave the resident set
+    np.testing.assert_array_equal(mapped, values)  # and come back from the file, unchanged
