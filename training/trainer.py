@@ -136,7 +136,8 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
             f"Every process must see the same workdir: put it on storage all hosts share (gs://BUCKET/run, a "
             f"network file system), not on each host's own disk ({workdir}).",
         )
-    identity = run_identity.resolve(workdir, config, loaded)  # refuses another run's checkpoint, a changed config
+    # Refuses another run's checkpoint or a changed config; a folder enters by the files its scan kept.
+    identity = run_identity.resolve(workdir, config, loaded, source.files)
     schedule = _resume_schedule(config, total_steps, loaded)
     with strategy.scope():
         # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
