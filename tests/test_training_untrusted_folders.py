@@ -12,6 +12,7 @@ import os
 import resource
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -137,3 +138,66 @@ def test_the_trainer_skips_a_fifo_a_huge_file_and_a_device_without_opening_them(
     ), output[-3000:]
     assert lines[-3:] == _unreadable_lines(hostile) and "Traceback" not in output
     assert not (workdir / "checkpoints").exists() and peak < PEAK_RSS
+
+
+# The training reads themselves: every file is replaced after the scan (in `on_train_begin`, before the first batch
+# is read), by a bigger image or by a FIFO; each run must end with one line naming the file, not train or block.
+REPLACED = textwrap.dedent("""
+    import json, os, sys
+    import keras, numpy as np
+    from PIL import Image
+    import training
+    from keras_vit.files import describe_storage_error
+
+    root, workdir, mode, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+    class Replace(keras.callbacks.Callback):
+        batches = 0  # training batches that ended: the error must come from the first one's reads
+
+        def on_train_batch_end(self, batch, logs=None):
+            Replace.batches += 1
+
+        def on_train_begin(self, logs=None):
+            for folder, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    os.remove(path)
+                    if mode == "fifo":
+                        os.mkfifo(path)
+                    else:  # a valid image, over the limit
+                        noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8)
+                        Image.fromarray(noise).save(path, format="PNG" if name.endswith(".png") else "JPEG")
+                        assert os.path.getsize(path) > limit
+
+    config = training.TrainConfig(dataset="folder:" + root, epochs=1, batch_size=4, image_size=16,
+                                  augment="inception", max_image_bytes=limit, eval_every=0, num_samples=2,
+                                  num_calibration=2, jit_compile=False, strategy="default", variant="testing")
+    try:
+        training.train(config, workdir, verbose=0, callbacks=[Replace()])
+        print("RESULT" + json.dumps({"batches": Replace.batches}))
+    except Exception as err:
+        print("RESULT" + json.dumps({"batches": Replace.batches, "line": describe_storage_error(err)}))
+""")
+
+
+@pytest.mark.parametrize("mode", ["bigger", "fifo"])
+def test_a_file_replaced_after_the_scan_fails_the_training_read_in_one_line(tmp_path, mode):
+    root = tmp_path / "data"
+    paths = _images(root)
+    limit = max(os.path.getsize(p) for p in paths)  # every original passes the scan
+    code, output, _ = _run_bounded(
+        ["-c", REPLACED, str(root), str(tmp_path / "run"), mode, str(limit)],
+        DEADLINE,
+        [] if mode == "bigger" else paths,
+    )
+    assert code == 0 and "RESULT" in output, output[-3000:]
+    result = json.loads(output.split("RESULT", 1)[1].splitlines()[0])
+    # The first training batch fails (not the held-out evaluation after it, whose reader was capped already).
+    assert result["batches"] == 0, f"the trainer trained on files the scan never checked: {result}"
+    line = result.get("line")
+    assert line is not None and "\n" not in line, result
+    assert line.startswith("ImageReadError: ") and str(root) in line, line
+    if mode == "bigger":  # --set max_image_bytes reaches the crop's reads
+        assert f"over the {limit}-byte limit per image" in line and "max_image_bytes=N" in line, line
+    else:
+        assert "is a FIFO (named pipe), not a regular file; it is not opened" in line, line

@@ -132,7 +132,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
         class_names=class_names,
         decode=_path_decoder(background, max_bytes),
         train_arrays=(paths[train], labels[train]),
-        decode_window=_path_window_decoder(background, pillow_jpegs),
+        decode_window=_path_window_decoder(background, pillow_jpegs, max_bytes),
         files=kept,
     )
     return source
