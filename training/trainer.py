@@ -139,7 +139,9 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
     # Refuses another run's checkpoint or a changed config; a folder enters by the files its scan kept.
     identity = run_identity.resolve(workdir, config, loaded, source.files)
     schedule = _resume_schedule(config, total_steps, loaded)
-    with strategy.scope():
+    same_weights = "Run the same keras-vit version, config and --init on every process."
+    # Under several JAX processes every weight is built, initialised and restored as one global array.
+    with strategy.scope(), processes.refuse_different_values("the model's starting weights", same_weights):
         # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
         initial = config.replace(init=None) if loaded else config
         model = build_model(initial, source.num_classes, class_names=source.class_names)
@@ -162,11 +164,7 @@ def _train(config, workdir, tf_strategy, callbacks, verbose, overrides, held):
         manager.model, manager.optimizer = model, optimizer
         header = manager.restore(loaded) if loaded else None
     if strategy.num_processes > 1:  # same seed, same file: a difference here would silently split the replicas
-        processes.check_same(
-            "the model's starting weights",
-            _weights_checksum(model),
-            "Run the same keras-vit version, config and --init on every process.",
-        )
+        processes.check_same("the model's starting weights", _weights_checksum(model), same_weights)
     start = manager.step()
     if header:
         print(f"[training] resuming from step {start} of {total_steps} ({manager.restored_path})", flush=True)
