@@ -250,12 +250,18 @@ def test_an_input_file_gone_during_the_run_is_named(tmp_path):
 
     from keras_vit.files import describe_storage_error
     from training.data import _path_decoder
+    from training.data.decoders import _path_window_decoder
 
     path = tmp_path / "c0" / "1.png"
     path.parent.mkdir()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
     decoded = tf.data.Dataset.from_tensor_slices([str(path)]).map(_path_decoder("white"))
-    raw = tf.data.Dataset.from_tensor_slices([str(path)]).map(tf.io.read_file)  # the JPEG crop path reads so
+    window = _path_window_decoder("white", [])  # the Inception crop's reader
+
+    def whole(shape):
+        return tf.zeros([3], tf.int32), shape
+
+    raw = tf.data.Dataset.from_tensor_slices([str(path)]).map(lambda p: window(p, whole))
     path.unlink()  # deleted after the folder was listed
     for dataset in (decoded, raw):
         with pytest.raises(tf.errors.OpError) as caught:

@@ -39,9 +39,9 @@ def _manager(directory):
     return CheckpointManager(str(directory), model, optimizer)
 
 
-def _checkpoint(workdir, config, step=2):
+def _checkpoint(workdir, config, step=2, dataset_files=None):
     """Writes run.json and one checkpoint of a new run of `config` into `workdir`; returns the run's identity."""
-    identity = run_identity.resolve(str(workdir), config, None)
+    identity = run_identity.resolve(str(workdir), config, None, dataset_files)
     identity.write(str(workdir))
     manager = _manager(workdir / "checkpoints")
     manager.optimizer.iterations.assign(step)
@@ -143,23 +143,41 @@ def _image_folder(root, counts=(3, 3)):
     return root
 
 
+def _scanned(folder):
+    """The files the data scan keeps of `folder` (what the trainer passes to `run_identity.resolve`)."""
+    from training.data import load_source
+
+    return load_source(f"folder:{folder}").files
+
+
 def test_a_folder_dataset_is_identified_by_its_files_not_its_path(tmp_path):
+    from PIL import Image
+
     original = _image_folder(tmp_path / "data")
+    Image.open(original / "c0" / "1.png").save(original / "c0" / "1.png", compress_level=0)
     config = CONFIG.replace(dataset=f"folder:{original}")
-    _checkpoint(tmp_path / "run", config)
+    _checkpoint(tmp_path / "run", config, dataset_files=_scanned(original))
     loaded = CheckpointManager(str(tmp_path / "run" / "checkpoints"), None, None).load_latest()
     moved = tmp_path / "elsewhere" / "data2"
     shutil.copytree(original, moved)
-    run_identity.resolve(str(tmp_path / "run"), CONFIG.replace(dataset=f"folder:{moved}"), loaded)  # resumes
+
+    def resolve():
+        return run_identity.resolve(
+            str(tmp_path / "run"), CONFIG.replace(dataset=f"folder:{moved}"), loaded, _scanned(moved)
+        )
+
+    resolve()  # resumes
     shutil.copy(moved / "c0" / "0.png", moved / "c1" / "new.png")  # the folder gained an image
     with pytest.raises(ValueError, match=r"different dataset \(dataset: 'folder: 6 files.*-> 'folder: 7 files"):
-        run_identity.resolve(str(tmp_path / "run"), CONFIG.replace(dataset=f"folder:{moved}"), loaded)
+        resolve()
     os.remove(moved / "c1" / "new.png")
-    data = bytearray((moved / "c0" / "1.png").read_bytes())
-    data[-20] ^= 1  # same name and size, other content
-    (moved / "c0" / "1.png").write_bytes(bytes(data))
+    size = os.path.getsize(moved / "c0" / "1.png")
+    pixels = np.asarray(Image.open(moved / "c0" / "1.png")).copy()
+    pixels[0, 0, 0] ^= 1  # same name and size (stored, not compressed), other content: still a readable image
+    Image.fromarray(pixels).save(moved / "c0" / "1.png", compress_level=0)
+    assert os.path.getsize(moved / "c0" / "1.png") == size
     with pytest.raises(ValueError, match=r"different dataset"):
-        run_identity.resolve(str(tmp_path / "run"), CONFIG.replace(dataset=f"folder:{moved}"), loaded)
+        resolve()
 
 
 def test_a_second_trainer_on_a_workdir_fails_at_once_and_a_killed_holder_leaves_no_lock(tmp_path):

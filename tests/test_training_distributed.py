@@ -49,7 +49,8 @@ WORKER = textwrap.dedent(f"""
     from training import workarounds
     if sys.argv[3] == "without-workaround":
         workarounds.use_local_batch_for_symbolic_build = lambda model: model
-    result = training.train({CONFIG}.replace(strategy="multi_worker"), sys.argv[1], verbose=0)
+    strategy = "default" if sys.argv[3] == "one-process" else "multi_worker"
+    result = training.train({CONFIG}.replace(strategy=strategy), sys.argv[1], verbose=0)
     np.savez(sys.argv[2], *[np.asarray(w) for w in result.model.get_weights()])
     print("STEPS", result.metrics["steps"], result.metrics["replicas"])
 """)
@@ -159,6 +160,20 @@ def test_multi_worker_two_processes_end_with_identical_weights(tmp_path):
     head = [first[k] for k in first.files if first[k].shape == (32, 10)]
     assert head and np.abs(head[0]).max() > 0  # the zero-initialised head moved: it trained
     assert (tmp_path / "run" / "model.keras").exists()  # written by the chief
+    # The same run in one process: each worker read its own half of every global batch, not the whole batch (two
+    # workers both reading every row would still agree with each other, but not with this).
+    one = subprocess.run(
+        [sys.executable, "-c", WORKER, str(tmp_path / "one"), str(tmp_path / "one.npz"), "one-process"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert one.returncode == 0 and "STEPS 6 1" in one.stdout, one.stdout[-2000:] + one.stderr[-3000:]
+    single = np.load(tmp_path / "one.npz")
+    for key in first.files:
+        np.testing.assert_allclose(first[key], single[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -38,16 +39,25 @@ def _env(devices, **extra):
     return env
 
 
-def _start(workdir, num_processes, devices, *extra):
+def _start(workdir, num_processes, devices, *extra, program=("-m", "training"), per_process=None):
     """`num_processes` trainers of one run, each with `devices` host devices; returns their Popen objects.
 
-    `workdir`: one path for all, or a list with one per process.
+    `workdir`: one path for all, or a list with one per process. `program`: what `python` runs (the command line,
+    or a script that takes its arguments). `per_process`: {index: [more arguments of that process only]}.
     """
     port = _free_ports(1)[0]
     workdirs = workdir if isinstance(workdir, list) else [workdir] * num_processes
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "training", "--workdir", str(workdirs[index]), *RUN, *extra],
+            [
+                sys.executable,
+                *program,
+                "--workdir",
+                str(workdirs[index]),
+                *RUN,
+                *extra,
+                *(per_process or {}).get(index, []),
+            ],
             cwd=ROOT,
             env=_env(
                 devices,
@@ -187,6 +197,63 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
     # Both stopped after the same step, and process 0 wrote that step's checkpoint.
     assert all(f"SIGTERM received: saved the checkpoint of step {saved} " in o for o in outputs), outputs[0][-2000:]
     assert not (workdir / "model.keras").exists()
+
+
+# `python -m training`, with process 1's own loss made NaN at one step as FaultTolerance sees it: what a NaN in that
+# process's data alone would give where the loss is not already the global one (under Keras' DataParallel a NaN in
+# any shard makes the global loss NaN everywhere; the agreement must hold without that).
+NAN_IN_PROCESS_1 = textwrap.dedent("""
+    import os, sys
+    from training import checkpointing
+
+    at_step, original = int(os.environ["TEST_NAN_AT_STEP"]), checkpointing.FaultTolerance.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        if os.environ["KERAS_DISTRIBUTION_PROCESS_ID"] == "1" and self._step(batch) == at_step:
+            logs = {**(logs or {}), "loss": float("nan")}
+        return original(self, batch, logs)
+
+    checkpointing.FaultTolerance.on_train_batch_end = on_train_batch_end
+    from training.__main__ import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_a_nan_in_one_process_stops_both_with_exit_code_3_at_the_same_step(tmp_path, monkeypatch):
+    workdir = tmp_path / "run"
+    monkeypatch.setenv("TEST_NAN_AT_STEP", "8")  # epoch 2's last step; checkpoints at 3, 4 (epoch end) and 7
+    codes, outputs = _wait_all(_start(workdir, 2, 2, program=("-c", NAN_IN_PROCESS_1)), timeout=400)
+    assert codes == [3, 3], "\n\n".join(o[-3000:] for o in outputs)
+    errors = [o.strip().splitlines()[-1] for o in outputs]
+    expected = (
+        f"[training] error: The training loss became nan by step 8; training stopped. The last good checkpoint "
+        f"(step 7) is kept in {workdir / 'checkpoints'}. To continue from it with a lower learning rate, run the same "
+        f"command again with --set rescue=True --set learning_rate=0.0003 (recorded in the run's history)"
+    )
+    assert all(e.startswith(expected) for e in errors), errors  # the same step on both, process 0's loss finite
+    assert max(_steps_saved(workdir)) == 7  # nothing saved at or after the NaN step (nor at epoch 2's end)
+    with np.load(workdir / "checkpoints" / "ckpt-00000007.npz") as archive:
+        assert all(np.isfinite(archive[k]).all() for k in archive.files if archive[k].dtype.kind == "f")
+    assert not (workdir / "model.keras").exists()
+
+
+@pytest.mark.slow
+def test_processes_whose_starting_weights_differ_stop_before_the_first_step(tmp_path):
+    workdir = tmp_path / "run"
+    # Another seed on process 1 only: its replica of every weight starts elsewhere (--init or a version would too).
+    codes, outputs = _wait_all(_start(workdir, 2, 2, per_process={1: ["--set", "seed=1"]}), timeout=400)
+    assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
+    for output in outputs:
+        error = output.strip().splitlines()[-1]
+        # JAX compares each weight as it is put on the devices (before the trainer's own checksum could).
+        assert error == (
+            "[training] error: The processes of this run disagree on the model's starting weights (jax.device_put "
+            "found a value that differs between the processes). Run the same keras-vit version, config and --init "
+            "on every process."
+        ), output[-3000:]
+        assert "Traceback" not in output
+    assert not (workdir / "checkpoints").exists() and not (workdir / "config.json").exists()
 
 
 @pytest.mark.slow

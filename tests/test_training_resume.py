@@ -194,6 +194,33 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     assert not (tmp_path / "model.keras").exists()
 
 
+@pytest.mark.slow
+def test_nan_loss_from_the_command_line_exits_with_code_3(tmp_path):
+    diverging = ["--epochs", "1", "--set", "optimizer=sgd", "--set", "learning_rate=1e30", "--set", "warmup_steps=7",
+                 "--set", "global_clipnorm=None", "--set", "checkpoint_every=1", "--set", "weight_decay=0"]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, *diverging],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    match = re.fullmatch(
+        r"\[training\] error: The training loss became (nan|inf) by step (\d+); training stopped\. The last good "
+        r"checkpoint \(step (\d+)\) is kept in (.+)\. To continue from it with a lower learning rate, run the same "
+        r"command again with --set rescue=True --set learning_rate=1e\+29 --set global_clipnorm=1\.0 \(recorded in "
+        r"the run's history\); if it diverges again, check the data for NaN/Inf\.",
+        error,
+    )
+    assert match, error
+    bad, kept = int(match.group(2)), int(match.group(3))
+    assert match.group(4) == str(tmp_path / "checkpoints") and kept == bad - 1 == max(_steps_saved(tmp_path))
+    assert "Traceback" not in result.stderr and not (tmp_path / "model.keras").exists()
+
+
 def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
     path = tmp_path / "ckpt.npz"
     atomic_write(str(path), lambda f: f.write(b"good"))

@@ -20,7 +20,9 @@ from .workarounds import fit_steps_per_execution
 def build_run(plan):
     """(model, manager): the plan's model compiled inside the placement's scope, its checkpoint restored."""
     config, placement, source = plan.config, plan.placement, plan.source
-    with placement.scope():
+    same_weights = "Run the same keras-vit version, config and --init on every process."
+    # Under several JAX processes every weight is built, initialised and restored as one global array.
+    with placement.scope(), processes.refuse_different_values("the model's starting weights", same_weights):
         # A resume takes every weight from its checkpoint: --init (maybe a multi-GB download) is not read again.
         initial = config.replace(init=None) if plan.resume else config
         model = build_model(initial, source.num_classes, class_names=source.class_names, checkpoint=plan.init)
@@ -51,11 +53,7 @@ def build_run(plan):
         if plan.resume:
             manager.restore(plan.resume)
     if placement.num_processes > 1:  # same seed, same file: a difference here would silently split the replicas
-        processes.check_same(
-            "the model's starting weights",
-            weights_checksum(model),
-            "Run the same keras-vit version, config and --init on every process.",
-        )
+        processes.check_same("the model's starting weights", weights_checksum(model), same_weights)
     return model, manager
 
 

@@ -227,6 +227,26 @@ def check_same(what, value, fix):
 
 
 @contextlib.contextmanager
+def refuse_different_values(what, fix):
+    """Turns JAX's own check that every process passes the same value into a global array (`jax.device_put`
+    raises an AssertionError that prints the arrays whole, under a traceback) into one `Disagreement` line.
+
+    Args:
+        what: the quantity's name, for the message ("the model's starting weights").
+        fix: what the user should do, for the message.
+    """
+    try:
+        yield
+    except AssertionError as err:
+        if "is not the same on each process" not in str(err):
+            raise
+        raise Disagreement(
+            f"The processes of this run disagree on {what} (jax.device_put found a value that differs between the "
+            f"processes). {fix}"
+        ) from None
+
+
+@contextlib.contextmanager
 def alone():
     """Work one process does by itself (the chief's outputs): Keras' distribution off for the duration.
 

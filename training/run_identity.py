@@ -21,7 +21,7 @@ import os
 import socket
 import uuid
 
-from keras_vit import files
+from keras_vit import files, images
 
 # Fields a resume may change freely, and why each cannot change what the restored step means.
 EXEMPT = {
@@ -52,28 +52,39 @@ class WorkdirInUse(ValueError):
 LOCK_FILE = ".lock"
 
 
-def folder_identity(path, follow_symlinks=False):
-    """'folder: N files, B bytes, sha256 H' for an image folder: its relative paths, sizes and bytes, not its path."""
-    from .data import list_image_folder  # late: data imports TensorFlow
+def folder_identity(path, paths, max_bytes=None):
+    """'folder: N files, B bytes, sha256 H' for an image folder: its relative paths, sizes and bytes, not its path.
 
-    paths = list_image_folder(path, follow_symlinks)[0]
+    Args:
+        path: the folder (`folder:PATH`).
+        paths: its image files as the data scan kept them (`Source.files`): a file the scan left out (a FIFO, a
+            device, a file over the limit) is never opened here.
+        max_bytes: the per-image limit (`TrainConfig.max_image_bytes`). Files are read by the same reader as the
+            scan (`keras_vit.images.read_file`: regular files only, at most this many bytes), so a file replaced
+            since the scan fails in one line instead of blocking or filling the memory.
+    """
     digest = hashlib.sha256()
     total = 0
     for relative, full in sorted((files.relpath(p, path).replace(os.sep, "/"), p) for p in paths):
-        data = files.read_bytes(full)
+        data = images.read_file(full, max_bytes)
         total += len(data)
         digest.update(f"{relative}\0{len(data)}\0".encode("utf-8", "surrogateescape"))
         digest.update(hashlib.sha256(data).digest())
     return f"folder: {len(paths)} files, {total} bytes, sha256 {digest.hexdigest()[:16]}"
 
 
-def fingerprint(config):
-    """{field: JSON value} of the fields a resume must keep, with a `folder:` dataset as its content identity."""
+def fingerprint(config, dataset_files=None):
+    """{field: JSON value} of the fields a resume must keep, with a `folder:` dataset as its content identity.
+
+    `dataset_files`: a `folder:` dataset's files as its scan kept them (`Source.files`); required for one.
+    """
     values = json.loads(json.dumps(config.to_dict()))
     for name in EXEMPT:
         values.pop(name, None)
     if str(config.dataset).startswith("folder:"):
-        values["dataset"] = folder_identity(config.dataset[len("folder:") :], config.follow_symlinks)
+        if dataset_files is None:
+            raise TypeError("a folder: dataset's fingerprint needs the files its scan kept (Source.files)")
+        values["dataset"] = folder_identity(config.dataset[len("folder:") :], dataset_files, config.max_image_bytes)
     return values
 
 
@@ -99,13 +110,14 @@ class RunIdentity:
         )
 
 
-def resolve(workdir, config, resume):
+def resolve(workdir, config, resume, dataset_files=None):
     """The run this start continues (or a new one), refusing a checkpoint of another run or a changed config.
 
     Args:
         workdir: the run's directory.
         config: this start's `TrainConfig`.
         resume: the `training.checkpointing.Resume` the run continues from, or None.
+        dataset_files: a `folder:` dataset's files as the data scan kept them (`Source.files`).
 
     Raises:
         ValueError: the checkpoint belongs to another run, or a fingerprint field changed without its switch.
@@ -113,7 +125,7 @@ def resolve(workdir, config, resume):
     record_path = files.join(workdir, RUN_FILE)
     record = json.loads(files.read_text(record_path)) if files.exists(record_path) else None
     header = resume.header if resume else None
-    current = fingerprint(config)
+    current = fingerprint(config, dataset_files)
     if header is not None and header.get("run_id"):
         if record is not None and record.get("run_id") != header["run_id"]:
             raise ValueError(

@@ -90,7 +90,8 @@ def plan_run(config, workdir, *, tf_strategy, overrides, verbose, held, name="cu
             f"Every process must see the same workdir: put it on storage all hosts share (gs://BUCKET/run, a "
             f"network file system), not on each host's own disk ({workdir}).",
         )
-    identity = run_identity.resolve(workdir, config, resume)  # refuses another run's checkpoint, a changed config
+    # Refuses another run's checkpoint or a changed config; a folder enters by the files its scan kept.
+    identity = run_identity.resolve(workdir, config, resume, source.files)
     return RunPlan(
         config=config,
         workdir=workdir,

@@ -50,14 +50,17 @@ def _window_encoded(raw, box):
     return image
 
 
-def _path_window_decoder(background, pillow_jpegs):
+def _path_window_decoder(background, pillow_jpegs, max_bytes=None):
     """`Source.decode_window` for image folders (raw: a path).
 
+    The file is read by `keras_vit.images.read_file`, the scan's reader (`_file_reader`): a file replaced since
+    the scan by a FIFO, a device or one over `max_bytes` fails in one line, never blocks or fills the memory.
     A JPEG goes through `_jpeg_window` unless the folder scan found that Pillow reads it differently
     (`keras_vit.images.plain_jpeg`: an EXIF orientation, CMYK, ...); those and every other format are decoded by
     `keras_vit.images.decode_image`, as `decode` does, and sliced.
     """
     decode = _bytes_decoder(background)
+    read = _file_reader(max_bytes)
     table = None
     if pillow_jpegs:
         keys = tf.constant(sorted(pillow_jpegs))
@@ -65,7 +68,7 @@ def _path_window_decoder(background, pillow_jpegs):
                                           default_value=False)  # fmt: skip
 
     def decode_window(path, box):
-        data = tf.io.read_file(path)
+        data = read(path)
         fast = tf.io.is_jpeg(data)
         if table is not None:
             fast = tf.logical_and(fast, tf.logical_not(table.lookup(path)))
@@ -74,6 +77,22 @@ def _path_window_decoder(background, pillow_jpegs):
         return image
 
     return decode_window
+
+
+def _file_reader(max_bytes=None):
+    """path tensor -> the file's bytes (a tf.string scalar), read by `keras_vit.images.read_file`: regular files
+    only, at most `max_bytes` (tf.io.read_file would open a FIFO and block, and read any size whole)."""
+
+    def read(path):
+        # An object array: numpy's fixed-width bytes type would drop the data's trailing NUL bytes.
+        return np.array(keras_vit.images.read_file(_path_text(path), max_bytes), dtype=object)
+
+    def read_tensor(path):
+        data = tf.numpy_function(read, [path], tf.string, stateful=False, name="read_file")
+        data.set_shape([])
+        return data
+
+    return read_tensor
 
 
 def _item(value):

@@ -123,6 +123,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
             f"Add images to those sub-folders (2 or more each) or remove the sub-folders, and run again."
         )
     train, heldout = _stratified_split(labels, fraction)
+    kept = list(paths)  # what the run's fingerprint hashes: never a file the scan left out
     paths = np.asarray(paths)
     source = Source(
         train=tf.data.Dataset.from_tensor_slices((paths[train], labels[train])),
@@ -132,6 +133,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
         class_names=class_names,
         decode=_path_decoder(background, max_bytes),
         train_arrays=(paths[train], labels[train]),
-        decode_window=_path_window_decoder(background, pillow_jpegs),
+        decode_window=_path_window_decoder(background, pillow_jpegs, max_bytes),
+        files=kept,
     )
     return source

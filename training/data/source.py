@@ -23,6 +23,8 @@ class Source:
         decode_window: optional (raw, box) -> uint8 crop, where box(shape) -> (begin, size) picks the window from
             the image's (H, W, C) shape: decodes a JPEG's window only (`tf.io.decode_and_crop_jpeg`), any other
             image in full and then slices it. Same pixels as slicing `decode(raw)`; the Inception crop uses it.
+        files: an image folder's files after the scan (both splits; unreadable ones left out when skipped), which
+            the run's fingerprint hashes (`training.run_identity.folder_identity`); None for other sources.
     """
 
     train: tf.data.Dataset
@@ -35,6 +37,7 @@ class Source:
     train_arrays: tuple | None = None
     decode_window: Callable | None = None
     shard_count: int | None = None
+    files: list | None = None
 
     @property
     def num_classes(self):
