@@ -27,7 +27,8 @@ def _load():
 
     keras_vit._load()
     from export.errors import ExportError, VerificationError
-    from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+    from export.flatbuffer import non_builtin_ops, read_ops
+    from export.gpu import find_driver as find_vulkan_driver
     from export.metadata import read_metadata
     from export.pipeline import FORMATS, export_model, export_path, export_workdir, load_source
     from export.predict import format_predictions, predict
@@ -49,7 +50,7 @@ def _load():
         export_workdir=export_workdir,
         format_predictions=format_predictions,
         format_table=format_table,
-        gpu_delegate_issues=gpu_delegate_issues,
+        find_vulkan_driver=find_vulkan_driver,
         load_runner=load_runner,
         load_source=load_source,
         non_builtin_ops=non_builtin_ops,
@@ -75,9 +76,9 @@ __all__ = [
     "export_model",
     "export_path",
     "export_workdir",
+    "find_vulkan_driver",
     "format_predictions",
     "format_table",
-    "gpu_delegate_issues",
     "load_runner",
     "load_source",
     "non_builtin_ops",

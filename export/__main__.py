@@ -60,6 +60,14 @@ def _export_parser():
     p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
     p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
+    p.add_argument(
+        "--gpu-check",
+        default="auto",
+        choices=("auto", "require", "off"),
+        help="run every .tflite on LiteRT's GPU accelerator (Vulkan; SwiftShader from Debian's chromium package on "
+        "servers): auto reports the verdict where a driver exists, require fails the export without one or on a "
+        "fallback or a miss, off skips it",
+    )
     _verbose_flag(p, "; the TFLite converter's output goes to the terminal instead of report.json")
     return p
 
@@ -155,6 +163,7 @@ def main(argv=None):
                 if value is not None
             },
             converter_output="terminal" if args.verbose else "report",
+            gpu_check=args.gpu_check,
         )
     except ExportError as exc:  # VerificationError included: its message holds the table
         print(f"error: {exc}", file=sys.stderr)

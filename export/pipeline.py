@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from export import commit, preprocessing, tflite
+from export import commit, gpu, preprocessing, tflite
 from export.errors import ExportError, VerificationError, check_choices, check_count
-from export.flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+from export.flatbuffer import non_builtin_ops, read_ops
 from export.io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
 from export.report import format_table
 from export.runners import KerasRunner, SavedModelRunner, TFLiteRunner
@@ -58,6 +58,7 @@ def export_model(
     tflite_output="probabilities",
     metadata=None,
     converter_output="report",
+    gpu_check="auto",
 ):
     """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
 
@@ -88,6 +89,8 @@ def export_model(
         converter_output: "report" keeps what the TFLite converter prints (from C++, on file descriptors 1 and
             2: dozens of lines per model) in each artifact's "converter_output" in report.json; "terminal"
             lets it through.
+        gpu_check: "auto" runs every .tflite on LiteRT's GPU accelerator where a Vulkan driver exists and reports
+            the verdict (export/gpu.py); "require" also fails the export on no driver, a fallback or a miss; "off".
 
     Returns:
         The report dict (also written to `out/report.json`).
@@ -107,6 +110,7 @@ def export_model(
         )
     formats = check_formats(formats)
     check_choices([converter_output], ("report", "terminal"), "converter_output", 'converter_output="terminal"')
+    gpu.check_mode(gpu_check)
     for name, value, minimum, flag in (
         ("num_threads", num_threads, 1, "--num-threads"),
         ("latency_runs", latency_runs, 1, "--latency-runs"),
@@ -232,7 +236,11 @@ def export_model(
                 entry["metadata"] = {k: v for k, v in runner.metadata.items() if k != "labels"}
                 entry["ops"] = read_ops(flatbuffer)
                 entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
-                entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
+                entry["gpu"] = gpu.check_artifact(
+                    path, runner, pixels, reference, truth, tflite_output, entry["budget"], gpu_check
+                )
+                entry["failures"] += entry["gpu"]["failures"]
+                entry["passed"] = not entry["failures"]
                 entry["io"] = {"input": info["input"], "output": info["output"]}
                 if entry["non_builtin_ops"]:
                     entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")

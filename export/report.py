@@ -1,5 +1,6 @@
 """The export report: `report.json` and the table printed after an export."""
 
+from export import gpu
 from export.io import atomic_write_json
 
 
@@ -75,11 +76,8 @@ def format_table(report):
             ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
             out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
             out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
-            gpu = a["gpu_delegate_rejects"]
-            out.append(
-                "  GPU delegate (static check): "
-                + ("all ops accepted" if not gpu else "; ".join(f"{k}: {', '.join(v)}" for k, v in gpu.items()))
-            )
+            if "gpu" in a:
+                out.append(gpu.describe(a["gpu"]))
     for note in report.get("notes", []):
         out.append(f"note: {note}")
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")

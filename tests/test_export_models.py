@@ -104,30 +104,6 @@ def test_exact_gelu_converts_to_the_builtin_op():
     assert "GELU" in ops and export.non_builtin_ops(ops) == []
 
 
-def test_gpu_delegate_check_flags_unsupported_ops():
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 3), tf.float32)])
-    def plain(x):
-        return tf.nn.relu(tf.nn.conv2d(x, tf.ones((3, 3, 3, 4)), 1, "SAME"))
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 10), tf.float32)])
-    def with_top_k(x):
-        return tf.math.top_k(x, 3).values * 2.0
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 2, 3, 4, 5), tf.float32)])
-    def five_d(x):
-        return tf.transpose(x, (0, 2, 1, 3, 4)) + 1.0
-
-    def convert(fn):
-        return tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()]).convert()
-
-    assert export.gpu_delegate_issues(convert(plain)) == {}
-    assert export.gpu_delegate_issues(convert(with_top_k)) == {"TOPK_V2": ["not supported by the GPU delegate"]}
-    issues = export.gpu_delegate_issues(convert(five_d))
-    assert "TRANSPOSE" in issues and "5-D" in issues["TRANSPOSE"][0]
-
-
 def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
@@ -151,4 +127,3 @@ def test_op_reader_flags_custom_ops():
     ops = export.read_ops(flatbuffer)
     assert ops == {"ADD": 1, "CUSTOM:Erf": 1}
     assert export.non_builtin_ops(ops) == ["CUSTOM:Erf"]
-    assert export.gpu_delegate_issues(flatbuffer) == {"CUSTOM:Erf": ["not supported by the GPU delegate"]}
