@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export import commit, gpu, preprocessing, tflite
+from export import commit, embedder, gpu, preprocessing, tflite
 from export.errors import ExportError, VerificationError, check_choices, check_count
 from export.flatbuffer import non_builtin_ops, read_ops
 from export.io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
@@ -97,7 +97,7 @@ def export_model(
 
     Raises:
         ExportError: invalid options or inputs (including an `out` that holds files an export does not
-            write, or a `num_classes=0` feature model), before anything is written.
+            write), before anything is written. A `num_classes=0` model exports as an embedder (export/embedder.py).
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
     import keras
@@ -145,9 +145,14 @@ def export_model(
     tflite.check_output(tflite_output)
     if int8_io not in tflite.INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {tflite.INT8_IO_TYPES}. Received: {int8_io!r}")
+    if embedder.is_feature_model(model):  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
+        return embedder.export_feature_model(
+            model, out, formats, quantize, heldout, representative_images, num_threads=num_threads,
+            latency_runs=latency_runs, latency_warmup=latency_warmup, max_verify_images=max_verify_images,
+            source=source, set_name=verification_set, metadata=metadata, gpu_check=gpu_check, notes=notes,
+        )  # fmt: skip
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
-    _refuse_feature_model(model)
     num_classes = int(model.output_shape[-1])
     if labels is None:
         labels = getattr(model, "class_names", None)
@@ -282,25 +287,6 @@ def export_model(
             return report
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _refuse_feature_model(model):
-    """A model built with `num_classes=0` outputs pooled features, which the classifier exports would turn into
-    nonsense (a softmax over features, "labels" for feature dimensions); say so and what to do instead."""
-    config = getattr(model, "config", None)
-    headless = getattr(config, "num_classes", None) == 0
-    if not headless:
-        try:
-            model.get_layer("head")
-        except ValueError:
-            headless = config is not None  # a keras_vit model without a head layer
-    if headless:
-        raise ExportError(
-            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), not class logits; "
-            "the export builds classifiers (softmax, labels, top-1 verification). Build it with "
-            "keras_vit.create_model(..., num_classes=N) and train or load a head, or, for an embedding model, "
-            "convert the features yourself with tf.lite.TFLiteConverter (no labels, no softmax)."
-        )
 
 
 def _entry(name, fmt, mode, path, size, figures, runner, x, runs, warmup):

@@ -27,6 +27,10 @@ def _max_diff(figures):
 
 def format_table(report):
     """A readable table, one row per artifact (plus the Keras reference), and each artifact's op notes."""
+    if report.get("kind") == "embedder":
+        from export.embedder import format_table as embedder_table
+
+        return embedder_table(report)
     # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
     header = ("artifact", "size", "output", "max|diff|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
     keras = report["keras"]

@@ -54,9 +54,12 @@ class KerasRunner:
     def __init__(self, model, labels=None):
         import tensorflow as tf
 
+        from .embedder import is_feature_model
+
         self.model = model
         self.image_size = tuple(model.input_shape[1:3])
         self.labels = labels
+        self.output_kind = "embedding" if is_feature_model(model) else "logits"
         self._call = tf.function(lambda x: model(x, training=False))
 
     @property
