@@ -5,6 +5,7 @@ import export
 report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, report.json
 print(export.format_table(report))
 export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
+export.similar("features_export/embedder_float32.tflite", "a.png", "b.png")  # an image embedder: cosine
 ```
 Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
 """
@@ -31,7 +32,7 @@ def _load():
     from export.gpu import find_driver as find_vulkan_driver
     from export.metadata import read_metadata
     from export.pipeline import FORMATS, export_model, export_path, export_workdir, load_source
-    from export.predict import format_predictions, predict
+    from export.predict import format_predictions, predict, similar
     from export.preprocessing import to_model_space
     from export.report import format_table
     from export.runners import load_runner
@@ -57,6 +58,7 @@ def _load():
         predict=predict,
         read_metadata=read_metadata,
         read_ops=read_ops,
+        similar=similar,
         to_model_space=to_model_space,
         write_saved_model=write_saved_model,
     )
@@ -85,6 +87,7 @@ __all__ = [
     "predict",
     "read_metadata",
     "read_ops",
+    "similar",
     "to_model_space",
     "write_saved_model",
 ]

@@ -36,6 +36,8 @@ SYSTEM_ICD_DIRS = ("/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d", "/usr/s
 CHECK_MODES = ("auto", "require", "off")
 DEFAULT_TIMEOUT_S = 300
 DEFAULT_MAX_IMAGES = 128
+# Images run until this many seconds have passed (at least one): SwiftShader takes ~11 s per ViT-Ti/16 image.
+DEFAULT_RUN_SECONDS = 30
 NO_DRIVER = "not run: no Vulkan driver"
 INSTALL = "apt-get install chromium libvulkan1 (SwiftShader, a Vulkan driver on the CPU) or a GPU's Vulkan driver"
 CHILD = Path(__file__).with_name("gpu_child.py")
@@ -122,7 +124,7 @@ def _last_lines(text, n=3):
     return " | ".join(lines[-n:]) or "(no output)"
 
 
-def run_on_gpu(model_path, feed, driver, timeout_s=DEFAULT_TIMEOUT_S):
+def run_on_gpu(model_path, feed, driver, timeout_s=DEFAULT_TIMEOUT_S, run_seconds=DEFAULT_RUN_SECONDS):
     """Runs a .tflite file on LiteRT's GPU accelerator in a child process, one image at a time.
 
     Args:
@@ -130,6 +132,8 @@ def run_on_gpu(model_path, feed, driver, timeout_s=DEFAULT_TIMEOUT_S):
         feed: the model's inputs (N, H, W, 3), in its input dtype.
         driver: a `Driver` from `find_driver`.
         timeout_s: the child is killed after this long.
+        run_seconds: images run in order until this many seconds have passed (at least one); `outputs` has a
+            row for each image run.
 
     Returns:
         dict: `status` "ran" (with `outputs`, raw in the output dtype, `fully_accelerated`, `compile_s`,
@@ -143,7 +147,7 @@ def run_on_gpu(model_path, feed, driver, timeout_s=DEFAULT_TIMEOUT_S):
     with tempfile.TemporaryDirectory(prefix="keras-vit-gpu-") as tmp:
         feed_path, out_path = os.path.join(tmp, "feed.npy"), os.path.join(tmp, "out.npz")
         np.save(feed_path, np.ascontiguousarray(feed))
-        command = [sys.executable, str(CHILD), os.fspath(model_path), feed_path, out_path]
+        command = [sys.executable, str(CHILD), os.fspath(model_path), feed_path, out_path, str(run_seconds)]
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
@@ -192,7 +196,8 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
     Args:
         path: the .tflite file (staged).
         runner: its `TFLiteRunner` (the CPU run, and how an app feeds the model).
-        pixels: uint8 images at the model's size; the first `max_images` are run.
+        pixels: uint8 images at the model's size; the first `max_images` are run, or as many as run in
+            DEFAULT_RUN_SECONDS.
         reference: the Keras logits for those images; truth: their labels or None.
         output: "probabilities" or "logits", what the model outputs.
         budget: the artifact's budget (export/verify.py), which the GPU's outputs are held to as well.
@@ -229,6 +234,7 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
         entry["failures"] = [f"GPU: {entry['verdict']}"] if mode == "require" else []
         return entry
     outputs = _dequantize(result["outputs"], runner.output)
+    n = len(outputs)  # the images run in the time allowed
     if judge is None:
         figures = compare(outputs, reference[:n], None if truth is None else truth[:n], output)
         misses = check_budget(figures, budget)

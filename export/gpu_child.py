@@ -1,9 +1,11 @@
 """The child process of `export/gpu.py`: runs one .tflite file on LiteRT's GPU accelerator and saves its outputs.
 
-Run as a script, `python gpu_child.py MODEL.tflite FEED.npy OUT.npz`, never imported by the exporter: it loads only
-numpy and ai_edge_litert, so a driver that crashes or hangs ends this process and not the export. The accelerator
-is asked for GPU with CPU fallback, so a model with ops the GPU cannot run still runs (those ops on the CPU), and
-the delegate's own account of which ops it left to the CPU goes to stderr, where the parent reads it.
+Run as a script, `python gpu_child.py MODEL.tflite FEED.npy OUT.npz RUN_SECONDS`, never imported by the exporter:
+it loads only numpy and ai_edge_litert, so a driver that crashes or hangs ends this process and not the export.
+The accelerator is asked for GPU with CPU fallback, so a model with ops the GPU cannot run still runs (those ops on
+the CPU), and the delegate's own account of which ops it left to the CPU goes to stderr, where the parent reads
+it. Images run one at a time until the feed is done or RUN_SECONDS have passed (a software GPU takes seconds per
+image of a 224 px model), at least one.
 """
 
 import sys
@@ -12,7 +14,7 @@ import time
 import numpy as np
 
 
-def main(model_path, feed_path, out_path):
+def main(model_path, feed_path, out_path, run_seconds):
     from ai_edge_litert.compiled_model import CompiledModel, HardwareAccelerator
 
     feed = np.load(feed_path)
@@ -32,6 +34,8 @@ def main(model_path, feed_path, out_path):
         inputs[0].write(np.ascontiguousarray(x[None]))
         model.run_by_index(0, inputs, outputs)
         rows.append(outputs[0].read(int(np.prod(shape)), dtype).reshape(shape))
+        if time.perf_counter() - started - compile_s > float(run_seconds):
+            break
     np.savez(
         out_path,
         outputs=np.concatenate(rows),
@@ -42,4 +46,4 @@ def main(model_path, feed_path, out_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
