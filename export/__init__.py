@@ -5,6 +5,7 @@ import export
 report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, report.json
 print(export.format_table(report))
 export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
+export.similar("features_export/embedder_float32.tflite", "a.png", "b.png")  # an image embedder: cosine
 ```
 Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
 """
@@ -27,10 +28,11 @@ def _load():
 
     keras_vit._load()
     from .errors import ExportError, VerificationError
-    from .flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+    from .flatbuffer import non_builtin_ops, read_ops
+    from .gpu import find_driver as find_vulkan_driver
     from .metadata import read_metadata
     from .pipeline import FORMATS, export_model, export_path, export_workdir, load_source
-    from .predict import format_predictions, predict
+    from .predict import format_predictions, predict, similar
     from .preprocessing import to_model_space
     from .report import format_table
     from .runners import load_runner
@@ -49,13 +51,14 @@ def _load():
         export_workdir=export_workdir,
         format_predictions=format_predictions,
         format_table=format_table,
-        gpu_delegate_issues=gpu_delegate_issues,
+        find_vulkan_driver=find_vulkan_driver,
         load_runner=load_runner,
         load_source=load_source,
         non_builtin_ops=non_builtin_ops,
         predict=predict,
         read_metadata=read_metadata,
         read_ops=read_ops,
+        similar=similar,
         to_model_space=to_model_space,
         write_saved_model=write_saved_model,
     )
@@ -75,15 +78,16 @@ __all__ = [
     "export_model",
     "export_path",
     "export_workdir",
+    "find_vulkan_driver",
     "format_predictions",
     "format_table",
-    "gpu_delegate_issues",
     "load_runner",
     "load_source",
     "non_builtin_ops",
     "predict",
     "read_metadata",
     "read_ops",
+    "similar",
     "to_model_space",
     "write_saved_model",
 ]

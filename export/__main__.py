@@ -5,6 +5,7 @@ Examples:
     python -m export model.keras --quantize float32,int8 --representative-data calib.npz --out exported/
     python -m export vit_b16_imagenet.keras --quantize float16     # a pretrained model: labels from its class_names
     python -m export predict runs/digits/export/model_int8.tflite digit.png --top-k 3
+    python -m export similar features_export/embedder_float32.tflite a.png b.png    # a num_classes=0 model
 """
 
 import argparse
@@ -26,7 +27,8 @@ def _export_parser():
         description="Export a .keras model or a training workdir to SavedModel and TFLite, verify every "
         "artifact against the Keras model, and write report.json. "
         "Subcommand: `python -m export predict ARTIFACT IMAGE...` classifies images with any artifact (see "
-        "`python -m export predict --help`).",
+        "`python -m export predict --help`); `python -m export similar MODEL A B` compares two images under an "
+        "image embedder (a num_classes=0 model, exported as embedder_<mode>.tflite).",
     )
     p.add_argument(
         "source",
@@ -67,6 +69,14 @@ def _export_parser():
     p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
     p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
     p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
+    p.add_argument(
+        "--gpu-check",
+        default="auto",
+        choices=("auto", "require", "off"),
+        help="run every .tflite on LiteRT's GPU accelerator (Vulkan; SwiftShader from Debian's chromium package on "
+        "servers): auto reports the verdict where a driver exists, require fails the export without one or on a "
+        "fallback or a miss, off skips it",
+    )
     _verbose_flag(p, "; the TFLite converter's output goes to the terminal instead of report.json")
     return p
 
@@ -107,6 +117,21 @@ def _predict_parser():
     return p
 
 
+def _similar_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m export similar",
+        description="Cosine similarity of two images under an image embedder (a num_classes=0 .keras model or an "
+        "embedder_<mode>.tflite file).",
+    )
+    p.add_argument("artifact", help="a num_classes=0 .keras file or an embedder_<mode>.tflite file")
+    p.add_argument("first", help="an image file")
+    p.add_argument("second", help="another image file")
+    p.add_argument("--num-threads", type=int, default=1)
+    p.add_argument("--background", default="white", type=_background, help="as for predict")
+    _verbose_flag(p)
+    return p
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     _startup.configure(argv)
@@ -116,6 +141,8 @@ def main(argv=None):
     try:
         if argv[:1] == ["predict"]:
             args = _predict_parser().parse_args(argv[1:])
+        elif argv[:1] == ["similar"]:
+            args = _similar_parser().parse_args(argv[1:])
         else:
             args = _export_parser().parse_args(argv)
             if args.quantize is not None:
@@ -129,6 +156,12 @@ def main(argv=None):
     export._load()
     _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
+        if argv[:1] == ["similar"]:
+            from .predict import similar
+
+            value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
+            print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
+            return 0
         if argv[:1] == ["predict"]:
             results = export.predict(
                 args.artifact, args.images, args.top_k, args.labels, args.num_threads, args.background
@@ -161,6 +194,7 @@ def main(argv=None):
                 if value is not None
             },
             converter_output="terminal" if args.verbose else "report",
+            gpu_check=args.gpu_check,
         )
     except ExportError as exc:  # VerificationError included: its message holds the table
         print(f"error: {exc}", file=sys.stderr)

@@ -73,6 +73,39 @@ def _finish(table, identifier):
     return bytes(builder.Output())
 
 
+def input_tensor_metadata(image_size, input_dtype):
+    """The input tensor's metadata (`TensorMetadataT`): an RGB image at `image_size`, with the project's
+    normalisation as NormalizationOptions for a float32 input, raw pixels for a uint8 one."""
+    m = _metadata_schema()
+    height, width = (int(d) for d in image_size)
+    image = m.ImagePropertiesT()
+    image.colorSpace = m.ColorSpaceType.RGB
+    image.defaultSize = m.ImageSizeT()
+    image.defaultSize.width, image.defaultSize.height = width, height
+    normalization = m.NormalizationOptionsT()
+    normalization.mean, normalization.std = [float(PIXEL_CENTER)], [float(PIXEL_SCALE)]
+    unit = m.ProcessUnitT()
+    unit.optionsType, unit.options = m.ProcessUnitOptions.NormalizationOptions, normalization
+    inp = m.TensorMetadataT()
+    inp.name = "image"
+    inp.description = (
+        f"RGB image, {height}x{width}, resized with bilinear interpolation; pixels scaled as "
+        f"(x - {PIXEL_CENTER}) / {PIXEL_SCALE}"
+        + (" inside the app." if np.dtype(input_dtype) == np.float32 else "; the model takes raw uint8 pixels.")
+    )
+    inp.content = m.ContentT()
+    inp.content.contentPropertiesType = m.ContentProperties.ImageProperties
+    inp.content.contentProperties = image
+    inp.processUnits = [unit]
+    inp.stats = m.StatsT()
+    if np.dtype(input_dtype) == np.uint8:
+        inp.stats.min, inp.stats.max = [0.0], [255.0]
+    else:  # the values the model sees, after normalisation
+        inp.stats.min = [(0.0 - PIXEL_CENTER) / PIXEL_SCALE]
+        inp.stats.max = [(255.0 - PIXEL_CENTER) / PIXEL_SCALE]
+    return inp
+
+
 def build_metadata(
     labels,
     image_size,
@@ -107,31 +140,7 @@ def build_metadata(
             f"output {'class probabilities (softmax)' if output_kind == 'probabilities' else 'logits'}."
         )
 
-    image = m.ImagePropertiesT()
-    image.colorSpace = m.ColorSpaceType.RGB
-    image.defaultSize = m.ImageSizeT()
-    image.defaultSize.width, image.defaultSize.height = width, height
-    normalization = m.NormalizationOptionsT()
-    normalization.mean, normalization.std = [float(PIXEL_CENTER)], [float(PIXEL_SCALE)]
-    unit = m.ProcessUnitT()
-    unit.optionsType, unit.options = m.ProcessUnitOptions.NormalizationOptions, normalization
-    inp = m.TensorMetadataT()
-    inp.name = "image"
-    inp.description = (
-        f"RGB image, {height}x{width}, resized with bilinear interpolation; pixels scaled as "
-        f"(x - {PIXEL_CENTER}) / {PIXEL_SCALE}"
-        + (" inside the app." if np.dtype(input_dtype) == np.float32 else "; the model takes raw uint8 pixels.")
-    )
-    inp.content = m.ContentT()
-    inp.content.contentPropertiesType = m.ContentProperties.ImageProperties
-    inp.content.contentProperties = image
-    inp.processUnits = [unit]
-    inp.stats = m.StatsT()
-    if np.dtype(input_dtype) == np.uint8:
-        inp.stats.min, inp.stats.max = [0.0], [255.0]
-    else:  # the values the model sees, after normalisation
-        inp.stats.min = [(0.0 - PIXEL_CENTER) / PIXEL_SCALE]
-        inp.stats.max = [(255.0 - PIXEL_CENTER) / PIXEL_SCALE]
+    inp = input_tensor_metadata(image_size, input_dtype)
 
     labels_file = m.AssociatedFileT()
     labels_file.name = LABELS_FILE
@@ -288,7 +297,7 @@ def read_metadata(flatbuffer):
         },
         "output": {
             "name": out_name,
-            "kind": out_name if out_name in OUTPUT_KINDS else None,
+            "kind": out_name if out_name in (*OUTPUT_KINDS, "embedding") else None,
             "min": values(out.stats, "min"),
             "max": values(out.stats, "max"),
             "labels_file": labels_file,

@@ -17,9 +17,9 @@ import numpy as np
 from keras_vit import _startup, files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, preprocessing, tflite
+from . import commit, embedder, gpu, preprocessing, tflite
 from .errors import ExportError, VerificationError, check_choices, check_count
-from .flatbuffer import gpu_delegate_issues, non_builtin_ops, read_ops
+from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
 from .report import format_table
 from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
@@ -59,6 +59,7 @@ def export_model(
     tflite_output="probabilities",
     metadata=None,
     converter_output="report",
+    gpu_check="auto",
 ):
     """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
 
@@ -89,13 +90,15 @@ def export_model(
         converter_output: "report" keeps what the TFLite converter prints (from C++, on file descriptors 1 and
             2: dozens of lines per model) in each artifact's "converter_output" in report.json; "terminal"
             lets it through.
+        gpu_check: "auto" runs every .tflite on LiteRT's GPU accelerator where a Vulkan driver exists and reports
+            the verdict (export/gpu.py); "require" also fails the export on no driver, a fallback or a miss; "off".
 
     Returns:
         The report dict (also written to `out/report.json`).
 
     Raises:
         ExportError: invalid options or inputs (including an `out` that holds files an export does not
-            write, or a `num_classes=0` feature model), before anything is written.
+            write), before anything is written. A `num_classes=0` model exports as an embedder (export/embedder.py).
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
     import keras
@@ -108,6 +111,7 @@ def export_model(
         )
     formats = check_formats(formats)
     check_choices([converter_output], ("report", "terminal"), "converter_output", 'converter_output="terminal"')
+    gpu.check_mode(gpu_check)
     for name, value, minimum, flag in (
         ("num_threads", num_threads, 1, "--num-threads"),
         ("latency_runs", latency_runs, 1, "--latency-runs"),
@@ -142,9 +146,14 @@ def export_model(
     tflite.check_output(tflite_output)
     if int8_io not in tflite.INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {tflite.INT8_IO_TYPES}. Received: {int8_io!r}")
+    if embedder.is_feature_model(model):  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
+        return embedder.export_feature_model(
+            model, out, formats, quantize, heldout, representative_images, num_threads=num_threads,
+            latency_runs=latency_runs, latency_warmup=latency_warmup, max_verify_images=max_verify_images,
+            source=source, set_name=verification_set, metadata=metadata, gpu_check=gpu_check, notes=notes,
+        )  # fmt: skip
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
-    _refuse_feature_model(model)
     num_classes = int(model.output_shape[-1])
     if labels is None:
         labels = getattr(model, "class_names", None)
@@ -233,7 +242,11 @@ def export_model(
                 entry["metadata"] = {k: v for k, v in runner.metadata.items() if k != "labels"}
                 entry["ops"] = read_ops(flatbuffer)
                 entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
-                entry["gpu_delegate_rejects"] = gpu_delegate_issues(flatbuffer)
+                entry["gpu"] = gpu.check_artifact(
+                    path, runner, pixels, reference, truth, tflite_output, entry["budget"], gpu_check
+                )
+                entry["failures"] += entry["gpu"]["failures"]
+                entry["passed"] = not entry["failures"]
                 entry["io"] = {"input": info["input"], "output": info["output"]}
                 if entry["non_builtin_ops"]:
                     entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
@@ -275,25 +288,6 @@ def export_model(
             return report
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _refuse_feature_model(model):
-    """A model built with `num_classes=0` outputs pooled features, which the classifier exports would turn into
-    nonsense (a softmax over features, "labels" for feature dimensions); say so and what to do instead."""
-    config = getattr(model, "config", None)
-    headless = getattr(config, "num_classes", None) == 0
-    if not headless:
-        try:
-            model.get_layer("head")
-        except ValueError:
-            headless = config is not None  # a keras_vit model without a head layer
-    if headless:
-        raise ExportError(
-            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), not class logits; "
-            "the export builds classifiers (softmax, labels, top-1 verification). Build it with "
-            "keras_vit.create_model(..., num_classes=N) and train or load a head, or, for an embedding model, "
-            "convert the features yourself with tf.lite.TFLiteConverter (no labels, no softmax)."
-        )
 
 
 def _entry(name, fmt, mode, path, size, figures, runner, x, runs, warmup):

@@ -48,6 +48,12 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DE
     if not arrays:
         raise ExportError("No images given. Pass one or more image files.")
     outputs = runner.outputs_from_images(arrays)
+    if runner.output_kind == "embedding":  # an image embedder: the vector, its size and its norm
+        return [
+            {"image": name, "embedding": [float(v) for v in row], "size": int(row.size),
+             "norm": float(np.linalg.norm(row.astype(np.float64)))}
+            for name, row in zip(names, outputs)
+        ]  # fmt: skip
     if isinstance(labels, (str, Path)):
         labels = read_labels(labels)
     labels = labels or runner.labels
@@ -76,7 +82,26 @@ def format_predictions(results):
     lines = []
     for result in results:
         lines.append(result["image"])
+        if "embedding" in result:
+            head = ", ".join(f"{v:.4f}" for v in result["embedding"][:4])
+            lines.append(f"  embedding: {result['size']} values, L2 norm {result['norm']:.4f} ({head}, ...)")
+            continue
         for t in result["top_k"]:
             name = "" if t["label"] == str(t["id"]) else f"  {t['label']}"
             lines.append(f"  {t['id']:>5}  {t['probability']:.4f}{name}")
     return "\n".join(lines)
+
+
+def similar(artifact, first, second, num_threads=1, background=DEFAULT_BACKGROUND):
+    """The cosine similarity of two images' vectors under an image embedder (a `.keras` head-less model or an
+    `embedder_<mode>.tflite`); image files or uint8 RGB arrays of any size."""
+    check_count("num_threads", num_threads, 1, "--num-threads")
+    runner = load_runner(artifact, num_threads=num_threads)
+    if runner.output_kind != "embedding":
+        raise ExportError(
+            f"{str(artifact)!r} is a classifier ({runner.output_kind} out), not an image embedder. Pass a "
+            "num_classes=0 model (.keras) or an embedder_<mode>.tflite file."
+        )
+    arrays = [read_image(x, background) if isinstance(x, (str, Path)) else x for x in (first, second)]
+    a, b = np.asarray(runner.outputs_from_images(arrays), np.float64)
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))

@@ -1,5 +1,6 @@
 """The export report: `report.json` and the table printed after an export."""
 
+from . import gpu
 from .io import atomic_write_json
 
 
@@ -26,6 +27,10 @@ def _max_diff(figures):
 
 def format_table(report):
     """A readable table, one row per artifact (plus the Keras reference), and each artifact's op notes."""
+    if report.get("kind") == "embedder":
+        from .embedder import format_table as embedder_table
+
+        return embedder_table(report)
     # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
     header = ("artifact", "size", "output", "max|diff|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
     keras = report["keras"]
@@ -75,11 +80,8 @@ def format_table(report):
             ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
             out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
             out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
-            gpu = a["gpu_delegate_rejects"]
-            out.append(
-                "  GPU delegate (static check): "
-                + ("all ops accepted" if not gpu else "; ".join(f"{k}: {', '.join(v)}" for k, v in gpu.items()))
-            )
+            if "gpu" in a:
+                out.append(gpu.describe(a["gpu"]))
     for note in report.get("notes", []):
         out.append(f"note: {note}")
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")

@@ -55,9 +55,12 @@ class KerasRunner:
     def __init__(self, model, labels=None):
         import tensorflow as tf
 
+        from .embedder import is_feature_model
+
         self.model = model
         self.image_size = tuple(model.input_shape[1:3])
         self.labels = labels
+        self.output_kind = "embedding" if is_feature_model(model) else "logits"
         self._call = tf.function(lambda x: model(x, training=False))
 
     @property
@@ -244,6 +247,10 @@ class TFLiteRunner:
         [(0 - mean) / std, (255 - mean) / std] mapped linearly from 0..255 in float32, i.e.
         `x * (2 / 255) - 1` here, which rounds differently from `(x - 127.5) / 127.5` in the last bit.
         """
+        return self._run(self.feed_from_pixels(pixels), batch_size)
+
+    def feed_from_pixels(self, pixels):
+        """What an app puts in the input tensor for uint8 images at the model's size (see `outputs_from_pixels`)."""
         pixels = np.asarray(pixels)
         expected = (*self.image_size, 3)
         if pixels.dtype != np.uint8 or pixels.ndim != 4 or tuple(pixels.shape[1:]) != expected:
@@ -252,13 +259,12 @@ class TFLiteRunner:
                 f"shape {pixels.shape}. Resize them to the model's input size first."
             )
         if self.input["dtype"] == np.uint8:
-            return self._run(pixels, batch_size)
+            return pixels
         if self.input["dtype"] != np.float32:
             raise ExportError(f"Cannot feed pixels to a {np.dtype(self.input['dtype']).name} input tensor.")
         mean, std = self.normalization
         low, high = np.float32((0.0 - mean) / std), np.float32((255.0 - mean) / std)
-        x = pixels.astype(np.float32) * np.float32((high - low) / 255.0) + low
-        return self._run(x, batch_size)
+        return pixels.astype(np.float32) * np.float32((high - low) / 255.0) + low
 
     def latency_ms(self, x1, runs=50, warmup=5):
         xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))

@@ -117,8 +117,6 @@ def convert(
     Raises:
         ExportError: unknown mode, missing representative data, or a graph that needs non-builtin ops.
     """
-    import tensorflow as tf
-
     # TFLite needs one input size, and the metadata states it: a dynamic-size model is exported at its image_size.
     model = _fixed_size(model)
     (quantize,) = check_quantization([quantize])
@@ -134,6 +132,22 @@ def convert(
         )
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
+    function = frozen_function(model, dynamic_batch, output)
+    flatbuffer = convert_function(model, function, quantize, representative_images, int8_io, calibration_steps)
+    if metadata is False:
+        return flatbuffer
+    input_dtype = np.uint8 if quantize == "int8" and int8_io == "uint8" else np.float32
+    return tflite_metadata.with_metadata(
+        flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
+    )
+
+
+def convert_function(model, function, quantize, representative_images=None, int8_io="float32",
+                     calibration_steps=DEFAULT_CALIBRATION_STEPS):  # fmt: skip
+    """Converts a frozen concrete function of `model` (`frozen_function`) to a flatbuffer without metadata, in one
+    of QUANTIZATION_MODES (see `convert`), builtin ops only; export/embedder.py converts its own function with it."""
+    import tensorflow as tf
+
     representative = None
     if quantize in CALIBRATED_MODES:
         if representative_images is None or len(representative_images) == 0:
@@ -151,7 +165,6 @@ def convert(
 
     # Passing the model as the trackable object selects the converter's current path (without it TF warns and
     # falls back to a deprecated one); the frozen function has no variables left for it to track.
-    function = frozen_function(model, dynamic_batch, output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
     # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -202,12 +215,7 @@ def convert(
     bad = non_builtin_ops(read_ops(flatbuffer))
     if bad:
         raise ExportError(f"The {quantize} TFLite model contains non-builtin ops {bad}; refusing to write it.")
-    if metadata is False:
-        return flatbuffer
-    input_dtype = np.uint8 if quantize == "int8" and int8_io == "uint8" else np.float32
-    return tflite_metadata.with_metadata(
-        flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
-    )
+    return flatbuffer
 
 
 def _ops_without_builtins(exc):

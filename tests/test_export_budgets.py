@@ -1,5 +1,5 @@
 """The export's budgets (float ones relative to the logit scale, quantised ones also on top-1 agreement with the
-Keras model), its argument ranges, and a num_classes=0 feature model."""
+Keras model), its argument ranges, and a num_classes=0 feature model asked for a SavedModel."""
 
 import numpy as np
 import pytest
@@ -115,14 +115,14 @@ def test_argument_ranges_from_the_command_line(tiny, tmp_path, capsys):
         assert f"({flag}) must be an integer >= 1. Received: 0." in capsys.readouterr().err
 
 
-def test_a_feature_model_is_refused_with_what_to_do(tmp_path):
-    """create_model(..., num_classes=0) outputs pooled features; exporting it as a classifier would put a
-    softmax over the features and call each dimension a class."""
+def test_a_feature_model_asked_for_a_saved_model_only_is_refused_with_what_to_do(tmp_path):
+    """create_model(..., num_classes=0) outputs pooled features: it exports as TFLite image embedders
+    (tests/test_export_embedder.py), never as a classifier with a softmax over the features."""
     model = keras_vit.create_model("testing", num_classes=0)
     assert model.output_shape == (None, 32)  # the hidden size: it would pass for a 32-class classifier
-    with pytest.raises(export.ExportError, match=r"outputs pooled features \(num_classes=0.*num_classes=N"):
-        export.export_model(model, tmp_path / "out")
+    with pytest.raises(export.ExportError, match=r"outputs pooled features \(num_classes=0.*--formats tflite"):
+        export.export_model(model, tmp_path / "out", formats="saved_model")
     model.save(tmp_path / "features.keras")  # and the same model loaded from a file
     with pytest.raises(export.ExportError, match="outputs pooled features"):
-        export.export_path(tmp_path / "features.keras")
+        export.export_path(tmp_path / "features.keras", formats="saved_model")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["features.keras"]

@@ -71,6 +71,17 @@ def test_ti16_at_224_float32_and_dynamic_int8(tmp_path):
     check_report(report, ["model_float32.tflite", "model_dynamic_int8.tflite"])
     sizes = {a["quantization"]: a["file_bytes"] for a in report["artifacts"]}
     assert sizes["dynamic_int8"] < 0.3 * sizes["float32"]  # 5.5 M weights: int8 weights dominate the file
+    # LiteRT's GPU accelerator (SwiftShader) takes every op of a 224 px ViT too; ~11 s per image there, so the
+    # check's 30 s run as few images as that allows.
+    for entry in report["artifacts"]:
+        g = entry["gpu"]
+        assert g["verdict"] == "fully accelerated" and g["within_budget"], (
+            entry["name"],
+            g["verdict"],
+            g.get("misses"),
+        )
+        print(entry["name"], "GPU:", g["figures"]["images"], "images,", g["figures"]["max_abs_probability_diff"],
+              "max |dp| vs Keras,", g["max_abs_diff_vs_cpu"], "vs CPU,", g["seconds"], "s")  # fmt: skip
 
 
 def test_dynamic_batch_option(tmp_path):
@@ -104,30 +115,6 @@ def test_exact_gelu_converts_to_the_builtin_op():
     assert "GELU" in ops and export.non_builtin_ops(ops) == []
 
 
-def test_gpu_delegate_check_flags_unsupported_ops():
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 3), tf.float32)])
-    def plain(x):
-        return tf.nn.relu(tf.nn.conv2d(x, tf.ones((3, 3, 3, 4)), 1, "SAME"))
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 10), tf.float32)])
-    def with_top_k(x):
-        return tf.math.top_k(x, 3).values * 2.0
-
-    @tf.function(input_signature=[tf.TensorSpec((1, 2, 3, 4, 5), tf.float32)])
-    def five_d(x):
-        return tf.transpose(x, (0, 2, 1, 3, 4)) + 1.0
-
-    def convert(fn):
-        return tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()]).convert()
-
-    assert export.gpu_delegate_issues(convert(plain)) == {}
-    assert export.gpu_delegate_issues(convert(with_top_k)) == {"TOPK_V2": ["not supported by the GPU delegate"]}
-    issues = export.gpu_delegate_issues(convert(five_d))
-    assert "TRANSPOSE" in issues and "5-D" in issues["TRANSPOSE"][0]
-
-
 def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
@@ -151,4 +138,3 @@ def test_op_reader_flags_custom_ops():
     ops = export.read_ops(flatbuffer)
     assert ops == {"ADD": 1, "CUSTOM:Erf": 1}
     assert export.non_builtin_ops(ops) == ["CUSTOM:Erf"]
-    assert export.gpu_delegate_issues(flatbuffer) == {"CUSTOM:Erf": ["not supported by the GPU delegate"]}

@@ -1,0 +1,322 @@
+"""Image embedders on device: a head-less model exported to TFLite as a feature vector for MediaPipe's ImageEmbedder.
+
+A keras_vit model built with `num_classes=0` (or a pretrained one loaded without its head, whose output is the
+pooled features or its `pre_logits` layer) outputs one vector per image. `python -m export` writes it as
+`embedder_<mode>.tflite`: the same conversions as the classifiers (export/tflite.py), an output named `embedding`,
+and TFLite metadata of the embedder form (the input normalisation, an output with FeatureProperties and a
+description that states whether the vector is L2-normalised and how the model is quantised; no labels), which
+MediaPipe Tasks' `ImageEmbedder` reads unchanged. Each file is verified against the Keras features by the cosine
+similarity of every image's two vectors, with a budget per mode (`BUDGETS`).
+"""
+
+import json
+import shutil
+
+import numpy as np
+
+from keras_vit import files
+
+from . import commit, gpu, preprocessing, tflite
+from . import metadata as tflite_metadata
+from .errors import ExportError
+from .flatbuffer import non_builtin_ops, read_ops
+from .runners import KerasRunner, TFLiteRunner
+
+OUTPUT = "embedding"
+# The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
+# norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
+BUDGETS = {
+    "float32": {"min_cosine": 0.9999, "max_rel_norm_diff": 1e-4},
+    "float16": {"min_cosine": 0.999, "max_rel_norm_diff": 1e-2},
+    "dynamic_int8": {"min_cosine": 0.995, "max_rel_norm_diff": 0.05},
+    "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
+    "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
+}
+QUANTIZATION_WORDS = {
+    "float32": "float32 weights and activations",
+    "float16": "float16 weights, float32 activations",
+    "dynamic_int8": "int8 weights, float32 activations (dynamic range)",
+    "int8": "int8 weights and activations (full integer, calibrated), float32 input and output",
+    "int8_matmul": "calibrated int8 matmuls and convolutions, float32 LayerNorm/GELU/softmax",
+}
+
+
+def is_feature_model(model):
+    """True for a keras_vit model without a classification head (`num_classes=0`): its output is features."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "num_classes", None) == 0:
+        return True
+    try:
+        model.get_layer("head")
+    except ValueError:
+        return True
+    return False
+
+
+def feature_model(model):
+    """The head-less copy of a keras_vit classifier: the same weights up to the pooled features (or `pre_logits`)."""
+    from keras_vit.models.vision_transformer import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise ExportError(f"feature_model takes a keras_vit model. Received: {type(model).__name__}.")
+    headless = VisionTransformer.from_config({**model.get_config(), "num_classes": 0, "class_names": None})
+    for layer in headless.layers:
+        layer.set_weights(model.get_layer(layer.name).get_weights())
+    return headless
+
+
+def frozen_function(model, l2_normalize=False):
+    """The model at batch 1, variables frozen, returning {"embedding": features} (L2-normalised if asked)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    shape = (1, *model.input_shape[1:])
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
+    def function(images):
+        features = model(images, training=False)
+        return {OUTPUT: tf.math.l2_normalize(features, axis=-1) if l2_normalize else features}
+
+    return convert_variables_to_constants_v2(function.get_concrete_function())
+
+
+def build_metadata(image_size, dim, quantize, l2_normalized, name="keras-vit image embedder", description=None,
+                   version="1", license=None, author="keras-vit"):  # fmt: skip
+    """The metadata FlatBuffer (bytes, identifier "M001") of an embedder: float32 image in, a `dim` vector out."""
+    m = tflite_metadata._metadata_schema()
+    height, width = (int(d) for d in image_size)
+    norm = "L2-normalised (unit length)" if l2_normalized else "not L2-normalised (normalise it for cosine similarity)"
+    if description is None:
+        description = (
+            f"Vision Transformer image embedder; input {height}x{width} RGB; output a {dim}-dimensional feature "
+            f"vector, {norm}; quantisation: {QUANTIZATION_WORDS[quantize]}."
+        )
+    out = m.TensorMetadataT()
+    out.name = OUTPUT
+    out.description = f"Image feature vector of {dim} float32 values, {norm}. Quantisation: {quantize}."
+    out.content = m.ContentT()
+    out.content.contentPropertiesType = m.ContentProperties.FeatureProperties
+    out.content.contentProperties = m.FeaturePropertiesT()
+    out.stats = m.StatsT()
+    if l2_normalized:
+        out.stats.min, out.stats.max = [-1.0], [1.0]
+    subgraph = m.SubGraphMetadataT()
+    subgraph.inputTensorMetadata = [tflite_metadata.input_tensor_metadata(image_size, np.float32)]
+    subgraph.outputTensorMetadata = [out]
+    meta = m.ModelMetadataT()
+    meta.name, meta.description, meta.version, meta.author, meta.license = name, description, version, author, license
+    meta.subgraphMetadata = [subgraph]
+    meta.minParserVersion = tflite_metadata.MIN_PARSER_VERSION
+    return tflite_metadata._finish(meta, tflite_metadata.METADATA_IDENTIFIER)
+
+
+def convert(model, quantize="float32", representative_images=None, l2_normalize=False, metadata=None):
+    """A head-less model as a TFLite embedder (bytes) with embedder metadata; see `tflite.convert` for the modes."""
+    from keras_vit.models.vision_transformer import fixed_size_model
+
+    model = fixed_size_model(model)
+    (quantize,) = tflite.check_quantization([quantize])
+    if len(model.output_shape) != 2:
+        raise ExportError(
+            f"An embedder outputs one vector per image, (batch, features); this one {model.output_shape}."
+        )
+    function = frozen_function(model, l2_normalize)
+    flatbuffer = tflite.convert_function(model, function, quantize, representative_images)
+    dim = int(model.output_shape[-1])
+    meta = build_metadata(model.input_shape[1:3], dim, quantize, l2_normalize, **dict(metadata or {}))
+    return tflite_metadata.add_metadata(flatbuffer, meta, {})
+
+
+def cosine(a, b):
+    """Row-wise cosine similarity of two (N, D) arrays (float64)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
+
+
+def compare(outputs, reference):
+    """Agreement of an artifact's vectors with the Keras vectors (both (N, D))."""
+    outputs, reference = np.asarray(outputs, np.float64), np.asarray(reference, np.float64)
+    if outputs.shape != reference.shape:
+        raise ValueError(f"Shapes differ: artifact {outputs.shape} vs keras {reference.shape}.")
+    similarity = cosine(outputs, reference)
+    norms, ref_norms = np.linalg.norm(outputs, axis=-1), np.linalg.norm(reference, axis=-1)
+    return {
+        "images": len(outputs),
+        "output": OUTPUT,
+        "min_cosine": float(similarity.min()),
+        "mean_cosine": float(similarity.mean()),
+        "max_abs_diff": float(np.abs(outputs - reference).max()),
+        "max_rel_norm_diff": float((np.abs(norms - ref_norms) / np.maximum(ref_norms, 1e-30)).max()),
+        "mean_norm": float(norms.mean()),
+    }
+
+
+def check_budget(figures, budget):
+    failures = []
+    if not figures["min_cosine"] >= budget["min_cosine"]:
+        failures.append(f"min cosine similarity with Keras = {figures['min_cosine']:.6f} < {budget['min_cosine']:g}")
+    if not figures["max_rel_norm_diff"] <= budget["max_rel_norm_diff"]:
+        failures.append(
+            f"max relative norm difference = {figures['max_rel_norm_diff']:.3g} > {budget['max_rel_norm_diff']:g}"
+        )
+    return failures
+
+
+def _judge(budget):
+    def judge(outputs, reference):
+        figures = compare(outputs, reference)
+        return figures, check_budget(figures, budget)
+
+    return judge
+
+
+def sidecar(model, flatbuffer, quantize, l2_normalize):
+    runner = TFLiteRunner(flatbuffer)
+    return {
+        "format": "tflite",
+        "kind": "embedder",
+        "quantization": quantize,
+        "dimensions": int(model.output_shape[-1]),
+        "l2_normalized": bool(l2_normalize),
+        "preprocessing": preprocessing.describe(model.input_shape[1:3]),
+        "input": {"dtype": np.dtype(runner.input["dtype"]).name, "shape": [int(d) for d in runner.input["shape"]]},
+        "output": {"name": OUTPUT, "meaning": OUTPUT, "shape": [int(d) for d in runner.output["shape"]]},
+        "metadata": True,
+    }
+
+
+def export_embedder(model, out, quantize, images, representative_images=None, l2_normalize=False, num_threads=1,
+                    latency_runs=50, latency_warmup=5, source=None, set_name=None, metadata=None, gpu_check="auto",
+                    notes=()):  # fmt: skip
+    """The export job for a head-less model: `embedder_<mode>.tflite` + sidecar per mode, each verified against the
+    Keras features on `images` (uint8, at any size) and run on the GPU check; committed as a whole like every
+    export. Returns the report (also `out/report.json`); raises VerificationError when a file misses its budget."""
+    from .errors import VerificationError
+    from .report import format_table
+
+    image_size = tuple(int(d) for d in model.input_shape[1:3])
+    x = preprocessing.to_model_space(images, image_size)
+    pixels = np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
+    keras_runner = KerasRunner(model)
+    reference = keras_runner.outputs(x)
+    keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None,
+                 "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup)}  # fmt: skip
+    with commit.claim(out) as target:
+        commit.check_target(target)
+        staging = commit.staging_dir(target)
+        try:
+            artifacts = []
+            for mode in quantize:
+                flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
+                name = f"embedder_{mode}.tflite"
+                path = staging / name
+                commit.write_staged(path, flatbuffer)
+                info = sidecar(model, flatbuffer, mode, l2_normalize)
+                commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
+                runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
+                expected = reference / np.linalg.norm(reference, axis=-1, keepdims=True) if l2_normalize else reference
+                budget = BUDGETS[mode]
+                figures = compare(runner.outputs_from_pixels(pixels), expected)
+                entry = {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
+                         "path": str(path), "file_bytes": len(flatbuffer), **figures,
+                         "latency_ms": runner.latency_ms(x[:1], latency_runs, latency_warmup),
+                         "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
+                         "ops": read_ops(flatbuffer), "dimensions": info["dimensions"],
+                         "l2_normalized": bool(l2_normalize)}  # fmt: skip
+                entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
+                entry["metadata"] = tflite_metadata.read_metadata(flatbuffer)
+                entry["gpu"] = gpu.check_artifact(path, runner, pixels, expected, None, OUTPUT, budget, gpu_check,
+                                                  judge=_judge(budget))  # fmt: skip
+                entry["failures"] += entry["gpu"]["failures"]
+                entry["passed"] = not entry["failures"]
+                artifacts.append(entry)
+            report = {
+                "source": str(source) if source else type(model).__name__,
+                "out": str(out),
+                "kind": "embedder",
+                "model": {
+                    "image_size": list(image_size),
+                    "dimensions": int(model.output_shape[-1]),
+                    "parameters": int(model.count_params()),
+                },
+                "verification": {"set": set_name, "images": len(x), "labelled": False},
+                "latency_runs": latency_runs,
+                "latency_warmup": latency_warmup,
+                "keras": keras_row,
+                "artifacts": artifacts,
+                "notes": list(notes),
+                "passed": all(a["passed"] for a in artifacts),
+            }
+            if not report["passed"]:
+                error = VerificationError(
+                    "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
+                )
+                error.report = report
+                raise error
+            for a in artifacts:
+                a["path"] = files.join(out, a["name"])
+            report["files"] = commit.manifest(staging)
+            commit.write_staged(staging / commit.REPORT, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+            commit.commit(staging, target)
+            report["report_path"] = files.join(out, commit.REPORT)
+            return report
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def export_feature_model(model, out, formats, quantize, heldout=None, representative_images=None, max_verify_images=512,
+                         **options):  # fmt: skip
+    """`export_model` for a head-less model: TFLite embedders only (the SavedModel's signatures are a classifier's),
+    verified on the held-out images, else the representative ones, else seeded random images."""
+    if "tflite" not in formats:
+        raise ExportError(
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as TFLite "
+            "image embedders only (embedder_<mode>.tflite, for MediaPipe's ImageEmbedder); pass --formats tflite."
+        )
+    notes = list(options.pop("notes", ()))
+    if "saved_model" in formats:
+        notes.append("saved_model not written: a num_classes=0 model exports as TFLite image embedders only")
+    if heldout is not None:
+        images, set_name = heldout[0], options.pop("set_name", None) or "held-out set"
+    elif representative_images is not None and len(representative_images) > 0:
+        images, set_name = representative_images, "representative images"
+        options.pop("set_name", None)
+    else:
+        size = tuple(int(d) for d in model.input_shape[1:3])
+        images = np.random.default_rng(0).integers(0, 256, (32, *size, 3), dtype=np.uint8)
+        set_name = "seeded random images (no data given)"
+        options.pop("set_name", None)
+    return export_embedder(model, out, quantize, images[:max_verify_images], representative_images,
+                           set_name=set_name, notes=notes, **options)  # fmt: skip
+
+
+def format_table(report):
+    """The printed summary of an embedder export (`report.format_table` hands embedder reports here)."""
+    from .report import _size
+
+    header = ("artifact", "size", "dims", "min cos", "mean cos", "max|diff|", "norm diff", "latency ms", "threads",
+              "status")  # fmt: skip
+    keras = report["keras"]
+    rows = [("keras (reference)", "-", str(report["model"]["dimensions"]), "-", "-", "-", "-",
+             f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]  # fmt: skip
+    for a in report["artifacts"]:
+        rows.append((a["name"], _size(a["file_bytes"]), str(a["dimensions"]), f"{a['min_cosine']:.6f}",
+                     f"{a['mean_cosine']:.6f}", f"{a['max_abs_diff']:.2e}", f"{a['max_rel_norm_diff']:.2e}",
+                     f"{a['latency_ms']:.3f}", str(a["threads"]), "ok" if a["passed"] else "FAIL"))  # fmt: skip
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    v = report["verification"]
+    out = [f"Export of {report['source']} (image embedder)  ->  {report['out']}",
+           f"Verified on {v['images']} images from {v['set']}: cosine similarity of each image's vector with Keras'.",
+           "", line(header), line(["-" * w for w in widths]), *[line(r) for r in rows], ""]  # fmt: skip
+    for a in report["artifacts"]:
+        budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
+        out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
+        out.append(f"  metadata: {a['metadata']['description']}")
+        out.append(f"  ops ({sum(a['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in a['ops'].items())}")
+        out.append(gpu.describe(a["gpu"]))
+    out += [f"note: {note}" for note in report.get("notes", [])]
+    out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
+    return "\n".join(out)
