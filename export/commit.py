@@ -217,20 +217,7 @@ def _fsync_tree(directory):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(root)
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; there the rename is as durable as it gets
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        files.fsync_directory(root)
 
 
 _RENAME_EXCHANGE = 2
@@ -263,10 +250,10 @@ def _commit_local(staging, out):
     parent = os.path.dirname(out)
     if not os.path.exists(out) or (os.path.isdir(out) and not os.listdir(out)):
         os.replace(staging, out)  # over nothing, or over an empty directory (POSIX allows that)
-        _fsync_dir(parent)
+        files.fsync_directory(parent)
         return
     if use_exchange and _exchange(staging, out):
-        _fsync_dir(parent)
+        files.fsync_directory(parent)
         fault_point("swapped; old set not yet deleted")
         shutil.rmtree(staging, ignore_errors=True)  # now the old set
         return
@@ -278,7 +265,7 @@ def _commit_local(staging, out):
     except BaseException:
         os.rename(aside, out)
         raise
-    _fsync_dir(parent)
+    files.fsync_directory(parent)
     fault_point("new set in place; old set not yet deleted")
     shutil.rmtree(aside, ignore_errors=True)
 

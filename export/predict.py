@@ -10,12 +10,7 @@ from keras_vit.labels import decode_predictions
 from .errors import ExportError, check_count
 from .io import read_image, read_labels
 from .runners import load_runner
-
-
-def softmax(logits):
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+from .verify import softmax
 
 
 def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DEFAULT_BACKGROUND):

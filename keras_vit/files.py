@@ -276,6 +276,26 @@ def atomic_save(path, save, suffix=".tmp"):
 _TEMPORARY = re.compile(r"^(\..+\.[a-z0-9_]{8}\.tmp(\.[A-Za-z0-9]+)?|\.tmp-[a-z0-9_]{8}\.keras)$")
 
 
+def fsync_directory(path):
+    """Makes renames in a local directory durable (a crash of the machine could otherwise undo them).
+
+    Nothing to do for a URL (an object write is durable when it returns); platforms and file systems that cannot
+    open or flush a directory are left as they are, since there a rename is as durable as it gets.
+    """
+    if is_remote(path):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _replace_with_temporary(path, fill, suffix):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

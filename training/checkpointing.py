@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import signal
 import struct
@@ -113,17 +112,6 @@ def _checksum(arrays, header=None):
 _DAMAGE = (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, struct.error)
 
 
-def _fsync_directory(directory):
-    """Makes a rename in a local `directory` durable (a crash of the machine could otherwise undo it)."""
-    if files.is_remote(directory):
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 _AUTO_SUFFIX = re.compile(r"_\d+(?=/|$)")
 
 
@@ -216,7 +204,7 @@ class CheckpointManager:
         header["sha256"] = _checksum(arrays, header)
         arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
         atomic_write(path, lambda f: np.savez(f, **arrays))
-        _fsync_directory(self.directory)
+        files.fsync_directory(self.directory)
         self._rotate(step)
         return path
 
