@@ -151,8 +151,9 @@ def write(folder, params, config, class_names=None):
         )
     architecture, epsilon = _architecture(config)
     if abs(config.layer_norm_epsilon - epsilon) > 1e-9:
+        what, stated = ("ViT", "1e-6") if epsilon == 1e-6 else (architecture, "1e-5")
         warnings.warn(
-            f"timm's {architecture} uses LayerNorm epsilon {epsilon:g}; this model uses {config.layer_norm_epsilon:g}. "
+            f"timm's {what} uses LayerNorm epsilon {stated}; this model uses {config.layer_norm_epsilon:g}. "
             f"Outputs in timm will differ by about that much relative to the activations' variance.",
             stacklevel=3,
         )

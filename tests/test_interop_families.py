@@ -1,0 +1,118 @@
+"""The ViT relatives (DeiT, DeiT-III, DINOv2 with and without registers, CLIP, SigLIP, timm's fc_norm pooling) from
+timm's and transformers' own folders: the outputs those libraries computed (fixtures/interop_families/), the options
+read, and the round trip through save_pretrained back to the same layout."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import keras_vit
+
+FAMILIES = os.path.join(os.path.dirname(__file__), "fixtures", "interop_families")
+TOL = 1e-5
+
+
+def io(name):
+    return dict(np.load(os.path.join(FAMILIES, name, "io.npz")))
+
+
+def layer_output(model, images, layer):
+    return keras.Model(model.input, model.get_layer(layer).output).predict(images, verbose=0)
+
+
+def scaled_diff(actual, expected):
+    """Max |difference| over max(1, max |expected|): 1e-5 absolute for outputs of order 1, relative for larger ones
+    (CLIP's un-normed last hidden state reaches 15, where float32's spacing is already 1e-6)."""
+    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
+    return float(diff / max(1.0, float(np.abs(expected).max())))
+
+
+def _pre_logits(model, images):
+    if model.config.distillation_token:  # timm: the mean of the class and distillation tokens
+        return (layer_output(model, images, "pool") + layer_output(model, images, "pool_dist")) / 2
+    layer = "MAPHead_0" if model.config.pooling == "map" else "fc_norm" if model.config.fc_norm else "pool"
+    return layer_output(model, images, layer)
+
+
+def _tokens_layer(model, fmt):
+    """The layer whose output is timm's forward_features / transformers' last_hidden_state."""
+    config = model.config
+    if config.fc_norm or (config.pre_norm and fmt == "transformers"):
+        return (
+            f"encoderblock_{config.num_layers - 1}"  # timm's norm is Identity; CLIP's post_layernorm: class token only
+        )
+    return "encoder_norm"
+
+
+def outputs(model, images, names, fmt):
+    """{output name: the model's value} for the names a fixture's io.npz holds."""
+    got = {}
+    for name in names:
+        if name in ("logits", "pooler_output"):
+            got[name] = model.predict(images, verbose=0)
+        elif name == "pre_logits":
+            got[name] = _pre_logits(model, images)
+        elif name in ("tokens", "last_hidden_state"):
+            got[name] = layer_output(model, images, _tokens_layer(model, fmt))
+    return got
+
+
+# fixture: (the options keras-vit must read, prefix tokens)
+EXPECTED = {
+    "timm_deit3_small": (dict(layer_scale=1e-5, no_embed_class=True, gelu="exact"), 1),
+    "timm_dinov2_small": (dict(layer_scale=1e-5, no_embed_class=False, patch_size=14), 1),
+    "timm_vit_cls_fc_norm": (dict(fc_norm=True, pooling="gap", class_token=True), 1),
+    "timm_dinov2_small_reg4": (dict(num_registers=4, no_embed_class=True, layer_scale=1e-5), 5),
+    "timm_clip_base": (dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, gelu="exact"), 1),
+    "timm_clip_quickgelu": (dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, gelu="quick"), 1),
+    "timm_siglip_base": (dict(pooling="map", class_token=False, gelu="exact"), 0),
+    "timm_deit_tiny_distilled": (dict(distillation_token=True, pooling="token"), 2),
+    "hf_dinov2_small": (dict(layer_scale=1e-5, num_classes=0, layer_norm_epsilon=1e-6), 1),
+    "hf_dinov2_small_registers": (dict(layer_scale=1e-5, num_registers=4, no_embed_class=False), 5),
+    "hf_clip_vision": (dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5), 1),
+    "hf_siglip_vision": (dict(pooling="map", class_token=False, gelu="tanh", num_classes=0), 0),
+    "hf_deit_distilled": (dict(distillation_token=True, num_classes=5, layer_norm_epsilon=1e-12), 2),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def fixture(request):
+    """(name, model loaded from the fixture, its io.npz), one load per fixture."""
+    name = request.param
+    return name, keras_vit.from_pretrained(os.path.join(FAMILIES, name)), io(name)
+
+
+def fmt(name):
+    return "timm" if name.startswith("timm") else "transformers"
+
+
+def test_fixture_matches_its_library(fixture):
+    name, model, ref = fixture
+    names = [k for k in ("logits", "pre_logits", "tokens", "last_hidden_state", "pooler_output") if k in ref]
+    got = outputs(model, ref["images"], names, fmt(name))
+    diffs = {k: scaled_diff(got[k], ref[k]) for k in names}
+    assert max(diffs.values()) < TOL, diffs
+
+
+def test_fixture_options_and_prefix_tokens(fixture):
+    name, model, _ = fixture
+    options, prefix = EXPECTED[name]
+    assert {k: getattr(model.config, k) for k in options} == options
+    assert model.config.num_prefix_tokens == prefix
+
+
+def test_save_pretrained_round_trip(fixture, tmp_path):
+    name, model, ref = fixture
+    out = keras_vit.save_pretrained(model, tmp_path / name, format=fmt(name))
+    written = load_file(os.path.join(out, "model.safetensors"))
+    original = load_file(os.path.join(FAMILIES, name, "model.safetensors"))
+    assert {k: v.shape for k, v in written.items()} == {k: v.shape for k, v in original.items()}
+    again = keras_vit.from_pretrained(out)
+    assert again.config == model.config
+    names = [k for k in ("logits", "pre_logits", "tokens", "last_hidden_state", "pooler_output") if k in ref]
+    got = outputs(again, ref["images"], names, fmt(name))
+    diffs = {k: scaled_diff(got[k], ref[k]) for k in names}
+    assert max(diffs.values()) < TOL, diffs
