@@ -472,6 +472,9 @@ def test_timm_tensors_without_counterpart_are_named(tmp_path):
         ("blocks.0.attn.q_norm.weight", "qk-norm"),
         ("blocks.0.mlp.fc1_g.weight", "a SwiGLU MLP"),
         ("rope.freqs", "rotary position embeddings"),
+        ("blocks.0.attn.norm.weight", "a LayerNorm inside attention"),
+        ("blocks.0.mlp.norm.weight", "a LayerNorm inside the MLP"),
+        ("patch_embed.backbone.stem.conv.weight", "timm's hybrid layout"),
     ],
 )
 def test_timm_features_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, tensor, feature):

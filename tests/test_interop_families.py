@@ -116,3 +116,37 @@ def test_save_pretrained_round_trip(fixture, tmp_path):
     got = outputs(again, ref["images"], names, fmt(name))
     diffs = {k: scaled_diff(got[k], ref[k]) for k in names}
     assert max(diffs.values()) < TOL, diffs
+
+
+def _copy(name, tmp_path, **config_changes):
+    import json
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(os.path.join(FAMILIES, name), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(config_changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "name, changes, message",
+    [
+        ("hf_dinov2_small", dict(use_swiglu_ffn=True), "uses a SwiGLU MLP"),
+        ("hf_dinov2_small", dict(architectures=["Dinov2ForImageClassification"]), "class token concatenated"),
+        ("hf_clip_vision", dict(architectures=["CLIPVisionModelWithProjection"]), "visual projection"),
+    ],
+)
+def test_transformers_members_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, name, changes, message):
+    with pytest.raises(keras_vit.CheckpointError, match=message) as err:
+        keras_vit.from_pretrained(_copy(name, tmp_path, **changes))
+    assert "\n" not in str(err.value)
+
+
+def test_family_models_without_a_counterpart_are_refused_on_save(tmp_path):
+    timm_only = keras_vit.from_pretrained(os.path.join(FAMILIES, "timm_deit3_small"))  # a head, no_embed_class
+    with pytest.raises(keras_vit.CheckpointError, match="has no counterpart for this model"):
+        keras_vit.save_pretrained(timm_only, tmp_path / "hf", format="transformers")
+    with pytest.raises(keras_vit.CheckpointError, match="keras-hub's ViT has none of layer_scale"):
+        keras_vit.save_pretrained(timm_only, tmp_path / "kh", format="keras_hub")

@@ -220,3 +220,20 @@ def test_bias_free_patch_embedding_and_pre_norm_layers():
     assert names.index("norm_pre") < names.index("encoderblock_0")
     with pytest.raises(ValueError, match="distillation_token=True needs class_token=True"):
         keras_vit.create_model("testing", distillation_token=True, class_token=False, pooling="gap")
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+def test_fc_norm_normalises_the_mean_of_the_patch_tokens(class_token):
+    model = keras_vit.create_model("testing", pooling="gap", fc_norm=True, class_token=class_token, num_classes=3)
+    assert "encoder_norm" not in [layer.name for layer in model.layers]
+    rng = np.random.default_rng(11)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.3, w.shape).astype("float32"))
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    tokens = keras.Model(model.input, model.get_layer("encoderblock_1").output).predict(images, verbose=0)
+    assert tokens.shape[1] == 16 + class_token
+    norm, head = model.get_layer("fc_norm"), model.get_layer("head")
+    pooled = tokens[:, int(class_token) :].astype(np.float64).mean(1)
+    expected = numpy_vit.layer_norm(pooled, norm.gamma.numpy(), norm.beta.numpy(), eps=1e-6)
+    expected = expected @ head.kernel.numpy() + head.bias.numpy()
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-5)
