@@ -136,6 +136,7 @@ def _copy(name, tmp_path, **config_changes):
         ("hf_dinov2_small", dict(use_swiglu_ffn=True), "uses a SwiGLU MLP"),
         ("hf_dinov2_small", dict(architectures=["Dinov2ForImageClassification"]), "class token concatenated"),
         ("hf_clip_vision", dict(architectures=["CLIPVisionModelWithProjection"]), "visual projection"),
+        ("hf_deit_distilled", dict(architectures=["DeiTForImageClassification"]), "class-token-only classifier"),
     ],
 )
 def test_transformers_members_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, name, changes, message):
