@@ -151,3 +151,23 @@ def test_family_models_without_a_counterpart_are_refused_on_save(tmp_path):
         keras_vit.save_pretrained(timm_only, tmp_path / "hf", format="transformers")
     with pytest.raises(keras_vit.CheckpointError, match="keras-hub's ViT has none of layer_scale"):
         keras_vit.save_pretrained(timm_only, tmp_path / "kh", format="keras_hub")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["timm_siglip_base", "timm_dinov2_small_reg4", "timm_deit_tiny_distilled"])
+def test_family_models_convert_to_builtin_tflite(name):
+    from ai_edge_litert.interpreter import Interpreter
+
+    import export
+
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, name))
+    ref = io(name)
+    flatbuffer = export.convert_tflite(model, output="logits")
+    assert export.non_builtin_ops(export.read_ops(flatbuffer)) == []
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    given, taken = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
+    for image, logits in zip(ref["images"], ref["logits"]):
+        interpreter.set_tensor(given, image[None].astype("float32"))
+        interpreter.invoke()
+        assert scaled_diff(interpreter.get_tensor(taken)[0], logits) < TOL
