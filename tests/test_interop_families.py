@@ -171,3 +171,18 @@ def test_family_models_convert_to_builtin_tflite(name):
         interpreter.set_tensor(given, image[None].astype("float32"))
         interpreter.invoke()
         assert scaled_diff(interpreter.get_tensor(taken)[0], logits) < TOL
+
+
+def test_registers_with_position_rows_are_refused_both_ways(tmp_path):
+    from safetensors.numpy import save_file
+
+    folder = _copy("timm_dinov2_small_reg4", tmp_path)
+    state = load_file(folder / "model.safetensors")
+    grid_rows = state["pos_embed"]
+    state["pos_embed"] = np.concatenate([np.zeros((1, 5, 48), np.float32), grid_rows], axis=1)  # class + 4 registers
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(keras_vit.CheckpointError, match="rows for the register tokens"):
+        keras_vit.from_pretrained(folder)
+    hf_registers = keras_vit.from_pretrained(os.path.join(FAMILIES, "hf_dinov2_small_registers"))
+    with pytest.raises(keras_vit.CheckpointError, match="save it as 'transformers'"):
+        keras_vit.save_pretrained(hf_registers, tmp_path / "timm", format="timm")

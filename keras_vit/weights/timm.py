@@ -71,7 +71,7 @@ def read(folder):
         raise CheckpointError(f"{folder!r} ({arch}) is not a timm ViT: it has no patch_embed.proj.weight.")
     hidden = int(state["patch_embed.proj.weight"].shape[0])
     params = timm_layout.to_original(state, _num_heads(args, arch, hidden, folder), source=folder)
-    grid = _grid(args, pretrained, params, state)
+    grid = _grid(args, pretrained, params, state, folder)
     options = infer_options(params, source=folder, grid=grid)
     _check_prefix_rows(params, options, args, folder)
     pool = args.get("global_pool", cfg.get("global_pool", "token"))
@@ -130,12 +130,18 @@ def _num_heads(args, arch, hidden, folder):
     raise CheckpointError(f"{folder!r}: cannot tell the number of attention heads; add num_heads to model_args.")
 
 
-def _grid(args, pretrained, params, state):
+def _grid(args, pretrained, params, state, folder):
     patch = int(state["patch_embed.proj.weight"].shape[-1])
     size = pretrained.get("input_size", [None, *np.broadcast_to(args.get("img_size", 0), (2,))])[1:]
     grid = (int(size[0]) // patch, int(size[1]) // patch) if size[0] else None
     rows = params[POSEMB_KEY].shape[1]
     prefix = int("cls" in params) + int("dist" in params)
+    registers = params["registers"].shape[1] if "registers" in params else 0
+    if grid and registers and grid[0] * grid[1] == rows - prefix - registers:
+        raise CheckpointError(
+            f"{folder!r}: its position embedding has rows for the register tokens "
+            f"(no_embed_class=False); keras-vit's registers have none of their own (as in timm's reg4 models)."
+        )
     return grid if grid and grid[0] * grid[1] in (rows, rows - prefix) else None
 
 
@@ -148,6 +154,12 @@ def write(folder, params, config, class_names=None):
         raise CheckpointError(
             "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
             "without a head (its ViTModel pooler is that layer)."
+        )
+    if config.num_registers and not config.no_embed_class:
+        raise CheckpointError(
+            "timm's ViT gives register tokens position rows unless no_embed_class=True; this model's registers "
+            "follow a class-row position embedding (transformers' Dinov2WithRegisters layout): save it as "
+            "'transformers' or 'npz'."
         )
     architecture, epsilon = _architecture(config)
     if abs(config.layer_norm_epsilon - epsilon) > 1e-9:

@@ -57,7 +57,7 @@ _BLOCK = {
 
 def is_transformers_folder(folder):
     path = os.path.join(folder, "config.json")
-    known = ("vit", "vit-hybrid", *families.FAMILIES)
+    known = ("vit", "vit-hybrid", *families.FAMILIES, *families.DUAL_ENCODERS)
     return files.exists(path) and read_json(path).get("model_type") in known
 
 
@@ -65,10 +65,10 @@ def read(folder):
     """A transformers ViT folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
     model_type = cfg.get("model_type")
-    if model_type != "vit" and model_type not in families.FAMILIES:
+    if model_type != "vit" and model_type not in families.FAMILIES and model_type not in families.DUAL_ENCODERS:
         raise CheckpointError(
-            f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit' and "
-            f"{', '.join(repr(k) for k in families.FAMILIES)}."
+            f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit', "
+            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of 'clip' and 'siglip'."
         )
     weights = os.path.join(folder, "model.safetensors")
     if not files.exists(weights):
@@ -76,16 +76,20 @@ def read(folder):
             f"transformers folder {folder!r} has no model.safetensors (only pytorch_model.bin?); keras-vit reads "
             f"safetensors only. Save it with save_pretrained(folder, safe_serialization=True)."
         )
+    state = read_safetensors(weights)
+    if model_type in families.DUAL_ENCODERS:
+        cfg, state = families.vision_tower(cfg, state)
+        model_type = cfg["model_type"]
     act = cfg.get("hidden_act", "gelu")
     if act not in _ACT:
         raise CheckpointError(f"{folder!r} uses hidden_act={act!r}; keras-vit has GELU only ({sorted(_ACT)}).")
     heads = int(cfg.get("num_attention_heads", 12))
     if model_type in families.FAMILIES:
-        params = families.to_original(read_safetensors(weights), model_type, heads, source=folder)
+        params = families.to_original(state, model_type, heads, source=folder)
         options = families.read_options(folder, cfg, params)
         options["gelu"] = _ACT[act]
         return _checkpoint(folder, params, options, cfg)
-    params = to_original(read_safetensors(weights), heads, source=folder)
+    params = to_original(state, heads, source=folder)
     if "ViTForImageClassification" in cfg.get("architectures", []):
         # Its classifier reads the class token itself; a pooler some repos still carry is never applied there.
         for key in ("pre_logits/kernel", "pre_logits/bias"):

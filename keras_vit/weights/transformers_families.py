@@ -189,6 +189,25 @@ def from_original(params, model_type, num_heads):
     return from_timm(timm_layout.from_original(params, num_heads), model_type)
 
 
+# The dual-encoder repos (openai/clip-*, google/siglip-*): their image tower, under `vision_config` and the
+# `vision_model.` prefix; the text tower and the projections are left out (`pooler_output` is what comes back).
+# Defaults: transformers' CLIPVisionConfig / SiglipVisionConfig, for fields a saved config leaves out.
+DUAL_ENCODERS = {
+    "clip": ("clip_vision_model", dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, patch_size=32)),
+    "siglip": ("siglip_vision_model", dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, patch_size=16)),
+}
+_TOWER_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
+
+
+def vision_tower(cfg, state):
+    """A CLIPModel / SiglipModel config and state dict -> its image tower's (the families' vision models)."""
+    model_type, defaults = DUAL_ENCODERS[cfg["model_type"]]
+    vision = {**_TOWER_DEFAULTS, "image_size": 224, **defaults, **(cfg.get("vision_config") or {})}
+    vision["model_type"] = model_type
+    vision["architectures"] = [FAMILIES[model_type][5]]
+    return vision, {k: v for k, v in state.items() if k.startswith("vision_model.")}
+
+
 _EPSILON = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "deit": 1e-12, "clip_vision_model": 1e-5}
 _DINO_HEAD = "a classifier on the class token concatenated with the mean patch token"
 _REFUSED_ARCHITECTURES = {
