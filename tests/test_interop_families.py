@@ -186,3 +186,12 @@ def test_registers_with_position_rows_are_refused_both_ways(tmp_path):
     hf_registers = keras_vit.from_pretrained(os.path.join(FAMILIES, "hf_dinov2_small_registers"))
     with pytest.raises(keras_vit.CheckpointError, match="save it as 'transformers'"):
         keras_vit.save_pretrained(hf_registers, tmp_path / "timm", format="timm")
+
+
+def test_inspection_layout_counts_every_prefix_token():
+    from keras_vit import inspect
+
+    model = keras_vit.create_model("testing", num_registers=2, no_embed_class=True, layer_scale=1e-5)
+    layout = inspect.token_layout(model)
+    assert layout.num_prefix_tokens == model.config.num_prefix_tokens == 3
+    assert inspect.position_embedding_similarity(model).shape == (4, 4, 4, 4)

@@ -112,6 +112,17 @@ def _map_head_variables(head, add, norm):
         add(f"MAPHead_0/MlpBlock_0/{dense.name}/bias", dense.bias)
 
 
+def _checkpoint_prefix_rows(params, table, layer, posemb, checkpoint_grid):
+    """Rows of the checkpoint's position table before its patch rows: what resizing must leave as they are."""
+    if checkpoint_grid is not None and posemb.shape[1] > checkpoint_grid[0] * checkpoint_grid[1]:
+        return int(posemb.shape[1] - checkpoint_grid[0] * checkpoint_grid[1])
+    if checkpoint_grid is not None and posemb.shape[1] == checkpoint_grid[0] * checkpoint_grid[1]:
+        return 0
+    if layer.num_prefix_tokens == 0 and ("cls" in params) == ("cls" in table):
+        return 0  # no class token, or no_embed_class
+    return int("cls" in params) + int("dist" in params)
+
+
 def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=None, caller="load_npz"):
     """Loads a checkpoint already in the original vit_jax key layout into a model made by `create_model`.
 
@@ -169,7 +180,7 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
         have, want = params[POSEMB_KEY], table[POSEMB_KEY]
         if tuple(have.shape) != tuple(want.shape) and have.shape[-1] == want.shape[-1]:
             layer = model.get_layer("posembed_input")
-            prefix = layer.num_prefix_tokens
+            prefix = _checkpoint_prefix_rows(params, table, layer, have, checkpoint_grid)
             old_grid = tuple(checkpoint_grid) if checkpoint_grid else infer_grid(have.shape[1] - prefix)
             params = dict(params)
             params[POSEMB_KEY] = resize_position_embedding(
