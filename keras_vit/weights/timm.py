@@ -148,19 +148,7 @@ def _grid(args, pretrained, params, state, folder):
 def write(folder, params, config, class_names=None):
     """Writes a timm folder that `timm.create_model(cfg["architecture"], pretrained=True, **cfg["model_args"],
     pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=folder + "/model.safetensors"))` loads."""
-    if config.resnet_layers is not None:
-        raise CheckpointError("save_pretrained(format='timm') writes plain ViTs only; save a hybrid as 'npz'.")
-    if config.representation_size:
-        raise CheckpointError(
-            "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
-            "without a head (its ViTModel pooler is that layer)."
-        )
-    if config.num_registers and not config.no_embed_class:
-        raise CheckpointError(
-            "timm's ViT gives register tokens position rows unless no_embed_class=True; this model's registers "
-            "follow a class-row position embedding (transformers' Dinov2WithRegisters layout): save it as "
-            "'transformers' or 'npz'."
-        )
+    _check_writable(config)
     architecture, epsilon = _architecture(config)
     if abs(config.layer_norm_epsilon - epsilon) > 1e-9:
         what, stated = ("ViT", "1e-6") if epsilon == 1e-6 else (architecture, "1e-5")
@@ -190,15 +178,6 @@ def write(folder, params, config, class_names=None):
     )
     if config.gelu != "exact":
         model_args["act_layer"] = {"tanh": "gelu_tanh", "quick": "quick_gelu"}[config.gelu]
-    if not config.patch_bias and not config.pre_norm:
-        raise CheckpointError(
-            "timm's ViT drops the patch-embedding bias only with pre_norm=True (CLIP); this model has patch_bias=False "
-            "without pre_norm. Save it as 'npz' or 'keras'."
-        )
-    if config.patch_bias and config.pre_norm:
-        raise CheckpointError(
-            "timm's ViT with pre_norm=True has no patch-embedding bias; this model has both. Save it as 'npz'."
-        )
     pretrained_cfg = dict(
         input_size=[config.channels, height, width],
         fixed_input_size=True,
@@ -227,6 +206,32 @@ def write(folder, params, config, class_names=None):
     write_safetensors(os.path.join(folder, "model.safetensors"), state)
     write_json(os.path.join(folder, "config.json"), cfg)
     return folder
+
+
+def _check_writable(config):
+    """One line for a model timm's `VisionTransformer` cannot hold."""
+    if config.resnet_layers is not None:
+        raise CheckpointError("save_pretrained(format='timm') writes plain ViTs only; save a hybrid as 'npz'.")
+    if config.representation_size:
+        raise CheckpointError(
+            "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
+            "without a head (its ViTModel pooler is that layer)."
+        )
+    if config.num_registers and not config.no_embed_class:
+        raise CheckpointError(
+            "timm's ViT gives register tokens position rows unless no_embed_class=True; this model's registers "
+            "follow a class-row position embedding (transformers' Dinov2WithRegisters layout): save it as "
+            "'transformers' or 'npz'."
+        )
+    if not config.patch_bias and not config.pre_norm:
+        raise CheckpointError(
+            "timm's ViT drops the patch-embedding bias only with pre_norm=True (CLIP); this model has patch_bias=False "
+            "without pre_norm. Save it as 'npz' (or with model.save)."
+        )
+    if config.patch_bias and config.pre_norm:
+        raise CheckpointError(
+            "timm's ViT with pre_norm=True has no patch-embedding bias; this model has both. Save it as 'npz'."
+        )
 
 
 # Registered timm names (with a pretrained config, which `pretrained=True` needs) by width; model_args
