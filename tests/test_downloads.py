@@ -535,3 +535,69 @@ def test_from_pretrained_of_a_hub_repo_gives_the_library_outputs(server, env, re
     model = keras_vit.from_pretrained(f"hf://{repo}")
     io_npz = np.load(folder / "io.npz")
     np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)
+
+
+FAMILIES = ROOT / "tests" / "fixtures" / "interop_families"
+
+
+def _dual_encoder_repo(fixture, model_type, architecture, extra):
+    """A CLIPModel / SiglipModel repo as the Hub's openai/google ones are laid out: the fixture's image tower under
+    `vision_config` and the `vision_model.` prefix, beside text-tower and projection tensors keras-vit must leave."""
+    from safetensors.numpy import load_file, save
+
+    folder = FAMILIES / fixture
+    vision = json.loads((folder / "config.json").read_text())
+    for key in ("architectures", "model_type", "transformers_version"):
+        vision.pop(key, None)
+    cfg = dict(architectures=[architecture], model_type=model_type, vision_config=vision, text_config={})
+    state = {f"vision_model.{k}": v for k, v in load_file(folder / "model.safetensors").items()}
+    rng = np.random.default_rng(0)
+    state.update({k: rng.standard_normal(shape).astype("float32") for k, shape in extra.items()})
+    return {
+        "config.json": json.dumps(cfg).encode(),
+        "model.safetensors": save(state),
+        "preprocessor_config.json": (folder / "preprocessor_config.json").read_bytes(),
+    }
+
+
+_TEXT = {"text_model.embeddings.token_embedding.weight": (10, 48)}
+_CLIP_OTHERS = {**_TEXT, "visual_projection.weight": (8, 48), "text_projection.weight": (8, 48), "logit_scale": ()}
+_SIGLIP_OTHERS = {**_TEXT, "text_model.head.weight": (48, 48), "logit_scale": (1,), "logit_bias": (1,)}
+
+
+def _folder_repo(fixture):
+    return {p.name: p.read_bytes() for p in (FAMILIES / fixture).iterdir() if p.name != "io.npz"}
+
+
+@pytest.mark.parametrize(
+    ("repo", "fixture", "output", "files"),
+    [
+        ("facebook/dinov2-small", "hf_dinov2_small", "pooler_output", lambda: _folder_repo("hf_dinov2_small")),
+        (
+            "timm/vit_small_patch14_reg4_dinov2.lvd142m",
+            "timm_dinov2_small_reg4",
+            "logits",
+            lambda: _folder_repo("timm_dinov2_small_reg4"),
+        ),
+        (
+            "openai/clip-vit-base-patch16",
+            "hf_clip_vision",
+            "pooler_output",
+            lambda: _dual_encoder_repo("hf_clip_vision", "clip", "CLIPModel", _CLIP_OTHERS),
+        ),
+        (
+            "google/siglip-base-patch16-224",
+            "hf_siglip_vision",
+            "pooler_output",
+            lambda: _dual_encoder_repo("hf_siglip_vision", "siglip", "SiglipModel", _SIGLIP_OTHERS),
+        ),
+    ],
+    ids=["dinov2", "timm-dinov2-reg4", "clip", "siglip"],
+)
+def test_from_pretrained_of_a_family_hub_repo_gives_the_library_outputs(server, env, repo, fixture, output, files):
+    import keras_vit
+
+    _hub_files(server, repo, "main", files())
+    model = keras_vit.from_pretrained(f"hf://{repo}")
+    io_npz = np.load(FAMILIES / fixture / "io.npz")
+    np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)

@@ -460,18 +460,31 @@ def test_missing_source_is_a_one_line_error(tmp_path):
 
 def test_timm_tensors_without_counterpart_are_named(tmp_path):
     state = load_file(f"{TIMM}/model.safetensors")
-    state["blocks.0.ls1.gamma"] = np.ones(48, np.float32)  # timm's LayerScale (init_values), which keras-vit lacks
-    folder = _timm_folder(tmp_path / "ls", state, read_json(f"{TIMM}/config.json"))
-    with pytest.raises(keras_vit.CheckpointError, match="no counterpart in keras-vit's ViT: blocks.0.ls1.gamma"):
+    state["blocks.0.attn.gate.weight"] = np.ones(48, np.float32)  # a part no timm ViT keras-vit builds has
+    folder = _timm_folder(tmp_path / "gate", state, read_json(f"{TIMM}/config.json"))
+    with pytest.raises(keras_vit.CheckpointError, match="no counterpart in keras-vit's ViT: blocks.0.attn.gate.weight"):
         keras_vit.from_pretrained(folder)
 
 
-def test_timm_fc_norm_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "tensor, feature",
+    [
+        ("blocks.0.attn.q_norm.weight", "qk-norm"),
+        ("blocks.0.mlp.fc1_g.weight", "a SwiGLU MLP"),
+        ("rope.freqs", "rotary position embeddings"),
+        ("blocks.0.attn.norm.weight", "a LayerNorm inside attention"),
+        ("blocks.0.mlp.norm.weight", "a LayerNorm inside the MLP"),
+        ("patch_embed.backbone.stem.conv.weight", "timm's hybrid layout"),
+    ],
+)
+def test_timm_features_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, tensor, feature):
+    # fc_norm (global_pool='avg') and LayerScale load now (test_interop_families.py); these still cannot.
     state = load_file(f"{TIMM}/model.safetensors")
-    state["fc_norm.weight"], state["fc_norm.bias"] = state.pop("norm.weight"), state.pop("norm.bias")
-    folder = _timm_folder(tmp_path / "fc", state, read_json(f"{TIMM}/config.json"))
-    with pytest.raises(keras_vit.CheckpointError, match="normalises after pooling"):
+    state[tensor] = np.ones(48, np.float32)
+    folder = _timm_folder(tmp_path / "x", state, read_json(f"{TIMM}/config.json"))
+    with pytest.raises(keras_vit.CheckpointError, match=f"uses {feature}") as err:
         keras_vit.from_pretrained(folder)
+    assert "\n" not in str(err.value) and tensor in str(err.value)
 
 
 def test_formats_without_an_equivalent_are_refused(tmp_path):

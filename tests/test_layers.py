@@ -124,3 +124,116 @@ def test_layer_norm_matches_numpy_and_keras():
     assert mixed.gamma.dtype == "float32"
     y = mixed(keras.ops.cast(x, "bfloat16"))
     assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+
+
+# ----- the ViT family's building blocks, against numpy -----
+
+
+def test_quick_gelu_and_layer_scale_match_numpy():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 5, 8)).astype("float32")
+    mlp = L.MlpBlock(16, gelu="quick")
+    mlp.build(x.shape)
+    w0, b0, w1, b1 = (v.numpy().astype(np.float64) for v in mlp.weights)
+    h = x @ w0 + b0
+    expected = (h / (1 + np.exp(-1.702 * h))) @ w1 + b1
+    np.testing.assert_allclose(np.asarray(mlp(x)), expected, atol=1e-5)
+    scale = L.LayerScale(1e-5)
+    scale.build(x.shape)
+    np.testing.assert_allclose(scale.scale.numpy(), 1e-5)
+    gain = rng.standard_normal(8).astype("float32")
+    scale.scale.assign(gain)
+    np.testing.assert_allclose(np.asarray(scale(x)), x * gain, rtol=1e-6)
+
+
+def test_register_tokens_go_after_the_class_token():
+    x = np.random.default_rng(7).standard_normal((2, 5, 4)).astype("float32")
+    layer = L.RegisterTokens(3, insert_at=1)
+    out = np.asarray(layer(x))
+    registers = layer.tokens.numpy()[0]
+    assert out.shape == (2, 8, 4)
+    np.testing.assert_array_equal(out[:, 0], x[:, 0])
+    np.testing.assert_array_equal(out[:, 1:4], np.broadcast_to(registers, (2, 3, 4)))
+    np.testing.assert_array_equal(out[:, 4:], x[:, 1:])
+
+
+def test_map_head_matches_numpy():
+    rng = np.random.default_rng(8)
+    tokens = rng.standard_normal((2, 6, 8)).astype("float32")
+    head = L.MAPHead(2, 16, gelu="tanh", layer_norm_epsilon=1e-6)
+    head.build(tokens.shape)
+    for w in head.weights:
+        w.assign(rng.normal(0, 0.5, w.shape).astype("float32"))
+    p = {w.path.split("/", 1)[1]: w.numpy().astype(np.float64) for w in head.weights}
+    att = {k.split("/")[-1]: v for k, v in p.items() if "MultiHeadDotProductAttention_0" in k}
+    q = np.einsum("d,dhk->hk", p["probe"][0, 0], att["query_kernel"]) + att["query_bias"]  # (H, Dh)
+    k = np.einsum("btd,dhk->bthk", tokens, att["key_kernel"]) + att["key_bias"]
+    v = np.einsum("btd,dhk->bthk", tokens, att["value_kernel"]) + att["value_bias"]
+    weights = numpy_vit.softmax(np.einsum("hk,bthk->bht", q, k) / np.sqrt(4))
+    y = np.einsum("bht,bthk,hkd->bd", weights, v, att["out_kernel"]) + att["out_bias"]
+    norm = {k.split("/")[-1]: v for k, v in p.items() if "LayerNorm_0" in k}
+    z = numpy_vit.layer_norm(y, norm["gamma"], norm["beta"], eps=1e-6)
+    dense = [v for k, v in sorted(p.items()) if "MlpBlock_0" in k]  # Dense_0 bias, kernel, Dense_1 bias, kernel
+    h = z @ dense[1] + dense[0]
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+    expected = y + h @ dense[3] + dense[2]
+    np.testing.assert_allclose(np.asarray(head(tokens)), expected, atol=1e-4)
+
+
+def test_no_embed_class_adds_positions_to_patch_tokens_only():
+    model = keras_vit.create_model("testing", no_embed_class=True, num_registers=2)
+    rng = np.random.default_rng(9)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.2, w.shape).astype("float32"))
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, 16, 32)
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    patches = keras.Model(model.input, model.get_layer("embedding").output).predict(images, verbose=0)
+    tokens = keras.Model(model.input, model.get_layer("encoderblock_0").input).predict(images, verbose=0)
+    assert tokens.shape == (2, 1 + 2 + 16, 32) and model.config.num_prefix_tokens == 3
+    np.testing.assert_allclose(tokens[:, 0], np.broadcast_to(model.get_layer("cls").cls.numpy()[0, 0], (2, 32)))
+    np.testing.assert_allclose(
+        tokens[:, 1:3], np.broadcast_to(model.get_layer("registers").tokens.numpy()[0], (2, 2, 32))
+    )
+    posemb = model.get_layer("posembed_input").pos_embedding.numpy()
+    np.testing.assert_allclose(tokens[:, 3:], patches + posemb, atol=1e-6)
+
+
+def test_distillation_averages_the_two_heads():
+    model = keras_vit.create_model("testing", distillation_token=True, num_classes=3)
+    rng = np.random.default_rng(10)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.2, w.shape).astype("float32"))
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    normed = keras.Model(model.input, model.get_layer("encoder_norm").output).predict(images, verbose=0)
+    head, dist = model.get_layer("head"), model.get_layer("head_dist")
+    expected = (normed[:, 0] @ head.kernel.numpy() + head.bias.numpy()) / 2
+    expected += (normed[:, 1] @ dist.kernel.numpy() + dist.bias.numpy()) / 2
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-5)
+    features = keras_vit.create_model("testing", distillation_token=True, num_classes=0)
+    assert features.output_shape == (None, 32)
+
+
+def test_bias_free_patch_embedding_and_pre_norm_layers():
+    model = keras_vit.create_model("testing", patch_bias=False, pre_norm=True)
+    assert model.get_layer("embedding").bias is None
+    names = [layer.name for layer in model.layers]
+    assert names.index("norm_pre") < names.index("encoderblock_0")
+    with pytest.raises(ValueError, match="distillation_token=True needs class_token=True"):
+        keras_vit.create_model("testing", distillation_token=True, class_token=False, pooling="gap")
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+def test_fc_norm_normalises_the_mean_of_the_patch_tokens(class_token):
+    model = keras_vit.create_model("testing", pooling="gap", fc_norm=True, class_token=class_token, num_classes=3)
+    assert "encoder_norm" not in [layer.name for layer in model.layers]
+    rng = np.random.default_rng(11)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.3, w.shape).astype("float32"))
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    tokens = keras.Model(model.input, model.get_layer("encoderblock_1").output).predict(images, verbose=0)
+    assert tokens.shape[1] == 16 + class_token
+    norm, head = model.get_layer("fc_norm"), model.get_layer("head")
+    pooled = tokens[:, int(class_token) :].astype(np.float64).mean(1)
+    expected = numpy_vit.layer_norm(pooled, norm.gamma.numpy(), norm.beta.numpy(), eps=1e-6)
+    expected = expected @ head.kernel.numpy() + head.bias.numpy()
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-5)

@@ -25,6 +25,13 @@ LAYERS = [
     L.StdConv2D(8, 3, padding="same", use_bias=False),
     L.ResidualUnit(32, strides=2),
     L.ResNetStage(2, 32, strides=2),
+    L.LayerScale(1e-5),
+    L.RegisterTokens(4, insert_at=1),
+    L.MAPHead(2, 32, gelu="quick", layer_norm_epsilon=1e-5),
+    L.PatchEmbedding(16, 4, use_bias=False),
+    L.MlpBlock(32, gelu="quick"),
+    L.EncoderBlock(2, 32, layer_scale=1e-6),
+    L.TokenPooling("distillation", 2),
 ]
 
 
@@ -43,6 +50,35 @@ def test_model_config_round_trip():
     clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
     assert clone.count_params() == model.count_params()
+
+
+FAMILY_MODELS = {
+    "deit3": dict(layer_scale=1e-6, no_embed_class=True),
+    "dinov2-reg": dict(layer_scale=1e-5, num_registers=4, no_embed_class=True, patch_size=8),
+    "clip": dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5),
+    "siglip": dict(class_token=False, pooling="map"),
+    "deit-distilled": dict(distillation_token=True),
+    "fc-norm": dict(pooling="gap", fc_norm=True),
+}
+
+
+@pytest.mark.parametrize("options", FAMILY_MODELS.values(), ids=FAMILY_MODELS.keys())
+def test_family_model_config_and_keras_file_round_trip(tmp_path, options):
+    model = keras_vit.create_model("testing", **options)
+    rng = np.random.default_rng(5)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.2, w.shape).astype("float32"))
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
+    assert clone.get_config() == model.get_config() and clone.count_params() == model.count_params()
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    model.save(tmp_path / "m.keras")
+    revived = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
+    np.testing.assert_array_equal(revived.predict(images, verbose=0), model.predict(images, verbose=0))
+
+
+def test_plain_vit_config_has_no_family_keys():
+    config = keras_vit.create_model("testing").get_config()
+    assert not {"layer_scale", "num_registers", "distillation_token", "fc_norm", "pre_norm"} & set(config)
 
 
 def test_class_names_survive_config_and_keras_file(tmp_path):

@@ -19,7 +19,8 @@ def position_embedding_similarity(model):
     """
     layout = token_layout(model)
     table = keras.ops.convert_to_numpy(model.get_layer("posembed_input").pos_embedding).astype(np.float64)
-    return embedding_similarity(table[0, layout.num_prefix_tokens :], layout.grid_size)
+    cells = layout.grid_size[0] * layout.grid_size[1]  # the patch rows are the last ones (no_embed_class: all)
+    return embedding_similarity(table[0, table.shape[1] - cells :], layout.grid_size)
 
 
 def embedding_similarity(table, grid_size):

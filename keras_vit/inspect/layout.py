@@ -16,7 +16,7 @@ class TokenLayout:
     Attributes:
         num_layers: encoder blocks.
         num_heads: attention heads per block.
-        num_prefix_tokens: tokens before the patch tokens (1 with a class token, else 0).
+        num_prefix_tokens: tokens before the patch tokens (class, distillation and register tokens).
         grid_size: (gh, gw), the patch grid.
         image_size: (H, W) of the input in pixels.
         channels: input channels.
@@ -65,7 +65,8 @@ def token_layout(model):
     return TokenLayout(
         num_layers=num_layers,
         num_heads=int(model.get_layer("encoderblock_0").num_heads),
-        num_prefix_tokens=int(posemb.num_prefix_tokens),
+        # Every token before the patch tokens (class, distillation, registers), not only the position table's rows.
+        num_prefix_tokens=int(getattr(config, "num_prefix_tokens", posemb.num_prefix_tokens)),
         grid_size=grid,
         image_size=(int(height), int(width)),
         channels=int(channels),

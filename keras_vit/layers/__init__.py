@@ -5,10 +5,13 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
+from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResidualUnit, ResNetStage, StdConv2D
 from keras_vit.layers.token_split import TokenSplit
 
@@ -17,10 +20,13 @@ __all__ = [
     "DropPath",
     "EncoderBlock",
     "LayerNorm",
+    "LayerScale",
+    "MAPHead",
     "MlpBlock",
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RegisterTokens",
     "ResNetStage",
     "ResidualUnit",
     "StdConv2D",

@@ -26,6 +26,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Call arguments:
         tokens: (B, T, D).
         return_attention_scores: also return the softmax attention weights (B, H, T, T).
+        context: (B, S, D) tokens to attend over instead of `tokens` (cross-attention: the queries come from
+            `tokens`, keys and values from `context`; `MAPHead` uses it), or None.
     """
 
     def __init__(
@@ -75,11 +77,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
         return initializer
 
-    def call(self, tokens, training=None, return_attention_scores=False):
+    def call(self, tokens, training=None, return_attention_scores=False, context=None):
         scale = 1.0 / math.sqrt(self.head_dim)
+        context = tokens if context is None else context
         query = ops.einsum("btd,dhk->bthk", tokens, self.query_kernel * scale) + self.query_bias * scale
-        key = ops.einsum("btd,dhk->bthk", tokens, self.key_kernel) + self.key_bias
-        value = ops.einsum("btd,dhk->bthk", tokens, self.value_kernel) + self.value_bias
+        key = ops.einsum("btd,dhk->bthk", context, self.key_kernel) + self.key_bias
+        value = ops.einsum("btd,dhk->bthk", context, self.value_kernel) + self.value_bias
         scores = ops.einsum("bqhk,bshk->bhqs", query, key)  # (B, H, T, T)
         # Softmax in float32 even under a bfloat16/float16 policy: the row sums are what mixed precision hurts.
         weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)

@@ -5,6 +5,7 @@ import keras
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -13,7 +14,8 @@ class EncoderBlock(keras.layers.Layer):
     """z' = z + MSA(LN(z)); out = z' + MLP(LN(z')) (paper, eq. 2-3), with dropout and stochastic depth.
 
     Sub-layers carry the checkpoint names: `LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
-    `MlpBlock_3`.
+    `MlpBlock_3`; with `layer_scale`, `LayerScale_1` and `LayerScale_3` scale the attention and MLP branches
+    (z' = z + ls1 * MSA(LN(z)), as DeiT-III and DINOv2 do).
 
     Args:
         num_heads: attention heads.
@@ -22,7 +24,8 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic-depth rate of this block.
         layer_norm_epsilon: LayerNorm epsilon (1e-6 in the reference code; Keras' default 1e-3 breaks parity).
-        gelu: "tanh" or "exact".
+        gelu: "tanh", "exact" or "quick".
+        layer_scale: initial LayerScale gain of both residual branches, or None for none.
         remat: rematerialise the block in training (gradient checkpointing, `keras.remat`: `tf.recompute_grad` on
             TensorFlow, `jax.checkpoint` on JAX): its activations are recomputed in the backward pass instead of
             kept, for about one more forward pass of compute. Needs zero dropout and drop-path rates, since the
@@ -43,6 +46,7 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu="tanh",
         remat=False,
+        layer_scale=None,
         **kwargs,
     ):
         if remat and (dropout_rate or attention_dropout_rate or drop_path_rate):
@@ -61,7 +65,12 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu = gelu
         self.remat = bool(remat)
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
         policy = self.dtype_policy
+        self.ls_1 = self.ls_2 = None
+        if self.layer_scale is not None:
+            self.ls_1 = LayerScale(self.layer_scale, name="LayerScale_1", dtype=policy)
+            self.ls_2 = LayerScale(self.layer_scale, name="LayerScale_3", dtype=policy)
         self.norm_1 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy
@@ -72,8 +81,9 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
-            layer.build(input_shape)
+        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp, self.ls_1, self.ls_2):
+            if layer is not None:
+                layer.build(input_shape)
 
     def call(self, tokens, training=None, return_attention_scores=False):
         if self.remat and training and not return_attention_scores:
@@ -86,8 +96,14 @@ class EncoderBlock(keras.layers.Layer):
         )
         if return_attention_scores:
             attended, scores = attended
-        x = tokens + self.drop_path(self.dropout(attended, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
+        attended = self.dropout(attended, training=training)
+        if self.ls_1 is not None:
+            attended = self.ls_1(attended)
+        x = tokens + self.drop_path(attended, training=training)
+        mlp = self.mlp(self.norm_2(x), training=training)
+        if self.ls_2 is not None:
+            mlp = self.ls_2(mlp)
+        x = x + self.drop_path(mlp, training=training)
         if return_attention_scores:
             return x, scores
         return x
@@ -108,4 +124,6 @@ class EncoderBlock(keras.layers.Layer):
         )
         if self.remat:  # absent when off: configs saved before the option existed stay what they were
             config["remat"] = True
+        if self.layer_scale is not None:
+            config["layer_scale"] = self.layer_scale
         return config

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-GELU_FLAVOURS = ("tanh", "exact")
+GELU_FLAVOURS = ("tanh", "exact", "quick")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -13,7 +13,7 @@ class MlpBlock(keras.layers.Layer):
     Args:
         mlp_dim: hidden width M.
         gelu: "tanh" (default; the approximation the released models were trained with, Flax's default)
-            or "exact" (the erf form, Keras' `"gelu"`).
+            or "exact" (the erf form, Keras' `"gelu"`), or "quick" (OpenAI CLIP's QuickGELU, x * sigmoid(1.702 x)).
         dropout_rate: dropout after the activation and after the second Dense (training only).
     """
 
@@ -40,7 +40,8 @@ class MlpBlock(keras.layers.Layer):
         self.dense_1.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
-        x = ops.gelu(self.dense_0(x), approximate=self.gelu == "tanh")
+        x = self.dense_0(x)
+        x = x * ops.sigmoid(1.702 * x) if self.gelu == "quick" else ops.gelu(x, approximate=self.gelu == "tanh")
         x = self.dropout(x, training=training)
         return self.dropout(self.dense_1(x), training=training)
 

@@ -16,6 +16,7 @@ class PatchEmbedding(keras.layers.Layer):
         hidden_size: token width D.
         patch_size: P, an int or (ph, pw). Use 1 on a hybrid model's feature map.
         kernel_initializer, bias_initializer: initialisers (Flax defaults: LeCun normal, zeros).
+        use_bias: add a bias (`embedding/bias`); CLIP's image towers have none.
 
     Input `(B, H, W, C)`; output `(B, (H / ph) * (W / pw), D)`. H and W must be multiples of the patch size.
     """
@@ -26,6 +27,7 @@ class PatchEmbedding(keras.layers.Layer):
         patch_size,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -36,6 +38,7 @@ class PatchEmbedding(keras.layers.Layer):
         self.patch_size = patch_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.use_bias = bool(use_bias)
 
     def build(self, input_shape):
         if len(input_shape) != 4:
@@ -57,11 +60,14 @@ class PatchEmbedding(keras.layers.Layer):
             shape=(ph, pw, channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
 
     def call(self, images):
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
-        x = x + self.bias
+        if self.bias is not None:
+            x = x + self.bias
         _, gh, gw, d = x.shape
         if gh is None or gw is None:  # an image size known only at run time (dynamic_image_size)
             return ops.reshape(x, (ops.shape(x)[0], -1, d))
@@ -81,6 +87,8 @@ class PatchEmbedding(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
+        if not self.use_bias:  # absent when on, as in models saved before the option existed
+            config["use_bias"] = False
         return config
 
 

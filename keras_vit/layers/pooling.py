@@ -3,16 +3,17 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "gap")
+POOLING_MODES = ("token", "gap", "distillation")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TokenPooling(keras.layers.Layer):
-    """ "token" takes the class token (position 0); "gap" averages the patch tokens, never the prefix tokens.
+    """ "token" takes the class token (position 0); "gap" averages the patch tokens, never the prefix tokens;
+    "distillation" takes DeiT's distillation token (position 1, after the class token).
 
     Args:
-        mode: "token" or "gap".
-        num_prefix_tokens: tokens before the patch tokens (1 with a class token, else 0).
+        mode: "token", "gap" or "distillation".
+        num_prefix_tokens: tokens before the patch tokens (class, distillation and register tokens).
     """
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
@@ -21,6 +22,8 @@ class TokenPooling(keras.layers.Layer):
             raise ValueError(f"pooling must be one of {POOLING_MODES}. Received: pooling={mode!r}")
         if mode == "token" and num_prefix_tokens < 1:
             raise ValueError("Token pooling needs a class token. Use class_token=True or pooling='gap'.")
+        if mode == "distillation" and num_prefix_tokens < 2:
+            raise ValueError("Distillation pooling needs a class and a distillation token (num_prefix_tokens >= 2).")
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
@@ -29,6 +32,8 @@ class TokenPooling(keras.layers.Layer):
             # A (B, 1, D) slice and a reshape rather than `tokens[:, 0]`: the same values, but the converted
             # TFLite graph then has no shrink-axis STRIDED_SLICE, an op form the TFLite GPU delegate rejects.
             return ops.reshape(tokens[:, :1], (-1, tokens.shape[-1]))
+        if self.mode == "distillation":
+            return ops.reshape(tokens[:, 1:2], (-1, tokens.shape[-1]))
         return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):

@@ -16,6 +16,16 @@ _SIZES = {
 _PATCHES = (8, 14, 16, 32)
 # Hybrid stems: ResNet stage depths of the CNN whose feature map is tokenised with 1x1 patches.
 _HYBRIDS = {"R50+B/16": ("B", (3, 4, 9)), "R26+S/32": ("S", (2, 2, 2, 2))}
+# The options of the paper's relatives (DeiT, DeiT-III, DINOv2, CLIP, SigLIP) and their plain-ViT values.
+FAMILY_DEFAULTS = dict(
+    layer_scale=None,
+    num_registers=0,
+    distillation_token=False,
+    no_embed_class=False,
+    pre_norm=False,
+    patch_bias=True,
+    fc_norm=False,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +38,16 @@ class ViTConfig:
         hidden_size, num_layers, num_heads, mlp_dim: D, L, H, M of the transformer.
         num_classes: size of the linear head; 0 returns the pooled features.
         channels: input channels.
-        pooling: "token" (class token) or "gap" (mean of the patch tokens).
+        pooling: "token" (class token), "gap" (mean of the patch tokens) or "map" (an attention-pooling head,
+            `MAPHead`: a learned query attending over every token, as SigLIP and big_vision's `map` pool).
         class_token: prepend a class token (big_vision's GAP models have none).
         position_embedding: "learned" (the paper) or "sincos2d" (fixed, big_vision's plain baseline).
         representation_size: width of the `pre_logits` Dense + tanh layer used in pre-training; None for none.
         dropout_rate, attention_dropout_rate: dropout rates (training only).
         stochastic_depth_rate: drop-path rate of the last block, growing linearly from 0 at the first.
         layer_norm_epsilon: 1e-6 as in the reference code.
-        gelu: "tanh" (as the released models were trained) or "exact".
+        gelu: "tanh" (as the released models were trained), "exact" or "quick" (QuickGELU, x * sigmoid(1.702 x),
+            OpenAI CLIP's).
         head_bias_init: initial bias of the head (-6.9 for sigmoid cross-entropy, AugReg).
         resnet_layers: stage depths of a hybrid's ResNet stem, e.g. (3, 4, 9); None for a plain ViT.
         resnet_width: width factor of the ResNet stem.
@@ -47,6 +59,20 @@ class ViTConfig:
             code and `load_npz` use when fine-tuning at another size), "bilinear" or "bicubic" (half-pixel).
         remat: rematerialise each encoder block in training (gradient checkpointing): less activation memory for
             about one more forward pass; needs zero dropout and stochastic-depth rates (see `EncoderBlock`).
+        layer_scale: initial gain of a LayerScale on both residual branches of every block (DeiT-III, DINOv2:
+            timm `init_values`); None for none.
+        num_registers: register tokens inserted after the class (and distillation) token, after the position
+            embedding, so with none of their own (DINOv2 with registers); dropped by every pooling but "map".
+        distillation_token: DeiT's distillation token after the class token (with its own position row) and its
+            own head `head_dist`; the output is the mean of both heads' logits (or of both tokens when
+            `num_classes == 0`), as DeiT does at inference.
+        no_embed_class: the position embedding covers the patch tokens only and is added before the class
+            (distillation, register) tokens are prepended (timm's `no_embed_class`, DeiT-III and DINOv2 with
+            registers).
+        pre_norm: a LayerNorm `norm_pre` after the position embedding, before the first block (CLIP).
+        patch_bias: the patch embedding has a bias (CLIP's has none).
+        fc_norm: normalise after pooling (a LayerNorm `fc_norm`) instead of the tokens before it (timm's
+            `global_pool='avg'` default); the encoder then has no `encoder_norm`.
     """
 
     image_size: tuple = (224, 224)
@@ -73,6 +99,13 @@ class ViTConfig:
     dynamic_image_size: bool = False
     dynamic_resize_method: str = "zoom"
     remat: bool = False
+    layer_scale: float | None = None
+    num_registers: int = 0
+    distillation_token: bool = False
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    patch_bias: bool = True
+    fc_norm: bool = False
 
     def __post_init__(self):
         size = self.image_size
@@ -91,7 +124,15 @@ class ViTConfig:
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        """The fields as a dict; the ViT-family options are left out while they hold their defaults, so the
+        configs (and run identities) of plain ViTs read as they did before those options existed."""
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items() if k not in FAMILY_DEFAULTS or v != FAMILY_DEFAULTS[k]}
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patch tokens in every block's output: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distillation_token) + int(self.num_registers)
 
     @property
     def feature_stride(self):

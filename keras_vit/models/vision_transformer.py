@@ -5,10 +5,13 @@ import keras
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.position_embedding import RESIZE_METHODS, PositionEmbedding
+from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResNetStage, StdConv2D
+from keras_vit.models.checks import check_class_names, check_images, validate
 from keras_vit.models.configs import ViTConfig, get_variant
 
 
@@ -57,6 +60,13 @@ class VisionTransformer(keras.Model):
         dynamic_image_size=False,
         dynamic_resize_method="zoom",
         remat=False,
+        layer_scale=None,
+        num_registers=0,
+        distillation_token=False,
+        no_embed_class=False,
+        pre_norm=False,
+        patch_bias=True,
+        fc_norm=False,
         class_names=None,
         name="vit",
         **kwargs,
@@ -72,9 +82,12 @@ class VisionTransformer(keras.Model):
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, head_bias_init=head_bias_init,
             resnet_layers=resnet_layers, resnet_width=resnet_width, dtype=dtype,
             dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method, remat=remat,
+            layer_scale=layer_scale, num_registers=int(num_registers), distillation_token=bool(distillation_token),
+            no_embed_class=bool(no_embed_class), pre_norm=bool(pre_norm), patch_bias=bool(patch_bias),
+            fc_norm=bool(fc_norm),
         )  # fmt: skip
-        _validate(config)
-        class_names = _check_class_names(class_names, config.num_classes)
+        validate(config)
+        class_names = check_class_names(class_names, config.num_classes)
         policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
 
         spatial = (None, None) if config.dynamic_image_size else config.image_size
@@ -82,21 +95,13 @@ class VisionTransformer(keras.Model):
         x = images
         if config.resnet_layers is not None:
             x = _resnet_stem(x, config, policy)
-        x = PatchEmbedding(config.hidden_size, config.patch_size, name="embedding", dtype=policy)(x)
-        prefix = 1 if config.class_token else 0
-        if config.class_token:
-            x = ClassToken(name="cls", dtype=policy)(x)
-        if config.dynamic_image_size:
-            step = config.feature_stride * config.patch_size
-            x = PositionEmbedding(
-                config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy,
-                resize_method=config.dynamic_resize_method, patch_stride=step,
-            )(x, images=images)  # fmt: skip
-        else:
-            x = PositionEmbedding(
-                config.grid_size, prefix, kind=config.position_embedding, name="posembed_input", dtype=policy
-            )(x)
+        x = PatchEmbedding(
+            config.hidden_size, config.patch_size, use_bias=config.patch_bias, name="embedding", dtype=policy
+        )(x)
+        x = _tokens(x, images, config, policy)
         x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
+        if config.pre_norm:
+            x = LayerNorm(epsilon=config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
         for i in range(config.num_layers):
             x = EncoderBlock(
                 config.num_heads,
@@ -107,22 +112,11 @@ class VisionTransformer(keras.Model):
                 layer_norm_epsilon=config.layer_norm_epsilon,
                 gelu=config.gelu,
                 remat=config.remat,
+                layer_scale=config.layer_scale,
                 name=f"encoderblock_{i}",
                 dtype=policy,
             )(x)
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
-        x = TokenPooling(config.pooling, prefix, name="pool", dtype=policy)(x)
-        if config.representation_size:
-            x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
-        if config.num_classes:
-            # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
-            x = keras.layers.Dense(
-                config.num_classes,
-                kernel_initializer="zeros",
-                bias_initializer=keras.initializers.Constant(config.head_bias_init),
-                name="head",
-                dtype="float32" if policy.name.startswith("mixed") else policy,
-            )(x)
+        x = _head(x, config, policy)
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.config = config
         # The head's class names in output order (a pretrained checkpoint's label space), or None.
@@ -138,7 +132,7 @@ class VisionTransformer(keras.Model):
         pass
 
     def call(self, inputs, training=None, mask=None):
-        _check_images(inputs, self.config, self.name)
+        check_images(inputs, self.config, self.name)
         return super().call(inputs, training=training, mask=mask)
 
     def get_config(self):
@@ -155,114 +149,71 @@ class VisionTransformer(keras.Model):
         return cls(**config)
 
 
-def _check_images(images, config, name):
-    """Fails early, with the fix, on images the model would reject deep inside (or silently misread)."""
-    shape = tuple(images.shape)
-    want = (*config.image_size, config.channels)
-    step = config.feature_stride * config.patch_size
-    if config.dynamic_image_size:
-        expected = f"images shaped (batch, height, width, {want[2]}), height and width multiples of {step}"
+def _tokens(x, images, config, policy):
+    """Patch tokens -> the encoder's input: prefix tokens (class, distillation, registers) and position embedding."""
+    prefix = int(config.class_token) + int(config.distillation_token)
+
+    def position(x, rows):
+        if not config.dynamic_image_size:
+            return PositionEmbedding(
+                config.grid_size, rows, kind=config.position_embedding, name="posembed_input", dtype=policy
+            )(x)
+        step = config.feature_stride * config.patch_size
+        return PositionEmbedding(
+            config.grid_size, rows, kind=config.position_embedding, name="posembed_input", dtype=policy,
+            resize_method=config.dynamic_resize_method, patch_stride=step,
+        )(x, images=images)  # fmt: skip
+
+    if config.no_embed_class:
+        x = position(x, 0)
+    if config.distillation_token:
+        x = ClassToken(name="dist", dtype=policy)(x)
+    if config.class_token:
+        x = ClassToken(name="cls", dtype=policy)(x)
+    if not config.no_embed_class:
+        x = position(x, prefix)
+    if config.num_registers:
+        x = RegisterTokens(config.num_registers, insert_at=prefix, name="registers", dtype=policy)(x)
+    return x
+
+
+def _head(x, config, policy):
+    """Encoded tokens -> pooled features -> logits (`encoder_norm`, `pool`, `pre_logits`, `head`)."""
+    if not config.fc_norm:
+        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
+    # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
+    head_dtype = "float32" if policy.name.startswith("mixed") else policy
+
+    def head(name):
+        return keras.layers.Dense(
+            config.num_classes,
+            kernel_initializer="zeros",
+            bias_initializer=keras.initializers.Constant(config.head_bias_init),
+            name=name,
+            dtype=head_dtype,
+        )
+
+    if config.distillation_token:
+        cls = TokenPooling("token", config.num_prefix_tokens, name="pool", dtype=policy)(x)
+        dist = TokenPooling("distillation", config.num_prefix_tokens, name="pool_dist", dtype=policy)(x)
+        if config.num_classes:
+            cls, dist = head("head")(cls), head("head_dist")(dist)
+        average = keras.layers.Average(name="head_average", dtype=head_dtype if config.num_classes else policy)
+        return average([cls, dist])
+    if config.pooling == "map":
+        x = MAPHead(
+            config.num_heads, config.mlp_dim, gelu=config.gelu, layer_norm_epsilon=config.layer_norm_epsilon,
+            name="MAPHead_0", dtype=policy,
+        )(x)  # fmt: skip
     else:
-        expected = f"images shaped (batch, {want[0]}, {want[1]}, {want[2]})"
-    expected += ", NHWC float in [-1, 1]"
-    if len(shape) != 4:
-        raise ValueError(f"Model '{name}' expects {expected}. Received a tensor of rank {len(shape)}: {shape}.")
-    if shape[3] is not None and shape[3] != want[2]:
-        fix = " (grey images: repeat the channel 3 times)" if shape[3] == 1 else ""
-        raise ValueError(
-            f"Model '{name}' expects {want[2]} channels but received {shape[3]}: shape {shape}{fix}. "
-            f"Expected {expected}."
-        )
-    if config.dynamic_image_size:
-        bad = [s for s in shape[1:3] if s is not None and (s <= 0 or s % step)]
-        if bad:
-            near = [max(step, s // step * step) for s in shape[1:3]]
-            raise ValueError(
-                f"Model '{name}' (dynamic_image_size=True) takes images whose height and width are multiples of "
-                f"{step} ({_step_reason(config)}), but received {shape[1]}x{shape[2]} (shape {shape}). "
-                f"Resize or crop them, e.g. to {near[0]}x{near[1]}."
-            )
-    elif shape[1:3] != want[:2] and None not in shape[1:3]:
-        raise ValueError(
-            f"Model '{name}' was built for {want[0]}x{want[1]} images but received {shape[1]}x{shape[2]} "
-            f"(shape {shape}). Resize the images, or build a model for this size "
-            f"(create_model(..., image_size={shape[1:3]}) and load_npz, which interpolates position embeddings), "
-            f"or one that takes any size (create_model(..., dynamic_image_size=True))."
-        )
-    dtype = keras.backend.standardize_dtype(images.dtype)
-    if "int" in dtype or dtype == "bool":
-        raise ValueError(
-            f"Model '{name}' received {dtype} images; it expects float images scaled to [-1, 1]. "
-            f"Convert first: images = (images.astype('float32') - 127.5) / 127.5."
-        )
-
-
-def _step_reason(config):
-    if config.feature_stride == 1:
-        return f"patch_size={config.patch_size}"
-    return f"the hybrid's ResNet output stride {config.feature_stride} x patch_size {config.patch_size}"
-
-
-def _validate(config):
-    def positive(name):
-        value = getattr(config, name)
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
-
-    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "channels"):
-        positive(name)
-    if config.num_classes < 0:
-        raise ValueError(f"num_classes must be >= 0 (0 returns the pooled features). Received: {config.num_classes}")
-    if config.hidden_size % config.num_heads:
-        raise ValueError(
-            f"hidden_size must be divisible by num_heads. Received: hidden_size={config.hidden_size}, "
-            f"num_heads={config.num_heads}"
-        )
-    step = config.feature_stride * config.patch_size
-    for size, what in zip(config.image_size, ("height", "width")):
-        if size <= 0 or size % step:
-            raise ValueError(
-                f"The image {what} must be a positive multiple of {step} ({_step_reason(config)}). Received: "
-                f"image_size={config.image_size}. Nearest valid sizes: {max(step, size // step * step)} "
-                f"or {(size // step + 1) * step}."
-            )
-    for name in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
-        value = getattr(config, name)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
-    rates = {n: getattr(config, n) for n in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate")}
-    if config.remat and any(rates.values()):
-        received = ", ".join(f"{n}={v}" for n, v in rates.items())
-        raise ValueError(
-            f"remat=True needs zero dropout and stochastic-depth rates: the backward pass recomputes each block and "
-            f"would draw new random masks. Received: {received}; set them to 0 or remat=False."
-        )
-    if config.pooling == "token" and not config.class_token:
-        raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
-    if config.dynamic_resize_method not in RESIZE_METHODS:
-        raise ValueError(
-            f"dynamic_resize_method must be one of {RESIZE_METHODS}. Received: {config.dynamic_resize_method!r}"
-        )
-    if config.dynamic_image_size and config.position_embedding != "learned":
-        raise ValueError(
-            f"dynamic_image_size=True interpolates learned position embeddings; position_embedding="
-            f"{config.position_embedding!r} is a fixed table. Build a model per image size "
-            f"(create_model(..., image_size=(h, w))) instead."
-        )
-
-
-def _check_class_names(class_names, num_classes):
-    if class_names is None:
-        return None
-    if isinstance(class_names, str):
-        raise ValueError("class_names must be a list of names, one per output, not one string.")
-    names = [str(n) for n in class_names]
-    if len(names) != num_classes:
-        raise ValueError(
-            f"class_names has {len(names)} names for a head of {num_classes} classes. Pass one name per output "
-            f"class, or class_names=None."
-        )
-    return tuple(names)
+        x = TokenPooling(config.pooling, config.num_prefix_tokens, name="pool", dtype=policy)(x)
+    if config.fc_norm:
+        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="fc_norm", dtype=policy)(x)
+    if config.representation_size:
+        x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
+    if config.num_classes:
+        x = head("head")(x)
+    return x
 
 
 def _resnet_stem(x, config, policy):

@@ -24,7 +24,8 @@ def infer_options(params, *, source="checkpoint", grid=None):
         A dict of `ViTConfig` fields. GELU and LayerNorm epsilon are the released checkpoints' (tanh, 1e-6);
         the callers for other formats replace them with what the format's config states.
     """
-    for key in ("embedding/kernel", "Transformer/encoder_norm/scale"):
+    final_norm = "fc_norm/scale" if "fc_norm/scale" in params else "Transformer/encoder_norm/scale"
+    for key in ("embedding/kernel", final_norm):
         if key not in params:
             raise CheckpointError(
                 f"{source!r} is not a ViT checkpoint: it has no {key!r} (found {len(params)} tensors, e.g. "
@@ -53,6 +54,7 @@ def infer_options(params, *, source="checkpoint", grid=None):
         layer_norm_epsilon=1e-6,
         gelu="tanh",
     )
+    options.update(_family_options(params, class_token))
     stride = 1
     if "conv_root/kernel" in params:
         stages = []
@@ -69,7 +71,13 @@ def infer_options(params, *, source="checkpoint", grid=None):
         options["position_embedding"] = "sincos2d"
         options["image_size"] = (grid[0] * step, grid[1] * step) if grid else (224, 224)
         return options
-    tokens = int(params[POSEMB_KEY].shape[1]) - (1 if class_token else 0)
+    rows = int(params[POSEMB_KEY].shape[1])
+    prefix = int(class_token) + int(options["distillation_token"])
+    if prefix and grid is None and _is_square(rows) and not _is_square(rows - prefix):
+        options["no_embed_class"] = True  # g * g rows with a class token: timm's no_embed_class
+    elif prefix and grid is not None and rows == grid[0] * grid[1]:
+        options["no_embed_class"] = True
+    tokens = rows - (0 if options.get("no_embed_class") else prefix)
     if grid is None:
         try:
             grid = infer_grid(tokens)
@@ -79,3 +87,25 @@ def infer_options(params, *, source="checkpoint", grid=None):
         raise CheckpointError(f"{source!r}: the patch grid {tuple(grid)} does not match {tokens} position rows.")
     options["image_size"] = (int(grid[0]) * step, int(grid[1]) * step)
     return options
+
+
+def _family_options(params, class_token):
+    """The ViT-family options the tensors show (LayerScale, registers, distillation, pre-norm, fc_norm, MAP)."""
+    options = dict(
+        patch_bias="embedding/bias" in params,
+        distillation_token="dist" in params,
+        num_registers=int(params["registers"].shape[1]) if "registers" in params else 0,
+        pre_norm="Transformer/norm_pre/scale" in params,
+        fc_norm="fc_norm/scale" in params,
+        layer_scale=1e-5 if "Transformer/encoderblock_0/LayerScale_1/scale" in params else None,
+    )
+    if "MAPHead_0/probe" in params:
+        options["pooling"] = "map"
+    elif options["fc_norm"]:
+        options["pooling"] = "gap"
+    return options
+
+
+def _is_square(rows):
+    side = round(rows**0.5)
+    return side * side == rows

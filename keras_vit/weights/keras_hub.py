@@ -200,8 +200,18 @@ def write(folder, params, config, class_names=None):
 
     import keras
 
+    from keras_vit.models.configs import FAMILY_DEFAULTS
+
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":
         raise CheckpointError("save_pretrained(format='keras_hub') writes plain class-token ViTs only; use 'npz'.")
+    family = {k: getattr(config, k) for k, v in FAMILY_DEFAULTS.items() if getattr(config, k) != v}
+    if config.gelu == "quick":
+        family["gelu"] = "quick"
+    if family:
+        options = ", ".join(f"{k}={v!r}" for k, v in family.items())
+        raise CheckpointError(
+            f"keras-hub's ViT has none of {options}; save this model as 'timm', 'transformers' or 'npz'."
+        )
     if config.representation_size:
         raise CheckpointError("keras-hub's ViT classifier has no tanh pre_logits layer; save this model as 'npz'.")
     if config.gelu != "exact":

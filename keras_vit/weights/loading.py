@@ -63,10 +63,16 @@ def checkpoint_variables(model):
             stage += 1
     embedding = model.get_layer("embedding")
     add("embedding/kernel", embedding.kernel)
-    add("embedding/bias", embedding.bias)
-    if "cls" in names:
-        add("cls", model.get_layer("cls").cls)
+    if embedding.bias is not None:
+        add("embedding/bias", embedding.bias)
+    for name, key in (("cls", "cls"), ("dist", "dist")):
+        if name in names:
+            add(key, model.get_layer(name).cls)
+    if "registers" in names:
+        add("registers", model.get_layer("registers").tokens)
     add(POSEMB_KEY, model.get_layer("posembed_input").pos_embedding)
+    if "norm_pre" in names:
+        norm("Transformer/norm_pre", model.get_layer("norm_pre"))
     i = 0
     while f"encoderblock_{i}" in names:
         block = model.get_layer(f"encoderblock_{i}")
@@ -80,13 +86,42 @@ def checkpoint_variables(model):
         for dense in (block.mlp.dense_0, block.mlp.dense_1):
             add(f"{prefix}/MlpBlock_3/{dense.name}/kernel", dense.kernel)
             add(f"{prefix}/MlpBlock_3/{dense.name}/bias", dense.bias)
+        for scale in (block.ls_1, block.ls_2):
+            if scale is not None:
+                add(f"{prefix}/{scale.name}/scale", scale.scale)
         i += 1
-    norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
-    for name in ("pre_logits", "head"):
+    for name, key in (("encoder_norm", "Transformer/encoder_norm"), ("fc_norm", "fc_norm")):
+        if name in names:
+            norm(key, model.get_layer(name))
+    if "MAPHead_0" in names:
+        _map_head_variables(model.get_layer("MAPHead_0"), add, norm)
+    for name in ("pre_logits", "head", "head_dist"):
         if name in names:
             add(f"{name}/kernel", model.get_layer(name).kernel)
             add(f"{name}/bias", model.get_layer(name).bias)
     return table
+
+
+def _map_head_variables(head, add, norm):
+    add("MAPHead_0/probe", head.probe)
+    for part in ("query", "key", "value", "out"):
+        for kind in ("kernel", "bias"):
+            add(f"MAPHead_0/MultiHeadDotProductAttention_0/{part}/{kind}", getattr(head.attention, f"{part}_{kind}"))
+    norm("MAPHead_0/LayerNorm_0", head.norm)
+    for dense in (head.mlp.dense_0, head.mlp.dense_1):
+        add(f"MAPHead_0/MlpBlock_0/{dense.name}/kernel", dense.kernel)
+        add(f"MAPHead_0/MlpBlock_0/{dense.name}/bias", dense.bias)
+
+
+def _checkpoint_prefix_rows(params, table, layer, posemb, checkpoint_grid):
+    """Rows of the checkpoint's position table before its patch rows: what resizing must leave as they are."""
+    if checkpoint_grid is not None and posemb.shape[1] > checkpoint_grid[0] * checkpoint_grid[1]:
+        return int(posemb.shape[1] - checkpoint_grid[0] * checkpoint_grid[1])
+    if checkpoint_grid is not None and posemb.shape[1] == checkpoint_grid[0] * checkpoint_grid[1]:
+        return 0
+    if layer.num_prefix_tokens == 0 and ("cls" in params) == ("cls" in table):
+        return 0  # no class token, or no_embed_class
+    return int("cls" in params) + int("dist" in params)
 
 
 def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=None, caller="load_npz"):
@@ -113,7 +148,7 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
     table = checkpoint_variables(model)
     resized, skipped, problems = {}, {}, []
 
-    for key in ("head/kernel", "head/bias"):
+    for key in ("head/kernel", "head/bias", "head_dist/kernel", "head_dist/bias"):
         if key in params and key in table and tuple(params[key].shape) != tuple(table[key].shape):
             skipped[key] = (
                 f"checkpoint head {tuple(params[key].shape)} does not fit the model's {tuple(table[key].shape)}; "
@@ -145,8 +180,8 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
     if POSEMB_KEY in params and POSEMB_KEY in table:
         have, want = params[POSEMB_KEY], table[POSEMB_KEY]
         if tuple(have.shape) != tuple(want.shape) and have.shape[-1] == want.shape[-1]:
-            prefix = 1 if "cls" in params else 0
             layer = model.get_layer("posembed_input")
+            prefix = _checkpoint_prefix_rows(params, table, layer, have, checkpoint_grid)
             old_grid = tuple(checkpoint_grid) if checkpoint_grid else infer_grid(have.shape[1] - prefix)
             params = dict(params)
             params[POSEMB_KEY] = resize_position_embedding(

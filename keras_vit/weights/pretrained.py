@@ -20,7 +20,7 @@ from keras_vit.models import VisionTransformer, ViTConfig
 from keras_vit.weights import keras_hub, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
-from keras_vit.weights.loading import CheckpointError, checkpoint_variables, load_params
+from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, checkpoint_variables, load_params
 from keras_vit.weights.npz import read_npz, to_original_layout
 
 FORMATS = ("timm", "transformers", "keras_hub", "npz")
@@ -150,19 +150,21 @@ def load_weights(model, source, *, resize_method="zoom"):
 
 
 def _load(model, ckpt, *, caller, resize_method="zoom"):
-    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source)
     grid = ViTConfig(**ckpt.options).grid_size  # the checkpoint's own grid, which may not be square
+    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
     return load_params(
         model, params, source=ckpt.source, resize_method=resize_method, checkpoint_grid=grid, caller=caller
     )
 
 
-def fold_normalisation(params, mean, std, *, source="checkpoint"):
+def fold_normalisation(params, mean, std, *, source="checkpoint", num_patches=None):
     """Makes weights trained on `(p - mean) / std` (p in 0..1) take keras-vit's `(p - 0.5) / 0.5` instead.
 
     With x = (p - 0.5) / 0.5 the checkpoint's input is x * (0.5 / std) + (0.5 - mean) / std per channel; a VALID
     patch embedding (a linear map of each patch plus a bias) absorbs that exactly: its kernel is scaled per input
-    channel, and the constant term, summed over the patch, moves into its bias.
+    channel, and the constant term, summed over the patch, moves into its bias. A patch embedding without a bias
+    (CLIP's) adds that constant to every patch token, as the patch rows of the learned position embedding do: it
+    moves there instead (`num_patches`, the last rows of the table), and the model keeps no patch bias.
     """
     mean = np.asarray(mean, np.float64)
     std = np.asarray(std, np.float64)
@@ -179,9 +181,18 @@ def fold_normalisation(params, mean, std, *, source="checkpoint"):
     shift = (np.asarray(CONTRACT_MEAN) - mean) / std
     out = dict(params)
     out["embedding/kernel"] = (kernel * gain[None, None, :, None]).astype(np.float32)
-    out["embedding/bias"] = (
-        np.asarray(params["embedding/bias"], np.float64) + np.einsum("hwcd,c->d", kernel, shift)
-    ).astype(np.float32)
+    constant = np.einsum("hwcd,c->d", kernel, shift)
+    if "embedding/bias" in params:
+        out["embedding/bias"] = (np.asarray(params["embedding/bias"], np.float64) + constant).astype(np.float32)
+        return out
+    if POSEMB_KEY not in params or not num_patches:
+        raise CheckpointError(
+            f"{source!r} has no patch-embedding bias and no learned position embedding to absorb the change from "
+            f"mean={mean.tolist()}, std={std.tolist()} to keras-vit's [-1, 1] inputs; normalise its inputs instead."
+        )
+    posemb = np.array(params[POSEMB_KEY], np.float64)
+    posemb[:, -num_patches:] += constant
+    out[POSEMB_KEY] = posemb.astype(np.float32)
     return out
 
 

@@ -1,9 +1,11 @@
 """timm's ViT folders (`config.json` + `model.safetensors`, as on the Hub's `timm/` repos), in and out.
 
 timm's `VisionTransformer` differs from the original layout in names, in PyTorch's (out, in) Linear and OIHW conv
-layouts, in one fused `attn.qkv` Linear whose rows are q, k, v, and in its position embedding having no class
-row when `no_embed_class=True` (timm then adds it to the patch tokens only, which is the original layout with a
-zero class row). Heads are not in the tensors (qkv is fused): `model_args`, else the architecture name, says.
+layouts and in one fused `attn.qkv` Linear whose rows are q, k, v (`timm_layout.py` converts the tensors). Its
+relatives (DeiT's `VisionTransformerDistilled`, DeiT-III, DINOv2 with or without registers, CLIP and SigLIP image
+towers, `global_pool='avg'` with `fc_norm`) map to `ViTConfig` options; what the tensors do not show comes from
+`model_args`, else from the architecture name as `timm.create_model` would: the number of heads, the activation
+(`*_quickgelu_*`: QuickGELU) and CLIP's LayerNorm epsilon (`*_clip_*`: 1e-5, PyTorch's default).
 """
 
 import os
@@ -13,17 +15,14 @@ import warnings
 import numpy as np
 
 from keras_vit import files
+from keras_vit.models import ViTConfig
+from keras_vit.weights import timm_layout
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
     Checkpoint,
-    conv_to_hwio,
-    hwio_to_conv,
-    leftover_error,
-    linear_to_kernel,
     read_json,
     read_safetensors,
-    split_heads,
     write_json,
     write_safetensors,
 )
@@ -41,14 +40,8 @@ _SIZES = {
     "giant": (1408, 16),
     "gigantic": (1664, 16),
 }
-_ACT = {None: "exact", "gelu": "exact", "gelu_tanh": "tanh"}
-_BLOCK = {
-    "norm1": "LayerNorm_0",
-    "norm2": "LayerNorm_2",
-    "mlp.fc1": "MlpBlock_3/Dense_0",
-    "mlp.fc2": "MlpBlock_3/Dense_1",
-}
-ATT = "MultiHeadDotProductAttention_1"
+_ACT = {None: "exact", "gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}
+_POOLS = {"token": "token", "avg": "gap", "map": "map"}
 
 
 def is_timm_folder(folder):
@@ -69,26 +62,26 @@ def read(folder):
     args = cfg.get("model_args") or {}
     pretrained = cfg.get("pretrained_cfg") or {}
     arch = str(cfg.get("architecture", ""))
-    if "fc_norm.weight" in state:
-        raise CheckpointError(
-            f"{folder!r} ({arch}) normalises after pooling (timm fc_norm, global_pool='avg'); keras-vit's GAP "
-            f"models normalise the tokens before pooling, so this checkpoint has no exact keras-vit equivalent."
-        )
-    act = args.get("act_layer")
+    act = args.get("act_layer", "quick_gelu" if "quickgelu" in arch else None)
     if act not in _ACT:
-        raise CheckpointError(f"{folder!r} uses act_layer={act!r}; keras-vit has GELU only ('gelu', 'gelu_tanh').")
+        raise CheckpointError(
+            f"{folder!r} uses act_layer={act!r}; keras-vit has {sorted(a for a in _ACT if a)} (GELU and QuickGELU)."
+        )
     if "patch_embed.proj.weight" not in state:
         raise CheckpointError(f"{folder!r} ({arch}) is not a timm ViT: it has no patch_embed.proj.weight.")
     hidden = int(state["patch_embed.proj.weight"].shape[0])
-    params = to_original(
-        state, _num_heads(args, arch, hidden, folder), source=folder, no_embed_class=args.get("no_embed_class")
-    )
-    grid = _grid(args, pretrained, params, state)
+    params = timm_layout.to_original(state, _num_heads(args, arch, hidden, folder), source=folder)
+    grid = _grid(args, pretrained, params, state, folder)
     options = infer_options(params, source=folder, grid=grid)
+    _check_prefix_rows(params, options, args, folder)
     pool = args.get("global_pool", cfg.get("global_pool", "token"))
-    if pool not in ("token", "avg"):
-        raise CheckpointError(f"{folder!r} uses global_pool={pool!r}; keras-vit pools 'token' or 'avg' (gap).")
-    options.update(pooling="token" if pool == "token" else "gap", gelu=_ACT[act], layer_norm_epsilon=1e-6)
+    if pool not in _POOLS:
+        raise CheckpointError(f"{folder!r} uses global_pool={pool!r}; keras-vit pools {sorted(_POOLS)}.")
+    if (pool == "map") != ("MAPHead_0/probe" in params):
+        raise CheckpointError(
+            f"{folder!r}: global_pool={pool!r} but attn_pool tensors are {'absent' if pool == 'map' else 'present'}."
+        )
+    options.update(pooling=_POOLS[pool], gelu=_ACT[act], layer_norm_epsilon=1e-5 if "_clip_" in arch else 1e-6)
     names = cfg.get("label_names")
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names, key=int)]
@@ -103,6 +96,22 @@ def read(folder):
         format="timm",
         source=folder,
     )
+
+
+def _check_prefix_rows(params, options, args, folder):
+    """timm's `no_embed_class` as stated, and registers that have no position rows of their own."""
+    stated = args.get("no_embed_class")
+    prefix = options["class_token"] or options["distillation_token"]
+    if stated is not None and prefix and bool(stated) != options.get("no_embed_class", False):
+        raise CheckpointError(
+            f"{folder!r}: model_args say no_embed_class={args['no_embed_class']} but pos_embed has "
+            f"{params[POSEMB_KEY].shape[1]} rows for the grid {ViTConfig(**options).grid_size}."
+        )
+    if options["num_registers"] and options["class_token"] and not options.get("no_embed_class"):
+        raise CheckpointError(
+            f"{folder!r}: its position embedding has rows for the register tokens (no_embed_class=False); keras-vit's "
+            f"registers have no position embedding (as timm's reg4 models, with no_embed_class=True)."
+        )
 
 
 def _num_heads(args, arch, hidden, folder):
@@ -121,128 +130,35 @@ def _num_heads(args, arch, hidden, folder):
     raise CheckpointError(f"{folder!r}: cannot tell the number of attention heads; add num_heads to model_args.")
 
 
-def _grid(args, pretrained, params, state):
+def _grid(args, pretrained, params, state, folder):
     patch = int(state["patch_embed.proj.weight"].shape[-1])
     size = pretrained.get("input_size", [None, *np.broadcast_to(args.get("img_size", 0), (2,))])[1:]
     grid = (int(size[0]) // patch, int(size[1]) // patch) if size[0] else None
-    tokens = params[POSEMB_KEY].shape[1] - (1 if "cls" in params else 0)
-    return grid if grid and grid[0] * grid[1] == tokens else None
-
-
-def to_original(state, num_heads, *, source, no_embed_class=None):
-    """timm state dict (numpy) -> original-layout params; tensors left over raise a `CheckpointError`."""
-    state = dict(state)
-    out = {}
-
-    def take(key):
-        return np.asarray(state.pop(key))
-
-    def linear(src, dst):
-        out[f"{dst}/kernel"] = linear_to_kernel(take(f"{src}.weight"))
-        out[f"{dst}/bias"] = take(f"{src}.bias")
-
-    def norm(src, dst):
-        out[f"{dst}/scale"] = take(f"{src}.weight")
-        out[f"{dst}/bias"] = take(f"{src}.bias")
-
-    try:
-        out["embedding/kernel"] = conv_to_hwio(take("patch_embed.proj.weight"))
-        out["embedding/bias"] = take("patch_embed.proj.bias")
-        hidden = out["embedding/bias"].shape[0]
-        posemb = take("pos_embed")
-        if "cls_token" in state:
-            out["cls"] = take("cls_token")
-            if no_embed_class if no_embed_class is not None else _is_square(posemb.shape[1]):
-                # timm adds this embedding to the patch tokens only: the class row it lacks is a zero row.
-                posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
-        out[POSEMB_KEY] = posemb
-        i = 0
-        while f"blocks.{i}.norm1.weight" in state:
-            src, dst = f"blocks.{i}", f"Transformer/encoderblock_{i}"
-            for name, target in _BLOCK.items():
-                (norm if name.startswith("norm") else linear)(f"{src}.{name}", f"{dst}/{target}")
-            qkv_w = take(f"{src}.attn.qkv.weight")
-            qkv_b = state.pop(f"{src}.attn.qkv.bias", np.zeros(3 * hidden, qkv_w.dtype))
-            for j, part in enumerate(("query", "key", "value")):
-                kernel = linear_to_kernel(qkv_w[j * hidden : (j + 1) * hidden])
-                out[f"{dst}/{ATT}/{part}/kernel"] = split_heads(kernel, num_heads)
-                out[f"{dst}/{ATT}/{part}/bias"] = qkv_b[j * hidden : (j + 1) * hidden].reshape(num_heads, -1)
-            out[f"{dst}/{ATT}/out/kernel"] = linear_to_kernel(take(f"{src}.attn.proj.weight")).reshape(
-                num_heads, hidden // num_heads, hidden
-            )
-            out[f"{dst}/{ATT}/out/bias"] = take(f"{src}.attn.proj.bias")
-            i += 1
-        norm("norm", "Transformer/encoder_norm")
-        if "head.weight" in state:
-            linear("head", "head")
-    except KeyError as err:
-        raise CheckpointError(f"{os.fspath(source)!r} is not a timm ViT: tensor {err} is missing.") from err
-    if state:
-        raise leftover_error(source, "timm", state)
-    return out
-
-
-def _is_square(num_rows):
-    """With a class token, a square number of rows means there is no class row (g * g + 1 is never square)."""
-    side = round(num_rows**0.5)
-    return side * side == num_rows
-
-
-def from_original(params, num_heads):
-    """Original-layout params -> timm state dict (numpy). The class row of the position embedding is kept."""
-    state = {}
-
-    def linear(src, dst):
-        state[f"{dst}.weight"] = np.asarray(params[f"{src}/kernel"]).T
-        state[f"{dst}.bias"] = np.asarray(params[f"{src}/bias"])
-
-    def norm(src, dst):
-        state[f"{dst}.weight"] = params[f"{src}/scale"]
-        state[f"{dst}.bias"] = params[f"{src}/bias"]
-
-    state["patch_embed.proj.weight"] = hwio_to_conv(params["embedding/kernel"])
-    state["patch_embed.proj.bias"] = params["embedding/bias"]
-    if "cls" in params:
-        state["cls_token"] = params["cls"]
-    state["pos_embed"] = params[POSEMB_KEY]
-    i = 0
-    while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in params:
-        src, dst = f"Transformer/encoderblock_{i}", f"blocks.{i}"
-        for name, target in _BLOCK.items():
-            (norm if name.startswith("norm") else linear)(f"{src}/{target}", f"{dst}.{name}")
-        parts = [params[f"{src}/{ATT}/{p}/kernel"] for p in ("query", "key", "value")]
-        state[f"{dst}.attn.qkv.weight"] = np.concatenate([k.reshape(k.shape[0], -1).T for k in parts])
-        state[f"{dst}.attn.qkv.bias"] = np.concatenate(
-            [np.asarray(params[f"{src}/{ATT}/{p}/bias"]).reshape(-1) for p in ("query", "key", "value")]
+    rows = params[POSEMB_KEY].shape[1]
+    prefix = int("cls" in params) + int("dist" in params)
+    registers = params["registers"].shape[1] if "registers" in params else 0
+    if grid and registers and grid[0] * grid[1] == rows - prefix - registers:
+        raise CheckpointError(
+            f"{folder!r}: its position embedding has rows for the register tokens "
+            f"(no_embed_class=False); keras-vit's registers have none of their own (as in timm's reg4 models)."
         )
-        out = np.asarray(params[f"{src}/{ATT}/out/kernel"])
-        state[f"{dst}.attn.proj.weight"] = out.reshape(-1, out.shape[-1]).T
-        state[f"{dst}.attn.proj.bias"] = params[f"{src}/{ATT}/out/bias"]
-        i += 1
-    norm("Transformer/encoder_norm", "norm")
-    if "head/kernel" in params:
-        linear("head", "head")
-    return state
+    return grid if grid and grid[0] * grid[1] in (rows, rows - prefix) else None
 
 
 def write(folder, params, config, class_names=None):
     """Writes a timm folder that `timm.create_model(cfg["architecture"], pretrained=True, **cfg["model_args"],
     pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=folder + "/model.safetensors"))` loads."""
-    if config.resnet_layers is not None:
-        raise CheckpointError("save_pretrained(format='timm') writes plain ViTs only; save a hybrid as 'npz'.")
-    if config.representation_size:
-        raise CheckpointError(
-            "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
-            "without a head (its ViTModel pooler is that layer)."
-        )
-    if abs(config.layer_norm_epsilon - 1e-6) > 1e-9:
+    _check_writable(config)
+    architecture, epsilon = _architecture(config)
+    if abs(config.layer_norm_epsilon - epsilon) > 1e-9:
+        what, stated = ("ViT", "1e-6") if epsilon == 1e-6 else (architecture, "1e-5")
         warnings.warn(
-            f"timm's ViT uses LayerNorm epsilon 1e-6; this model uses {config.layer_norm_epsilon:g}. Outputs in "
-            f"timm will differ by about that much relative to the activations' variance.",
+            f"timm's {what} uses LayerNorm epsilon {stated}; this model uses {config.layer_norm_epsilon:g}. "
+            f"Outputs in timm will differ by about that much relative to the activations' variance.",
             stacklevel=3,
         )
     height, width = config.image_size
-    pool = "token" if config.pooling == "token" else "avg"
+    pool = {"token": "token", "gap": "avg", "map": "map"}[config.pooling]
     model_args = dict(
         img_size=[height, width],
         patch_size=config.patch_size,
@@ -254,10 +170,14 @@ def write(folder, params, config, class_names=None):
         in_chans=config.channels,
         global_pool=pool,
         class_token=config.class_token,
-        fc_norm=False,
+        fc_norm=config.fc_norm,
+        no_embed_class=config.no_embed_class,
+        reg_tokens=config.num_registers,
+        pre_norm=config.pre_norm,
+        init_values=config.layer_scale,
     )
-    if config.gelu == "tanh":
-        model_args["act_layer"] = "gelu_tanh"
+    if config.gelu != "exact":
+        model_args["act_layer"] = {"tanh": "gelu_tanh", "quick": "quick_gelu"}[config.gelu]
     pretrained_cfg = dict(
         input_size=[config.channels, height, width],
         fixed_input_size=True,
@@ -269,10 +189,10 @@ def write(folder, params, config, class_names=None):
         num_classes=config.num_classes,
         pool_size=None,
         first_conv="patch_embed.proj",
-        classifier="head",
+        classifier=["head", "head_dist"] if config.distillation_token else "head",
     )
     cfg = dict(
-        architecture=_architecture(config),
+        architecture=architecture,
         num_classes=config.num_classes,
         num_features=config.hidden_size,
         global_pool=pool,
@@ -282,13 +202,41 @@ def write(folder, params, config, class_names=None):
     if class_names:
         cfg["label_names"] = list(class_names)
     files.makedirs(folder)
-    write_safetensors(os.path.join(folder, "model.safetensors"), from_original(params, config.num_heads))
+    state = timm_layout.from_original(params, config.num_heads)
+    write_safetensors(os.path.join(folder, "model.safetensors"), state)
     write_json(os.path.join(folder, "config.json"), cfg)
     return folder
 
 
+def _check_writable(config):
+    """One line for a model timm's `VisionTransformer` cannot hold."""
+    if config.resnet_layers is not None:
+        raise CheckpointError("save_pretrained(format='timm') writes plain ViTs only; save a hybrid as 'npz'.")
+    if config.representation_size:
+        raise CheckpointError(
+            "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
+            "without a head (its ViTModel pooler is that layer)."
+        )
+    if config.num_registers and not config.no_embed_class:
+        raise CheckpointError(
+            "timm's ViT gives register tokens position rows unless no_embed_class=True; this model's registers "
+            "follow a class-row position embedding (transformers' Dinov2WithRegisters layout): save it as "
+            "'transformers' or 'npz'."
+        )
+    if not config.patch_bias and not config.pre_norm:
+        raise CheckpointError(
+            "timm's ViT drops the patch-embedding bias only with pre_norm=True (CLIP); this model has patch_bias=False "
+            "without pre_norm. Save it as 'npz' (or with model.save)."
+        )
+    if config.patch_bias and config.pre_norm:
+        raise CheckpointError(
+            "timm's ViT with pre_norm=True has no patch-embedding bias; this model has both. Save it as 'npz'."
+        )
+
+
 # Registered timm names (with a pretrained config, which `pretrained=True` needs) by width; model_args
-# override every default of the name, so only its existence matters.
+# override every default of the name that model_args can state; what they cannot (the class, the LayerNorm
+# epsilon) the name gives.
 _ARCHITECTURES = {
     192: "vit_tiny_patch16_224",
     384: "vit_small_patch16_224",
@@ -296,7 +244,21 @@ _ARCHITECTURES = {
     1024: "vit_large_patch16_224",
     1280: "vit_huge_patch14_224",
 }
+_WORDS = {192: "tiny", 384: "small", 768: "base"}
 
 
 def _architecture(config):
-    return _ARCHITECTURES.get(config.hidden_size, "vit_base_patch16_224")
+    """(a registered timm name whose model class and LayerNorm epsilon are this model's, that epsilon)."""
+    if config.distillation_token:
+        return f"deit_{_WORDS.get(config.hidden_size, 'tiny')}_distilled_patch16_224", 1e-6
+    if config.pre_norm or abs(config.layer_norm_epsilon - 1e-5) < 1e-9:
+        return ("vit_base_patch16_clip_quickgelu_224" if config.gelu == "quick" else "vit_base_patch16_clip_224"), 1e-5
+    if config.pooling == "map":
+        return "vit_base_patch16_siglip_224", 1e-6
+    if config.layer_scale is not None and config.num_registers:
+        return "vit_small_patch14_reg4_dinov2", 1e-6
+    if config.layer_scale is not None and config.no_embed_class:
+        return f"deit3_{_WORDS.get(config.hidden_size, 'small')}_patch16_224", 1e-6
+    if config.layer_scale is not None:
+        return "vit_small_patch14_dinov2", 1e-6
+    return _ARCHITECTURES.get(config.hidden_size, "vit_base_patch16_224"), 1e-6

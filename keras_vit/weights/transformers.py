@@ -1,6 +1,9 @@
 """Hugging Face transformers' ViT folders (`config.json`, `model.safetensors`, `preprocessor_config.json`), in and out.
 
-Two layouts: `ViTForImageClassification` (a `vit.` prefix and a `classifier` head on the class token) and
+The ViT relatives (Dinov2, Dinov2 with registers, CLIP and SigLIP image towers, DeiT with its distillation head)
+are converted by `transformers_families.py`; this module reads their configs and writes their folders too.
+
+Two ViT layouts: `ViTForImageClassification` (a `vit.` prefix and a `classifier` head on the class token) and
 `ViTModel` (no prefix; the `google/vit-*-in21k` repos), whose `pooler.dense` + tanh on the class token is the
 paper's `pre_logits`. Query, key and value are separate (out, in) Linears; the config states the LayerNorm
 epsilon (default 1e-12) and the GELU form (default exact).
@@ -12,6 +15,7 @@ import re
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import transformers_families as families
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -30,7 +34,14 @@ from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError
 
 # transformers' hidden_act names -> keras-vit's GELU forms.
-_ACT = {"gelu": "exact", "gelu_python": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh"}
+_ACT = {
+    "gelu": "exact",
+    "gelu_python": "exact",
+    "gelu_new": "tanh",
+    "gelu_pytorch_tanh": "tanh",
+    "gelu_fast": "tanh",
+    "quick_gelu": "quick",
+}
 ATT = "MultiHeadDotProductAttention_1"
 _BLOCK = {
     "layernorm_before": "LayerNorm_0",
@@ -46,15 +57,18 @@ _BLOCK = {
 
 def is_transformers_folder(folder):
     path = os.path.join(folder, "config.json")
-    return files.exists(path) and read_json(path).get("model_type") in ("vit", "vit-hybrid", "deit", "dinov2")
+    known = ("vit", "vit-hybrid", *families.FAMILIES, *families.DUAL_ENCODERS)
+    return files.exists(path) and read_json(path).get("model_type") in known
 
 
 def read(folder):
     """A transformers ViT folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
-    if cfg.get("model_type") != "vit":
+    model_type = cfg.get("model_type")
+    if model_type != "vit" and model_type not in families.FAMILIES and model_type not in families.DUAL_ENCODERS:
         raise CheckpointError(
-            f"{folder!r} is a transformers {cfg.get('model_type')!r} model; keras-vit reads model_type 'vit' only."
+            f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit', "
+            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of 'clip' and 'siglip'."
         )
     weights = os.path.join(folder, "model.safetensors")
     if not files.exists(weights):
@@ -62,11 +76,20 @@ def read(folder):
             f"transformers folder {folder!r} has no model.safetensors (only pytorch_model.bin?); keras-vit reads "
             f"safetensors only. Save it with save_pretrained(folder, safe_serialization=True)."
         )
+    state = read_safetensors(weights)
+    if model_type in families.DUAL_ENCODERS:
+        cfg, state = families.vision_tower(cfg, state)
+        model_type = cfg["model_type"]
     act = cfg.get("hidden_act", "gelu")
     if act not in _ACT:
         raise CheckpointError(f"{folder!r} uses hidden_act={act!r}; keras-vit has GELU only ({sorted(_ACT)}).")
     heads = int(cfg.get("num_attention_heads", 12))
-    params = to_original(read_safetensors(weights), heads, source=folder)
+    if model_type in families.FAMILIES:
+        params = families.to_original(state, model_type, heads, source=folder)
+        options = families.read_options(folder, cfg, params)
+        options["gelu"] = _ACT[act]
+        return _checkpoint(folder, params, options, cfg)
+    params = to_original(state, heads, source=folder)
     if "ViTForImageClassification" in cfg.get("architectures", []):
         # Its classifier reads the class token itself; a pooler some repos still carry is never applied there.
         for key in ("pre_logits/kernel", "pre_logits/bias"):
@@ -78,6 +101,11 @@ def read(folder):
     options.update(gelu=_ACT[act], layer_norm_epsilon=float(cfg.get("layer_norm_eps", 1e-12)))
     if options["representation_size"] and cfg.get("pooler_act", "tanh") != "tanh":
         raise CheckpointError(f"{folder!r}: pooler_act={cfg['pooler_act']!r}; keras-vit's pre_logits is tanh.")
+    return _checkpoint(folder, params, options, cfg)
+
+
+def _checkpoint(folder, params, options, cfg):
+    """The `Checkpoint` with the processor's statistics and the config's class names."""
     processor_path = os.path.join(folder, "preprocessor_config.json")
     processor = read_json(processor_path) if files.exists(processor_path) else {}
     mean, std = processor.get("image_mean", CONTRACT_MEAN), processor.get("image_std", CONTRACT_STD)
@@ -186,7 +214,15 @@ def from_original(params, num_heads):
 
 def write(folder, params, config, class_names=None):
     """Writes a folder `ViTForImageClassification.from_pretrained(folder)` loads (with a head), or
-    `ViTModel.from_pretrained(folder)` (without one; its pooler is the model's `pre_logits`, if any)."""
+    `ViTModel.from_pretrained(folder)` (without one; its pooler is the model's `pre_logits`, if any); a ViT
+    relative goes to its family's layout (`Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`,
+    `DeiTForImageClassificationWithTeacher`)."""
+    model_type = families.model_type_for(config)
+    if model_type is not None:
+        families.check_writable(model_type, config)
+        state = families.from_original(params, model_type, config.num_heads)
+        cfg = families.hf_config(model_type, config, class_names)
+        return _write_folder(folder, state, cfg, config, families.PROCESSORS[model_type])
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":
         raise CheckpointError(
             "transformers' ViT classifies the class token of a plain ViT; this model (hybrid, GAP or no class "
@@ -224,19 +260,24 @@ def write(folder, params, config, class_names=None):
     if head:
         cfg["id2label"] = {str(i): name for i, name in enumerate(names)}
         cfg["label2id"] = {name: i for i, name in enumerate(names)}
+    return _write_folder(folder, from_original(params, config.num_heads), cfg, config)
+
+
+def _write_folder(folder, state, cfg, config, processor_type="ViTImageProcessor"):
+    height, width = config.image_size
     processor = dict(
         do_normalize=True,
         do_rescale=True,
         do_resize=True,
         image_mean=list(CONTRACT_MEAN),
         image_std=list(CONTRACT_STD),
-        image_processor_type="ViTImageProcessor",
+        image_processor_type=processor_type,
         resample=2,  # PIL bilinear, keras-vit's resize
         rescale_factor=1 / 255,
         size={"height": height, "width": width},
     )
     files.makedirs(folder)
-    write_safetensors(os.path.join(folder, "model.safetensors"), from_original(params, config.num_heads))
+    write_safetensors(os.path.join(folder, "model.safetensors"), state)
     write_json(os.path.join(folder, "config.json"), cfg)
     write_json(os.path.join(folder, "preprocessor_config.json"), processor)
     return folder
