@@ -236,3 +236,23 @@ def test_saved_model_export(tiny, tmp_path):
     assert [t.shape for t in served] == [t.shape for t in expected] == [(2, *GRID, 32), (2, 1, 32)] * 2
     for got, want in zip(served, expected):
         assert max_diff(got, want) < TOL
+
+
+FAMILIES = os.path.join(os.path.dirname(__file__), "fixtures", "interop_families")
+
+
+@pytest.mark.parametrize(
+    "fixture, prefix", [("timm_dinov2_small_reg4", 5), ("timm_deit_tiny_distilled", 2), ("timm_siglip_base", 0)]
+)
+def test_prefix_tokens_of_the_families_are_split_off_as_timm_orders_them(fixture, prefix):
+    """Class, distillation and register tokens precede the patches; the normed last block is timm's `tokens`."""
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, fixture))
+    assert num_prefix_tokens(model) == prefix
+    io = np.load(os.path.join(FAMILIES, fixture, "io.npz"))
+    outputs = keras_vit.feature_model(model, blocks=(-1,), norm=True, return_prefix_tokens=bool(prefix))
+    got = outputs.predict(io["images"], verbose=0)
+    patches, first = (got[0], got[1]) if prefix else (got, None)
+    assert patches.shape[1] == io["tokens"].shape[1] - prefix
+    np.testing.assert_allclose(patches, io["tokens"][:, prefix:], atol=1e-5)
+    if prefix:
+        np.testing.assert_allclose(first, io["tokens"][:, :prefix], atol=1e-5)

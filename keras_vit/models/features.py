@@ -9,13 +9,11 @@ from keras_vit.models.configs import ViTConfig
 
 
 def num_prefix_tokens(model):
-    """How many tokens precede the patch tokens in `model`'s sequence (today: 1 with a class token, else 0).
+    """How many tokens precede the patch tokens in `model`'s sequence: class, distillation and register tokens.
 
-    The one place feature maps read it. `ViTConfig.num_prefix_tokens` (register and distillation tokens) is used
-    when the config has it; once every config has it, this is `return model.config.num_prefix_tokens`.
+    The one place feature maps read it (`ViTConfig.num_prefix_tokens`).
     """
-    config = model.config
-    return getattr(config, "num_prefix_tokens", int(config.class_token))
+    return model.config.num_prefix_tokens
 
 
 def feature_model(model, blocks=(-1,), output="tokens", norm=False, return_prefix_tokens=False, name=None):
