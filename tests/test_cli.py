@@ -91,6 +91,48 @@ def test_importing_keras_vit_adds_nothing_that_training_or_export_need():
     assert result.stdout.split("\n")[-2] == "['keras_vit'] []", result.stdout
 
 
+JAX_WITHOUT_TENSORFLOW = """
+import sys
+import numpy as np
+import keras_vit
+import keras
+assert keras.backend.backend() == "jax", keras.backend.backend()
+images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+for source in sys.argv[1:]:
+    model = keras_vit.from_pretrained(source)
+    print("OUT", model.predict(images, verbose=0).shape)
+print("TF", sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "tensorflow_datasets", "tf_keras"}))
+"""
+
+
+@pytest.mark.slow  # a fresh JAX interpreter loading three models: ~30-80 s on 2 cores
+def test_jax_backend_imports_and_loads_without_tensorflow(tmp_path):
+    """Under KERAS_BACKEND=jax, `import keras_vit` and from_pretrained of a local .npz, .keras and timm folder
+    leave TensorFlow unimported (sys.modules of a fresh interpreter)."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.create_model("testing")
+    for w in model.weights:
+        w.assign(np.random.default_rng(1).normal(0, 0.05, w.shape).astype("float32"))
+    npz = keras_vit.save_pretrained(model, tmp_path / "tiny.npz", format="npz")
+    model.save(tmp_path / "tiny.keras")
+    assert keras.saving.load_model(tmp_path / "tiny.keras") is not None
+    sources = [str(npz), str(tmp_path / "tiny.keras"), str(ROOT / "tests" / "fixtures" / "interop" / "timm_vit_tiny")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_")}
+    env.update(KERAS_BACKEND="jax", PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_WITHOUT_TENSORFLOW, *sources], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith("OUT")] == ["OUT (2, 10)", "OUT (2, 10)", "OUT (2, 5)"], lines
+    assert lines[-1] == "TF []", lines[-1]
+
+
 def test_did_you_mean_picks_the_closest_name_or_none():
     assert did_you_mean("digts", ["digits", "cifar10_finetune"]) == " Did you mean 'digits'?"
     assert did_you_mean("INT8", ["float32", "int8"]) == " Did you mean 'int8'?"
