@@ -1,6 +1,7 @@
 """The command lines' first seconds: --help and bad arguments answer before Keras loads, quietly and helpfully."""
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -131,6 +132,41 @@ def test_jax_backend_imports_and_loads_without_tensorflow(tmp_path):
     lines = result.stdout.splitlines()
     assert [line for line in lines if line.startswith("OUT")] == ["OUT (2, 10)", "OUT (2, 10)", "OUT (2, 5)"], lines
     assert lines[-1] == "TF []", lines[-1]
+
+
+# A line of TensorFlow's / XLA's C++ logging: "2026-12-02 03:48:44.293239: E external/..." or absl's "E0000 00:00:...".
+NATIVE_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log)"
+)
+
+
+@pytest.mark.slow  # a tiny training run and its float32 TFLite export, each a fresh interpreter: ~1-2 min
+def test_commands_are_quiet_by_default_in_the_users_environment(tmp_path):
+    """README: "Every command is quiet by default". A short `python -m training` and `python -m export` run as a
+    user would start them: this environment without TF_CPP_MIN_LOG_LEVEL (the tests' own quieting), no variables
+    added. Neither prints a TensorFlow C++ log line; `-v` does (the control: the pattern matches TF's lines).
+
+    The training run is not XLA-compiled (`jit_compile=false`): with XLA, TF 2.20 logs "Compiled cluster using
+    XLA!" through absl (an `I0000` line after absl's "WARNING: All log messages before absl::InitializeLog()"),
+    which TF_CPP_MIN_LOG_LEVEL, even at 3, does not hide; that is an open bug of the quiet default, not tested
+    here as if it held."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    workdir = tmp_path / "run"
+    train = [sys.executable, "-m", "training", "--workdir", str(workdir), "--dataset", "synthetic", "--epochs", "1",
+             "--batch-size", "16", "--set", "steps_per_epoch=2", "--set", "image_size=16", "--set", "eval_every=0",
+             "--set", "num_samples=8", "--set", "num_calibration=8", "--set", "jit_compile=false"]  # fmt: skip
+    export = [sys.executable, "-m", "export", str(workdir), "--formats", "tflite", "--quantize", "float32",
+              "--latency-runs", "1"]  # fmt: skip
+    for command in (train, export):
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        native = [line for line in output.splitlines() if NATIVE_LOG_LINE.match(line)]
+        assert native == [], native
+    loud = subprocess.run([*export, "--out", str(tmp_path / "loud"), "-v"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert loud.returncode == 0, (loud.stdout + loud.stderr)[-3000:]
+    assert [line for line in (loud.stdout + loud.stderr).splitlines() if NATIVE_LOG_LINE.match(line)]
 
 
 def test_did_you_mean_picks_the_closest_name_or_none():
