@@ -27,6 +27,25 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+def sincos_2d(grid, width, temperature=10_000.0):
+    """big_vision's fixed position table (`posemb_sincos_2d(h, w, width)` in big_vision/models/vit.py), token by token.
+
+    There `y, x = mgrid[:h, :w]` (y the row, x the column), both flattened row-major, so token t sits at row t // w,
+    column t % w; with q = width / 4 frequencies omega_k = temperature ** (-k / (q - 1)), a token's row is
+    [sin(x omega), cos(x omega), sin(y omega), cos(y omega)]: the column's four quarters first, then the row's.
+    """
+    h, w = grid
+    q = width // 4
+    table = np.zeros((h * w, width))
+    for t in range(h * w):
+        y, x = divmod(t, w)
+        for k in range(q):
+            omega = temperature ** (-k / (q - 1))
+            table[t, k], table[t, q + k] = math.sin(x * omega), math.cos(x * omega)
+            table[t, 2 * q + k], table[t, 3 * q + k] = math.sin(y * omega), math.cos(y * omega)
+    return table
+
+
 def patchify(images, p):
     """(B, H, W, C) -> (B, N, P*P*C), patches in row-major order, each flattened (row, col, channel)."""
     b, h, w, c = images.shape

@@ -1,6 +1,7 @@
 """The command lines' first seconds: --help and bad arguments answer before Keras loads, quietly and helpfully."""
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -95,6 +96,83 @@ def test_importing_keras_vit_adds_nothing_that_training_or_export_need():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "['keras_vit'] []", result.stdout
+
+
+JAX_WITHOUT_TENSORFLOW = """
+import sys
+import numpy as np
+import keras_vit
+import keras
+assert keras.backend.backend() == "jax", keras.backend.backend()
+images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+for source in sys.argv[1:]:
+    model = keras_vit.from_pretrained(source)
+    print("OUT", model.predict(images, verbose=0).shape)
+print("TF", sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "tensorflow_datasets", "tf_keras"}))
+"""
+
+
+@pytest.mark.slow  # a fresh JAX interpreter loading three models: ~30-80 s on 2 cores
+def test_jax_backend_imports_and_loads_without_tensorflow(tmp_path):
+    """Under KERAS_BACKEND=jax, `import keras_vit` and from_pretrained of a local .npz, .keras and timm folder
+    leave TensorFlow unimported (sys.modules of a fresh interpreter)."""
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.create_model("testing")
+    for w in model.weights:
+        w.assign(np.random.default_rng(1).normal(0, 0.05, w.shape).astype("float32"))
+    npz = keras_vit.save_pretrained(model, tmp_path / "tiny.npz", format="npz")
+    model.save(tmp_path / "tiny.keras")
+    assert keras.saving.load_model(tmp_path / "tiny.keras") is not None
+    sources = [str(npz), str(tmp_path / "tiny.keras"), str(ROOT / "tests" / "fixtures" / "interop" / "timm_vit_tiny")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_")}
+    env.update(KERAS_BACKEND="jax", PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_WITHOUT_TENSORFLOW, *sources], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith("OUT")] == ["OUT (2, 10)", "OUT (2, 10)", "OUT (2, 5)"], lines
+    assert lines[-1] == "TF []", lines[-1]
+
+
+# A line of TensorFlow's / XLA's C++ logging: "2026-12-02 03:48:44.293239: E external/..." or absl's "E0000 00:00:...".
+NATIVE_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log)"
+)
+
+
+@pytest.mark.slow  # a tiny training run and its float32 TFLite export, each a fresh interpreter: ~1-2 min
+def test_commands_are_quiet_by_default_in_the_users_environment(tmp_path):
+    """README: "Every command is quiet by default". A short `python -m training` and `python -m export` run as a
+    user would start them: this environment without TF_CPP_MIN_LOG_LEVEL (the tests' own quieting), no variables
+    added. Neither prints a TensorFlow C++ log line; `-v` does (the control: the pattern matches TF's lines).
+
+    The training run is not XLA-compiled (`jit_compile=false`): with XLA, TF 2.20 logs "Compiled cluster using
+    XLA!" through absl (an `I0000` line after absl's "WARNING: All log messages before absl::InitializeLog()"),
+    which TF_CPP_MIN_LOG_LEVEL, even at 3, does not hide; that is an open bug of the quiet default, not tested
+    here as if it held."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    workdir = tmp_path / "run"
+    train = [sys.executable, "-m", "training", "--workdir", str(workdir), "--dataset", "synthetic", "--epochs", "1",
+             "--batch-size", "16", "--set", "steps_per_epoch=2", "--set", "image_size=16", "--set", "eval_every=0",
+             "--set", "num_samples=8", "--set", "num_calibration=8", "--set", "jit_compile=false"]  # fmt: skip
+    export = [sys.executable, "-m", "export", str(workdir), "--formats", "tflite", "--quantize", "float32",
+              "--latency-runs", "1"]  # fmt: skip
+    for command in (train, export):
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        native = [line for line in output.splitlines() if NATIVE_LOG_LINE.match(line)]
+        assert native == [], native
+    loud = subprocess.run([*export, "--out", str(tmp_path / "loud"), "-v"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert loud.returncode == 0, (loud.stdout + loud.stderr)[-3000:]
+    assert [line for line in (loud.stdout + loud.stderr).splitlines() if NATIVE_LOG_LINE.match(line)]
 
 
 def test_did_you_mean_picks_the_closest_name_or_none():

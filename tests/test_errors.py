@@ -349,16 +349,62 @@ def test_read_only_workdir_fails_before_training(tmp_path, failing_disk, capsys)
     assert os.listdir(workdir) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits; the test above covers it")
-def test_check_writable_on_a_real_read_only_folder(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
+NOBODY = 65534  # the unprivileged user and group of Debian and most distributions
+
+
+def _check_writable_as(folder, uid):
+    """files.check_writable(folder) in a forked child running as `uid` (set after the fork, so the interpreter and
+    keras_vit are already loaded: Python itself may live where nobody may read); returns (errno or 0, euid seen).
+    The child never returns into pytest."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            os.close(read)
+            if os.geteuid() != uid:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            try:
+                files.check_writable(folder)
+                code = 0
+            except OSError as err:
+                code = err.errno
+            os.write(write, f"{code} {os.geteuid()}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as reply:
+        answer = reply.read()
+    os.waitpid(pid, 0)
+    code, euid = map(int, answer.split())
+    return code, euid
+
+
+def test_check_writable_on_a_real_read_only_folder():
+    """A real mode-0500 folder, probed by a process that is not root (CI runs the suite as root, where permission
+    bits stop nothing): as root the probe runs in a child that drops to nobody. A writable sibling is the control:
+    the child reaches the folders, so the refusal is the permission bits'."""
+    import shutil
+    import tempfile
+
+    uid = NOBODY if os.geteuid() == 0 else os.geteuid()
+    base = tempfile.mkdtemp(prefix="keras-vit-ro-")  # not tmp_path: pytest's folders are 0700, closed to nobody
+    os.chmod(base, 0o711)
+    folders = {"rw": os.path.join(base, "rw"), "ro": os.path.join(base, "ro")}
     try:
-        with pytest.raises(PermissionError):
-            files.check_writable(folder)
+        for name, mode in (("rw", 0o700), ("ro", 0o500)):
+            os.mkdir(folders[name])
+            os.chown(folders[name], uid, -1)
+            os.chmod(folders[name], mode)
+        assert _check_writable_as(folders["rw"], uid) == (0, uid)
+        assert _check_writable_as(folders["ro"], uid) == (errno.EACCES, uid)
+        assert os.listdir(folders["ro"]) == [] and os.listdir(folders["rw"]) == []  # no probe left behind
     finally:
-        folder.chmod(0o700)
+        if os.path.isdir(folders["ro"]):
+            os.chmod(folders["ro"], 0o700)
+        shutil.rmtree(base)
 
 
 def test_full_disk_mid_run_keeps_the_checkpoints_and_resumes(tmp_path, failing_disk, capsys, monkeypatch):

@@ -221,18 +221,36 @@ def test_an_s3_workdir_is_one_line(capsys):
     assert len(line) < 400
 
 
-def test_gs_without_network_is_one_line_in_every_command(offline, capsys, tmp_path):
+@pytest.fixture
+def closed_gcs(tmp_path, monkeypatch):
+    """--init's gs:// downloads (HTTPS, not tf.io.gfile) sent to a loopback port that refuses connections (bound,
+    never listening, so no other process can take it meanwhile), with the cache in tmp_path: the test never
+    reaches storage.googleapis.com or the home cache, even on a machine with a network."""
+    import socket
+
+    from keras_vit.weights import catalogue
+
+    with socket.socket() as refusing:
+        refusing.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{refusing.getsockname()[1]}"
+        monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, endpoint)
+        monkeypatch.setenv("KERAS_VIT_CACHE", str(tmp_path / "cache"))
+        yield endpoint, tmp_path / "cache"
+
+
+def test_gs_without_network_is_one_line_in_every_command(offline, closed_gcs, capsys, tmp_path):
     from export.__main__ import main as export_cli
     from keras_vit.inspect.__main__ import main as inspect_cli
     from training.__main__ import main as training_cli
 
+    endpoint, cache = closed_gcs
     unreachable = ("could not be reached", "FailedPreconditionError", "Check the network")
     for argv, cli, names in (
         (["--workdir", "gs://bucket/run", "--epochs", "1"], training_cli, unreachable),
         (["evaluate", "--workdir", "gs://bucket/run"], training_cli, unreachable),
         # --init fetches gs:// objects over HTTPS (keras_vit.weights.sources), with its own one-line message.
         (["--workdir", str(tmp_path / "run"), "--epochs", "1", "--init", "gs://bucket/init.npz"], training_cli,
-         ("Cannot download init.npz",)),
+         ("Cannot download init.npz", f"from {endpoint}/bucket/init.npz (", f"place it by hand at {cache}")),
         (["gs://bucket/model.keras", "--out", str(tmp_path / "out")], export_cli, unreachable),
         (["predict", "gs://bucket/model_float32.tflite", "gs://bucket/cat.png"], export_cli, unreachable),
         (["gs://bucket/model.keras", "--out", str(tmp_path / "plots")], inspect_cli, unreachable),
@@ -241,6 +259,8 @@ def test_gs_without_network_is_one_line_in_every_command(offline, capsys, tmp_pa
         _one_line_error(capsys, "gs://bucket/", *names)
     assert not (tmp_path / "out").exists() and not (tmp_path / "plots").exists()
     assert not (tmp_path / "run" / "checkpoints").exists()  # --init is read before any step is trained
+    cached = [os.path.join(d, f) for d, _, names in os.walk(cache) for f in names]
+    assert [f for f in cached if not f.endswith(".lock")] == [], cached  # no partial download left in the cache
 
 
 def test_an_input_file_gone_during_the_run_is_named(tmp_path):

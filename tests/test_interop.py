@@ -407,8 +407,6 @@ def test_infer_options_of_a_hybrid_with_pre_logits():
 
 def test_big_vision_sincos_npz_builds_a_sincos_model(tmp_path):
     """big_vision's plain ViT stores no position embedding (a fixed 2-D sin-cos table): from_pretrained builds that."""
-    from keras_vit.layers import sincos_2d_table
-
     rng = np.random.default_rng(5)
     ckpt = vit_checkpoint(rng, hidden=32, layers=2, heads=2, mlp=128, patch=8, grid=(4, 4), classes=3, cls=False)
     ckpt.pop("Transformer/posembed_input/pos_embedding")
@@ -420,7 +418,7 @@ def test_big_vision_sincos_npz_builds_a_sincos_model(tmp_path):
         False,
     )
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    reference = dict(ckpt, **{"Transformer/posembed_input/pos_embedding": sincos_2d_table((4, 4), 32)[None]})
+    reference = dict(ckpt, **{"Transformer/posembed_input/pos_embedding": numpy_vit.sincos_2d((4, 4), 32)[None]})
     expected = numpy_vit.vit_forward(images, reference, 2, pooling="gap")
     assert max_diff(model.predict(images, verbose=0), expected) < TOL * max(1, np.abs(expected).max())
 

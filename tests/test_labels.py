@@ -1,8 +1,9 @@
-"""keras_vit.labels: the shipped ImageNet class lists, checked against ../shared/data read independently, and
-decode_predictions on hand-made logits."""
+"""keras_vit.labels: the shipped ImageNet class lists, checked against reference copies in tests/fixtures/labels
+read independently, and decode_predictions on hand-made logits."""
 
 import collections
 import csv
+import hashlib
 import importlib.resources
 import runpy
 from pathlib import Path
@@ -14,21 +15,44 @@ import pytest
 import keras_vit
 from keras_vit import labels
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "labels"  # see its README.md
 PACKAGE_DATA = Path(keras_vit.__file__).parent / "data"
+# The shared reference files' sha256 (tests/fixtures/labels/README.md): the 21k list is pinned by it, not copied.
+REFERENCE_SHA256 = {
+    "imagenet1k": "c98cf8e050b2f67f824762ebdb5bcf683adc7955382b9ff8b1c0f49548bb449b",
+    "imagenet21k": "bae06dbf80f6412857650ac93e33b651724a48b2813fe964733e9567ddc08a80",
+}
 
 
-def _shared_rows(space):
-    with open(SHARED_DATA / f"{space}_labels.tsv", newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t"))
-    return [(synset, [lemma.strip() for lemma in lemmas.split(",")]) for synset, lemmas in rows]
+def _parse(lines):
+    return [
+        (synset, [lemma.strip() for lemma in lemmas.split(",")]) for synset, lemmas in csv.reader(lines, delimiter="\t")
+    ]
+
+
+def _reference_rows(space):
+    """The reference list's rows: the 1k copy itself; for 21k, the shipped file once its bytes are shown to be the
+    reference's (sha256), with the kept sample rows checked against it."""
+    if space == "imagenet1k":
+        data = (REFERENCE / "imagenet1k_labels.tsv").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == REFERENCE_SHA256[space]
+        return _parse(data.decode("utf-8").splitlines())
+    data = (PACKAGE_DATA / "imagenet21k_labels.tsv").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == REFERENCE_SHA256[space]
+    rows = _parse(data.decode("utf-8").splitlines())
+    with open(REFERENCE / "imagenet21k_labels_sample.tsv", newline="", encoding="utf-8") as f:
+        sample = list(csv.reader(f, delimiter="\t"))
+    assert len(sample) == 228 and int(sample[-1][0]) == len(rows) - 1
+    for index, synset, lemmas in sample:
+        assert rows[int(index)] == (synset, [lemma.strip() for lemma in lemmas.split(",")]), index
+    return rows
 
 
 @pytest.mark.parametrize("space, count", [("imagenet1k", 1000), ("imagenet21k", 21843)])
-def test_class_lists_match_the_shared_files(space, count):
-    rows = _shared_rows(space)
+def test_class_lists_match_the_reference_files(space, count):
+    rows = _reference_rows(space)
     assert len(rows) == count
-    assert (PACKAGE_DATA / f"{space}_labels.tsv").read_bytes() == (SHARED_DATA / f"{space}_labels.tsv").read_bytes()
+    assert hashlib.sha256((PACKAGE_DATA / f"{space}_labels.tsv").read_bytes()).hexdigest() == REFERENCE_SHA256[space]
     assert list(keras_vit.imagenet_synsets(space)) == [synset for synset, _ in rows]
     assert [list(lemmas) for lemmas in labels.imagenet_lemmas(space)] == [lemmas for _, lemmas in rows]
     names = keras_vit.imagenet_class_names(space)

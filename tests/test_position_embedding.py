@@ -6,6 +6,7 @@ import scipy.ndimage
 
 import keras_vit
 from keras_vit.layers import resize_position_embedding
+from tests import numpy_vit
 from tests.checkpoints import vit_checkpoint
 
 
@@ -91,4 +92,12 @@ def test_sincos_table_is_fixed_and_loaded_into_model():
     model = keras_vit.create_model("testing", position_embedding="sincos2d", pooling="gap", class_token=False)
     layer = model.get_layer("posembed_input")
     assert not layer.pos_embedding.trainable
-    np.testing.assert_allclose(layer.pos_embedding.numpy()[0], sincos_2d_table((4, 4), 32), atol=1e-6)
+    np.testing.assert_allclose(layer.pos_embedding.numpy()[0], numpy_vit.sincos_2d((4, 4), 32), atol=1e-6)
+    # A non-square grid pins the row/column order; the reference's values written out for a 2x3 grid, width 8
+    # (omega = 1, 1e-4): token 1 is row 0, column 1; token 3 is row 1, column 0.
+    for grid, width in (((2, 3), 8), ((3, 5), 24), ((14, 14), 384)):
+        np.testing.assert_allclose(sincos_2d_table(grid, width), numpy_vit.sincos_2d(grid, width), atol=1e-12)
+    s, c = np.sin([1.0, 1e-4]), np.cos([1.0, 1e-4])
+    table = sincos_2d_table((2, 3), 8)
+    np.testing.assert_allclose(table[1], [*s, *c, 0, 0, 1, 1], atol=1e-12)
+    np.testing.assert_allclose(table[3], [0, 0, 1, 1, *s, *c], atol=1e-12)

@@ -200,16 +200,31 @@ def test_mixup_with_three_images_is_a_sorted_dirichlet():
 
 
 def test_mixup_in_the_stream_mixes_every_batch():
+    """Every batch of the stream is the unmixed batch (the same config without Mixup) mixed with itself rolled by one:
+    row i = lam * row_i + (1 - lam) * row_{i-1}, for the images and the labels, with one lam per batch, never 1."""
+    # alpha 1: lam ~ U(1/2, 1), so a float32 lam of exactly 1 (an unmixed batch) has probability ~1e-7 per batch;
+    # with alpha 0.2 one batch in ~15 rounds to 1 and could not be told from an unmixed one.
     config = TrainConfig(
-        dataset="synthetic", image_size=16, batch_size=8, seed=3, augment="resize", flip=False, mixup_alpha=0.2
+        dataset="synthetic", image_size=16, batch_size=8, seed=3, augment="resize", flip=False, mixup_alpha=1.0
     )
     source = data.load_source("synthetic", seed=3)
-    for _, y in data.train_dataset(source, config, num_steps=20):
-        y = y.numpy()
-        np.testing.assert_allclose(y.sum(-1), 1.0, atol=1e-6)
-        # Rolled by one: row i is lam * label_i + (1 - lam) * label_{i-1}; lam is the largest entry of any row
-        # whose two labels differ.
-        assert y.max() >= 0.5
+    plain = data.train_dataset(source, config.replace(mixup_alpha=0.0), num_steps=20)
+    mixed = data.train_dataset(source, config, num_steps=20)
+    weights = []
+    for (x0, y0), (x, y) in zip(plain, mixed, strict=True):
+        x0, y0, x, y = (t.numpy().astype(np.float64) for t in (x0, y0, x, y))
+        assert set(np.unique(y0)) == {0.0, 1.0}  # the unmixed stream is one-hot
+        label, partner = y0.argmax(-1), np.roll(y0.argmax(-1), 1)
+        differ = label != partner
+        assert differ.any()
+        lam = y[np.arange(len(y)), label][differ]
+        assert np.ptp(lam) < 1e-6 and 0.5 <= lam[0] < 1 - 1e-4, lam  # one weight per batch, and a real mix
+        lam = lam[0]
+        assert (y.max(-1)[differ] < 1 - 1e-4).all()  # not one-hot: each such row carries two labels
+        np.testing.assert_allclose(y, lam * y0 + (1 - lam) * np.roll(y0, 1, axis=0), atol=1e-6)
+        np.testing.assert_allclose(x, lam * x0 + (1 - lam) * np.roll(x0, 1, axis=0), atol=1e-5)
+        weights.append(lam)
+    assert len(set(np.round(weights, 6))) == len(weights)  # a fresh weight every step
 
 
 def test_pixel_scale_shrinks_translation_and_cutout_for_small_images():

@@ -1,4 +1,9 @@
-"""Fine-tuning: --init from .npz (original layout) or .keras at a new resolution with a new class count."""
+"""Fine-tuning: --init from .npz (original layout) or .keras at a new resolution with a new class count, and from
+a catalogue name, a `hf://` repo and timm / transformers / keras-hub folders."""
+
+import os
+import shutil
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -7,6 +12,7 @@ import pytest
 import keras_vit
 import training
 from keras_vit.weights import checkpoint_variables
+from tests import test_downloads
 from training.config import TrainConfig
 from training.trainer import build_model
 
@@ -121,3 +127,69 @@ def test_fine_tuning_starts_a_fresh_head_even_when_the_class_count_fits(pretrain
     np.testing.assert_array_equal(biased.get_layer("head").bias.numpy(), np.full(10, -10.0, np.float32))
     kept = build_model(_finetune_config(directory / f"vit.{suffix}", image_size=32, init_head=True), num_classes=10)
     np.testing.assert_array_equal(kept.get_layer("head").kernel.numpy(), source.get_layer("head").kernel.numpy())
+
+
+# --- --init from every kind of source `keras_vit.load_weights` takes, against outputs computed elsewhere -----------
+
+# The loopback bucket and Hub of tests/test_downloads.py (huggingface_hub's own client talks to it).
+server, env = test_downloads.server, test_downloads.env
+INTEROP = Path(__file__).resolve().parent / "fixtures" / "interop"
+# The fixtures' architecture as their README states it (width 48, depth 2, heads 3, MLP 192, patch 8, 32 px, exact
+# GELU; transformers' default LayerNorm epsilon 1e-12), and the output their library computed.
+FOLDERS = {
+    "timm_vit_tiny": {},
+    "hf_vit_for_image_classification": {"layer_norm_epsilon": 1e-12},
+    "keras_hub_vit_image_classifier": {},
+}
+TINY_48 = {"hidden_size": 48, "num_layers": 2, "num_heads": 3, "mlp_dim": 192, "patch_size": 8, "gelu": "exact"}
+
+
+def _library_logits(fixture):
+    with np.load(INTEROP / fixture / "io.npz") as io:
+        return io["images"], io["logits"]
+
+
+@pytest.mark.parametrize("fixture", sorted(FOLDERS))
+def test_init_from_each_folder_layout_gives_the_library_outputs(fixture):
+    config = _finetune_config(INTEROP / fixture, image_size=32, init_head=True, model={**TINY_48, **FOLDERS[fixture]})
+    model = build_model(config, num_classes=5)
+    images, logits = _library_logits(fixture)
+    np.testing.assert_allclose(model.predict(images, verbose=0), logits, atol=1e-5)
+    # The fine-tuning default: the same encoder, a fresh head, at 48 px.
+    with pytest.warns(UserWarning, match="skipped head"):
+        fresh = build_model(config.replace(image_size=48, init_head=False), num_classes=3)
+    assert not fresh.get_layer("head").kernel.numpy().any()
+    np.testing.assert_array_equal(fresh.get_layer("embedding").kernel.numpy(), model.get_layer("embedding").kernel)
+
+
+def test_init_from_a_loopback_hub_repo_gives_the_library_outputs(server, env):
+    folder = INTEROP / "timm_vit_tiny"
+    test_downloads._hub_files(
+        server, "timm/vit_tiny_test", "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"}
+    )
+    config = _finetune_config("hf://timm/vit_tiny_test", image_size=32, init_head=True, model=TINY_48)
+    model = build_model(config, num_classes=5)
+    images, logits = _library_logits("timm_vit_tiny")
+    np.testing.assert_allclose(model.predict(images, verbose=0), logits, atol=1e-5)
+    assert ("GET", "/timm/vit_tiny_test/resolve/main/model.safetensors") in [m[:2] for m in server.state.requests]
+    assert str(env / "hub") in os.path.realpath(next((env / "hub").rglob("model.safetensors")))
+
+
+def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(pretrained, server, env):
+    """A catalogue name whose file the test placed in the (temporary) cache: loaded from there, no request made."""
+    from keras_vit.weights import catalogue, sources
+
+    source, directory = pretrained
+    entry = catalogue.get("ViT-B_16")
+    path = sources.entry_cache_path(entry)
+    os.makedirs(os.path.dirname(path))
+    shutil.copyfile(directory / "vit.npz", path)  # the 'testing' model's weights under the B/16 entry's name
+    assert path.startswith(str(env / "cache"))
+    model = build_model(_finetune_config(entry.name, image_size=32, init_head=True), num_classes=10)
+    images = np.random.default_rng(3).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    expected = source.predict(images, verbose=0)
+    assert np.abs(expected).max() > 0.01  # a random head: not a comparison between zeros
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-6)
+    for mine, theirs in zip(model.weights, source.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs), err_msg=mine.path)
+    assert server.state.requests == []

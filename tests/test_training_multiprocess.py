@@ -131,7 +131,8 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(runs):
     first, second = _losses(root / "one"), _losses(root / "two")
     print(f"max |loss(2 processes x 2) - loss(1 process x 4)| per epoch = {np.abs(first - second).max():.2e}")
     assert len(first) == 3 and first[-1] < first[0]  # it trains
-    np.testing.assert_allclose(second, first, rtol=1e-5)
+    # docs/multihost.md: "the per-epoch losses agree within 2.4e-7" (a float32 rounding step at these losses).
+    np.testing.assert_allclose(second, first, rtol=0, atol=2.4e-7)
     for a, b in zip(_weights(root / "two"), _weights(root / "one")):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     metrics = json.loads((root / "two" / "metrics.json").read_text())
