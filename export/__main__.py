@@ -29,7 +29,11 @@ def _export_parser():
     p.add_argument(
         "--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)"
     )
-    p.add_argument("--formats", default="saved_model,tflite", help="comma-separated: saved_model,tflite")
+    p.add_argument(
+        "--formats",
+        default="saved_model,tflite,onnx,openvino",
+        help="comma-separated: saved_model,tflite,onnx,openvino (default: all four)",
+    )
     p.add_argument(
         "--quantize",
         default=None,
@@ -84,7 +88,7 @@ def _background(text):
 
 def _predict_parser():
     p = argparse.ArgumentParser(prog="python -m export predict", description="Top-k labels for image files.")
-    p.add_argument("artifact", help="a .keras file, a SavedModel directory or a .tflite file")
+    p.add_argument("artifact", help="a .keras file, a SavedModel directory, or a .tflite, .onnx or OpenVINO .xml file")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--labels", help="class names file (default: the labels shipped with the artifact)")

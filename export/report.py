@@ -80,6 +80,10 @@ def format_table(report):
                 "  GPU delegate (static check): "
                 + ("all ops accepted" if not gpu else "; ".join(f"{k}: {', '.join(v)}" for k, v in gpu.items()))
             )
+        if a["format"] in ("onnx", "openvino"):
+            from export.portable import describe
+
+            out.extend(describe(a))
     for note in report.get("notes", []):
         out.append(f"note: {note}")
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")

@@ -277,11 +277,12 @@ class TFLiteRunner:
 
 
 def load_runner(path, num_threads=1):
-    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a `.tflite` file.
+    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, a `.tflite` file, a
+    `.onnx` file (onnxruntime) or an OpenVINO `.xml` (with its `.bin`).
 
     Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
     older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
-    or, without one, the model's embedded metadata.
+    or, without one, the model's embedded metadata; ONNX metadata_props, OpenVINO rt_info.
     """
     path = os.fspath(path)
     is_dir = files.isdir(path)
@@ -295,11 +296,20 @@ def load_runner(path, num_threads=1):
         return SavedModelRunner(path)
     if path.endswith(".tflite"):
         return TFLiteRunner(path=path, num_threads=num_threads)
+    if path.endswith(".onnx"):
+        from .onnx import OnnxRunner
+
+        return OnnxRunner(path=path, num_threads=num_threads)
+    if path.endswith((".xml", ".bin")):
+        from .openvino import OpenVINORunner
+
+        return OpenVINORunner(path=os.path.splitext(path)[0] + ".xml", num_threads=num_threads)
     if path.endswith(".keras"):
         model = load_keras_model(path)
         return KerasRunner(model, model_labels(model, path))
     if not files.exists(path):
         raise ExportError(f"No artifact at {str(path)!r}.")
     raise ExportError(
-        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory or a .tflite file."
+        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory, a .tflite, .onnx or "
+        "OpenVINO .xml file."
     )

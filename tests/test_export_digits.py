@@ -99,7 +99,7 @@ def test_the_digits_model_learned(digits):
 def test_export_wrote_every_artifact_and_passed(digits):
     names = {a["name"] for a in digits.report["artifacts"]}
     assert names == {"saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
-                     "model_int8.tflite", "model_int8_matmul.tflite"}  # fmt: skip
+                     "model_int8.tflite", "model_int8_matmul.tflite", "model.onnx", "model.xml"}  # fmt: skip
     assert digits.report["passed"]
     # Paths in the report are as the command was given: relative to where the main job ran.
     resolve = lambda path: str((digits.cwd / path).resolve())  # noqa: E731
@@ -128,6 +128,25 @@ def test_tflite_float32_matches_keras(digits):
     assert project["max_abs_probability_diff"] == pytest.approx(np.abs(probabilities - expected).max(), abs=1e-6)
     assert entry["top1_agreement"] == project["top1_agreement"] == 1.0
     assert entry["output"] == "probabilities" and entry["max_abs_probability_diff"] <= 1e-4
+
+
+def test_onnx_and_openvino_match_keras_on_the_heldout_set(digits):
+    import onnxruntime as ort
+    import openvino as ov
+
+    session = ort.InferenceSession(str(digits.out / "model.onnx"), providers=["CPUExecutionProvider"])
+    compiled = ov.Core().compile_model(str(digits.out / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    outputs = {
+        "model.onnx": session.run(None, {"images": digits.x.astype(np.float32)})[0],
+        "model.xml": compiled(digits.x.astype(np.float32))[compiled.outputs[0]],
+    }
+    scale = max(1.0, np.abs(digits.keras_logits).max())
+    for name, logits in outputs.items():
+        assert np.abs(logits - digits.keras_logits).max() / scale <= 1e-4, name
+        assert np.array_equal(logits.argmax(-1), digits.keras_logits.argmax(-1)), name
+        entry = next(a for a in digits.report["artifacts"] if a["name"] == name)
+        assert entry["passed"] and entry["top1_accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == digits.labels))
+        assert entry["dynamic_batch"]["max_rel_logit_diff"] <= 1e-4 and entry["input_shape"] == ["batch", 16, 16, 3]
 
 
 def test_full_int8_keeps_accuracy_and_is_small(digits):
@@ -248,7 +267,8 @@ def test_predict_on_every_artifact_kind(digits, tmp_path, capsys):
         files.append(tmp_path / f"digit{i}.png")
         Image.fromarray(digits.images[i]).save(files[-1])
     expected = [str(c) for c in digits.keras_logits[:3].argmax(-1)]
-    for artifact in ("model.keras", "export/saved_model", "export/model_float32.tflite", "export/model_int8.tflite"):
+    for artifact in ("model.keras", "export/saved_model", "export/model_float32.tflite", "export/model_int8.tflite",
+                     "export/model.onnx", "export/model.xml"):  # fmt: skip
         assert cli(["predict", str(digits.workdir / artifact), *map(str, files), "--top-k", "3"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 3 * 4
