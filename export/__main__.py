@@ -37,9 +37,11 @@ def _export_parser():
     p.add_argument(
         "--quantize",
         default=None,
-        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8,int8_matmul (default: all; int8 "
-        "and int8_matmul only when representative data is available). int8 is full integer, for integer-only "
-        "accelerators; int8_matmul quantises the matmuls only, the fast int8 model on CPUs",
+        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8,int8_matmul (the default: all five; "
+        "int8 and int8_matmul only when representative data is available), and int8_int16,int4_weights "
+        "(ai-edge-quantizer; asked for by name). int8 is full integer, for integer-only accelerators; int8_matmul "
+        "quantises the matmuls only, the fast int8 model on CPUs; int8_int16 has int16 activations, for NPUs; "
+        "int4_weights the smallest file",
     )
     p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")

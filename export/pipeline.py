@@ -130,9 +130,9 @@ def export_model(
         )
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
-        quantize = [q for q in tflite.QUANTIZATION_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
+        quantize = [q for q in tflite.DEFAULT_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
         if not has_representative and "tflite" in formats:
-            skipped = " and ".join(tflite.CALIBRATED_MODES)
+            skipped = " and ".join(q for q in tflite.CALIBRATED_MODES if q in tflite.DEFAULT_MODES)
             notes.append(f"{skipped} skipped: no representative data (pass --representative-data or export a workdir)")
     quantize = tflite.check_quantization(quantize) if "tflite" in formats else []
     calibrated = [q for q in quantize if q in tflite.CALIBRATED_MODES]
@@ -224,9 +224,11 @@ def export_model(
                 entry = _entry(
                     name, "tflite", mode, path, len(flatbuffer), app, runner, x, latency_runs, latency_warmup
                 )
+                dtype = np.dtype(runner.input["dtype"])
                 entry["fed_as"] = (
-                    "raw uint8 pixels" if runner.input["dtype"] == np.uint8
+                    "raw uint8 pixels" if dtype == np.uint8
                     else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
+                    + ("" if dtype == np.float32 else f", quantized to {dtype.name}")
                 )  # fmt: skip
                 entry["project_preprocessing"] = project
                 entry["converter_output"] = printed[0].splitlines()

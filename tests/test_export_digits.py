@@ -58,7 +58,8 @@ def run_tflite(path, x):
         feed = image[None]
         if inp["dtype"] != np.float32:
             scale, zero = inp["quantization"]
-            feed = np.clip(np.round(feed / scale + zero), 0, 255).astype(inp["dtype"])
+            bounds = np.iinfo(inp["dtype"])
+            feed = np.clip(np.round(feed / scale + zero), bounds.min, bounds.max).astype(inp["dtype"])
         interpreter.set_tensor(inp["index"], feed)
         interpreter.invoke()
         y = interpreter.get_tensor(out["index"])[0]
@@ -169,6 +170,25 @@ def test_full_int8_with_uint8_io_keeps_accuracy(digits):
     logits = run_tflite(path, digits.x)  # quantizes the model-space input with the tensor's scale/zero-point
     keras_accuracy = np.mean(digits.keras_logits.argmax(-1) == digits.labels)
     assert 100 * (keras_accuracy - np.mean(logits.argmax(-1) == digits.labels)) <= 1.0
+
+
+def test_ai_edge_quantizer_modes_keep_accuracy(digits):
+    """int8 weights with int16 activations (int16 I/O) and int4 weights, built with ai-edge-quantizer."""
+    with np.load(digits.workdir / "samples" / "calibration.npz") as calibration:
+        representative = calibration["images"]
+    keras_top1 = digits.keras_logits.argmax(-1)
+    keras_accuracy = np.mean(keras_top1 == digits.labels)
+    float_size = (digits.out / "model_float32.tflite").stat().st_size
+    from ai_edge_litert.interpreter import Interpreter
+
+    for mode, io_dtype in (("int8_int16", np.int16), ("int4_weights", np.float32)):
+        path = digits.workdir / f"aeq_{mode}.tflite"
+        path.write_bytes(export.convert_tflite(digits.model, mode, representative))
+        probabilities = run_tflite(path, digits.x)
+        assert np.mean(probabilities.argmax(-1) == keras_top1) >= 0.97, mode
+        assert 100 * (keras_accuracy - np.mean(probabilities.argmax(-1) == digits.labels)) <= 1.0, mode
+        (inp,) = Interpreter(model_path=str(path)).get_input_details()
+        assert inp["dtype"] == io_dtype and path.stat().st_size <= 0.35 * float_size, mode
 
 
 def op_input_types(path):
