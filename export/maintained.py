@@ -3,10 +3,10 @@ the float32 flatbuffer:
 
 - `int8_int16`: static quantisation of every op it supports, int8 weights and int16 activations, calibrated on the
   representative images; int16 input and output tensors (scale and zero point in the tensor). For integer-only
-  NPUs and DSPs that take 16-bit activations; LiteRT's CPU kernels for it are reference kernels (on the digits
-  model 34 ms per image against 0.22 ms in float32), so it is not a CPU model.
+  NPUs and DSPs that take 16-bit activations; LiteRT's CPU kernels for it are slow (on the digits model 25 ms
+  per image against 0.21 ms in float32), so it is not a CPU model.
 - `int4_weights`: int4 weights (per channel), float activations; each weight is dequantized before its op. The
-  smallest file (digits: 382 KB against 2.45 MB in float32), not faster on CPUs (0.87 ms per image).
+  smallest file (digits: 374 KB against 2.3 MB in float32), not faster on CPUs (0.83 ms per image).
 
 Both are opt-in (`--quantize int8_int16,int4_weights`): `int8_int16` needs calibration and runs slowly on the CPU,
 which the default export's time cannot afford. `int8_matmul` stays on TensorFlow's converter: rebuilt on this
