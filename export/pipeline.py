@@ -69,9 +69,9 @@ def export_model(
         labels: class names, one per output (default: the model's `class_names`, else "0", "1", ...).
         formats: subset of ("saved_model", "tflite", "onnx", "openvino"); default all four. ONNX and OpenVINO
             are float32 files that keep the batch (and a dynamic_image_size=True model's height and width) open.
-        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
-            means all of them, with the calibrated ones ("int8", "int8_matmul") left out (and a note) when
-            there are no representative images.
+        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul",
+            "int8_int16", "int4_weights"); None means the first five, with the calibrated ones ("int8",
+            "int8_matmul") left out (and a note) when there are no representative images.
         representative_images: uint8 images from the training data for int8/int8_matmul calibration.
         heldout: (images uint8, labels int or None) to verify on; default: the representative images
             (unlabelled), else seeded random images (parity only, no accuracy).

@@ -270,7 +270,7 @@ class TFLiteRunner:
         if self.input["dtype"] == np.uint8:
             return self._run(np.clip(np.round(pixels), 0, 255).astype(np.uint8))
         mean, std = self.normalization
-        return self._run(((pixels - mean) / std).astype(np.float32))
+        return self._run(self._quantize(((pixels - mean) / std).astype(np.float32)))
 
     def logits_from_images(self, images):
         return self.logits(preprocessing.to_model_space(images, self.image_size))
