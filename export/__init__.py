@@ -1,8 +1,9 @@
-"""Export keras-vit models to SavedModel and TFLite (LiteRT), verified against the Keras model.
+"""Export keras-vit models to SavedModel, TFLite (LiteRT), ONNX and OpenVINO, verified against the Keras model.
 
 ```python
 import export
-report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, report.json
+report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, model.onnx,
+                                               #    model.xml/.bin, report.json
 print(export.format_table(report))
 export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
 export.similar("features_export/embedder_float32.tflite", "a.png", "b.png")  # an image embedder: cosine

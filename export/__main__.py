@@ -38,13 +38,19 @@ def _export_parser():
     p.add_argument(
         "--out", help="output directory or URL (default: WORKDIR/export, or NAME_export beside a .keras file)"
     )
-    p.add_argument("--formats", default="saved_model,tflite", help="comma-separated: saved_model,tflite")
+    p.add_argument(
+        "--formats",
+        default="saved_model,tflite,onnx,openvino",
+        help="comma-separated: saved_model,tflite,onnx,openvino (default: all four)",
+    )
     p.add_argument(
         "--quantize",
         default=None,
-        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8,int8_matmul (default: all; int8 "
-        "and int8_matmul only when representative data is available). int8 is full integer, for integer-only "
-        "accelerators; int8_matmul quantises the matmuls only, the fast int8 model on CPUs",
+        help="comma-separated TFLite modes: float32,float16,dynamic_int8,int8,int8_matmul (the default: all five; "
+        "int8 and int8_matmul only when representative data is available), and int8_int16,int4_weights "
+        "(ai-edge-quantizer; asked for by name). int8 is full integer, for integer-only accelerators; int8_matmul "
+        "quantises the matmuls only, the fast int8 model on CPUs; int8_int16 has int16 activations, for NPUs; "
+        "int4_weights the smallest file",
     )
     p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
@@ -101,7 +107,7 @@ def _background(text):
 
 def _predict_parser():
     p = argparse.ArgumentParser(prog=PREDICT_PROG, description="Top-k labels for image files.")
-    p.add_argument("artifact", help="a .keras file, a SavedModel directory or a .tflite file")
+    p.add_argument("artifact", help="a .keras file, a SavedModel directory, or a .tflite, .onnx or OpenVINO .xml file")
     p.add_argument("images", nargs="+", help="image files")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--labels", help="class names file (default: the labels shipped with the artifact)")

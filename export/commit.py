@@ -53,7 +53,9 @@ from .errors import ExportError
 REPORT = "report.json"
 # What an export writes at the top of `out`; anything else there means `out` is not an export directory.
 # (`.staging-*`: what an export killed before this module existed left inside `out`.)
-_OWNED = re.compile(r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$")
+_OWNED = re.compile(
+    r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|model\.(onnx|xml|bin)|\.staging-.*)$"
+)
 _points = itertools.count(1)  # fault points reached in this process
 
 
@@ -80,8 +82,8 @@ def check_target(out):
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ExportError(
             f"The output directory {out!r} holds files an export does not write ({shown}). An export replaces "
-            "its output directory as a whole (report.json, saved_model/, model_*.tflite/.json), so pass --out "
-            "with a new or empty directory, or one an earlier export wrote."
+            "its output directory as a whole (report.json, saved_model/, model_*.tflite/.json, "
+            "model.onnx/.xml/.bin), so pass --out with a new or empty directory, or one an earlier export wrote."
         )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from keras_vit import _startup, files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, embedder, gpu, preprocessing, tflite
+from . import commit, embedder, gpu, portable, preprocessing, tflite
 from .errors import ExportError, VerificationError, check_choices, check_count
 from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
@@ -26,7 +26,8 @@ from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from .saved_model import save_saved_model
 from .verify import BUDGETS, check_budget, compare
 
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", *portable.FORMATS)
+DEFAULT_FORMATS = FORMATS
 RANDOM_VERIFICATION_IMAGES = 32
 
 
@@ -43,7 +44,7 @@ def export_model(
     model,
     out,
     labels=None,
-    formats=FORMATS,
+    formats=DEFAULT_FORMATS,
     quantize=None,
     representative_images=None,
     heldout=None,
@@ -61,17 +62,18 @@ def export_model(
     converter_output="report",
     gpu_check="auto",
 ):
-    """Exports a Keras classifier to SavedModel and TFLite, verifies every artifact, and writes the report.
+    """Exports a Keras classifier to SavedModel, TFLite, ONNX and OpenVINO, verifies every artifact, writes the report.
 
     Args:
         model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits.
         out: output directory or URL, replaced as a whole once every artifact has passed: absent, empty, or
             an earlier export (anything else is refused). Afterwards it holds exactly what report.json lists.
         labels: class names, one per output (default: the model's `class_names`, else "0", "1", ...).
-        formats: subset of ("saved_model", "tflite").
-        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul"); None
-            means all of them, with the calibrated ones ("int8", "int8_matmul") left out (and a note) when
-            there are no representative images.
+        formats: subset of ("saved_model", "tflite", "onnx", "openvino"); default all four. ONNX and OpenVINO
+            are float32 files that keep the batch (and a dynamic_image_size=True model's height and width) open.
+        quantize: TFLite modes, subset of ("float32", "float16", "dynamic_int8", "int8", "int8_matmul",
+            "int8_int16", "int4_weights"); None means the first five, with the calibrated ones ("int8",
+            "int8_matmul") left out (and a note) when there are no representative images.
         representative_images: uint8 images from the training data for int8/int8_matmul calibration.
         heldout: (images uint8, labels int or None) to verify on; default: the representative images
             (unlabelled), else seeded random images (parity only, no accuracy).
@@ -122,18 +124,20 @@ def export_model(
         check_count(name, value, minimum, flag)
     notes = []
     fixed = fixed_size_model(model)
+    dynamic_model = None  # ONNX and OpenVINO keep an open image size; the rest need one
     if fixed is not model:
-        model = fixed
+        model, dynamic_model = fixed, model
         size = "x".join(str(d) for d in model.config.image_size)
         notes.append(
             f"exported at {size}, the model's image_size: it was built with dynamic_image_size=True, and TFLite "
-            "and the metadata need one input size (the SavedModel's serving signature resizes to it)"
+            "and the metadata need one input size (the SavedModel's serving signature resizes to it; ONNX and "
+            "OpenVINO keep the open size)"
         )
     has_representative = representative_images is not None and len(representative_images) > 0
     if quantize is None:
-        quantize = [q for q in tflite.QUANTIZATION_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
+        quantize = [q for q in tflite.DEFAULT_MODES if q not in tflite.CALIBRATED_MODES or has_representative]
         if not has_representative and "tflite" in formats:
-            skipped = " and ".join(tflite.CALIBRATED_MODES)
+            skipped = " and ".join(q for q in tflite.CALIBRATED_MODES if q in tflite.DEFAULT_MODES)
             notes.append(f"{skipped} skipped: no representative data (pass --representative-data or export a workdir)")
     quantize = tflite.check_quantization(quantize) if "tflite" in formats else []
     calibrated = [q for q in quantize if q in tflite.CALIBRATED_MODES]
@@ -210,8 +214,8 @@ def export_model(
                 entry["failures"] += [f"serving_default: {f}" for f in check_budget(served, entry["budget"])]
                 entry["passed"] = not entry["failures"]
                 artifacts.append(entry)
+            keep = converter_output == "report"
             for mode in quantize:
-                keep = converter_output == "report"
                 with _startup.captured_native_output() if keep else contextlib.nullcontext([""]) as printed:
                     flatbuffer = tflite.convert(
                         model, mode, representative_images, dynamic_batch, int8_io, output=tflite_output, labels=labels,
@@ -230,9 +234,11 @@ def export_model(
                 entry = _entry(
                     name, "tflite", mode, path, len(flatbuffer), app, runner, x, latency_runs, latency_warmup
                 )
+                dtype = np.dtype(runner.input["dtype"])
                 entry["fed_as"] = (
-                    "raw uint8 pixels" if runner.input["dtype"] == np.uint8
+                    "raw uint8 pixels" if dtype == np.uint8
                     else "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
+                    + ("" if dtype == np.float32 else f", quantized to {dtype.name}")
                 )  # fmt: skip
                 entry["project_preprocessing"] = project
                 entry["converter_output"] = printed[0].splitlines()
@@ -252,6 +258,16 @@ def export_model(
                     entry["failures"].append(f"non-builtin ops {entry['non_builtin_ops']}")
                     entry["passed"] = False
                 artifacts.append(entry)
+            for fmt in (f for f in formats if f in portable.FORMATS):
+                with _startup.captured_native_output() if keep else contextlib.nullcontext([""]) as printed:
+                    name, size, runner = portable.write(
+                        fmt, dynamic_model or model, labels, image_size, staging, num_threads
+                    )
+                figures = compare(runner.outputs(x), reference, truth)
+                entry = _entry(name, fmt, "float32", staging / name, size, figures, runner, x, latency_runs,
+                               latency_warmup)  # fmt: skip
+                entry["converter_output"] = printed[0].splitlines()
+                artifacts.append(portable.check(entry, runner, x, reference, dynamic_model))
 
             report = {
                 "source": str(source) if source else type(model).__name__,

@@ -1,6 +1,6 @@
 """The export report: `report.json` and the table printed after an export."""
 
-from . import gpu
+from . import gpu, portable
 from .io import atomic_write_json
 
 
@@ -82,6 +82,8 @@ def format_table(report):
             out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
             if "gpu" in a:
                 out.append(gpu.describe(a["gpu"]))
+        if a["format"] in ("onnx", "openvino"):
+            out.extend(portable.describe(a))
     for note in report.get("notes", []):
         out.append(f"note: {note}")
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")

@@ -260,11 +260,12 @@ class TFLiteRunner:
             )
         if self.input["dtype"] == np.uint8:
             return pixels
-        if self.input["dtype"] != np.float32:
+        if self.input["dtype"] not in (np.float32, np.int16):
             raise ExportError(f"Cannot feed pixels to a {np.dtype(self.input['dtype']).name} input tensor.")
         mean, std = self.normalization
         low, high = np.float32((0.0 - mean) / std), np.float32((255.0 - mean) / std)
-        return pixels.astype(np.float32) * np.float32((high - low) / 255.0) + low
+        x = pixels.astype(np.float32) * np.float32((high - low) / 255.0) + low
+        return self._quantize(x)  # an int16 input (int8_int16) is quantized from it
 
     def latency_ms(self, x1, runs=50, warmup=5):
         xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))
@@ -277,18 +278,19 @@ class TFLiteRunner:
         if self.input["dtype"] == np.uint8:
             return self._run(np.clip(np.round(pixels), 0, 255).astype(np.uint8))
         mean, std = self.normalization
-        return self._run(((pixels - mean) / std).astype(np.float32))
+        return self._run(self._quantize(((pixels - mean) / std).astype(np.float32)))
 
     def logits_from_images(self, images):
         return self.logits(preprocessing.to_model_space(images, self.image_size))
 
 
 def load_runner(path, num_threads=1):
-    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a `.tflite` file.
+    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, a `.tflite` file, a
+    `.onnx` file (onnxruntime) or an OpenVINO `.xml` (with its `.bin`).
 
     Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
     older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
-    or, without one, the model's embedded metadata.
+    or, without one, the model's embedded metadata; ONNX metadata_props, OpenVINO rt_info.
     """
     path = os.fspath(path)
     is_dir = files.isdir(path)
@@ -302,11 +304,20 @@ def load_runner(path, num_threads=1):
         return SavedModelRunner(path)
     if path.endswith(".tflite"):
         return TFLiteRunner(path=path, num_threads=num_threads)
+    if path.endswith(".onnx"):
+        from .onnx import OnnxRunner
+
+        return OnnxRunner(path=path, num_threads=num_threads)
+    if path.endswith((".xml", ".bin")):
+        from .openvino import OpenVINORunner
+
+        return OpenVINORunner(path=os.path.splitext(path)[0] + ".xml", num_threads=num_threads)
     if path.endswith(".keras"):
         model = load_keras_model(path)
         return KerasRunner(model, model_labels(model, path))
     if not files.exists(path):
         raise ExportError(f"No artifact at {str(path)!r}.")
     raise ExportError(
-        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory or a .tflite file."
+        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory, a .tflite, .onnx or "
+        "OpenVINO .xml file."
     )

@@ -16,14 +16,16 @@ import warnings
 
 import numpy as np
 
+from . import maintained, preprocessing
 from . import metadata as tflite_metadata
-from . import preprocessing
 from .errors import ExportError, check_choices
 from .flatbuffer import non_builtin_ops, read_ops
 
-QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul")
+QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul", "int8_int16", "int4_weights")
+# What an export converts unless --quantize says otherwise; the last two (export/maintained.py) are opt-in.
+DEFAULT_MODES = QUANTIZATION_MODES[:5]
 # The modes whose activation ranges are calibrated on representative images.
-CALIBRATED_MODES = ("int8", "int8_matmul")
+CALIBRATED_MODES = ("int8", "int8_matmul", "int8_int16")
 # What "int8_matmul" quantises: every matrix product with constant weights (the projections, the MLP, the
 # patch embedding, the head) and the ops that only move data between them. LayerNorm, GELU, softmax, the
 # residual adds and the attention's activation x activation BATCH_MATMULs stay float: XNNPACK runs them fast
@@ -96,8 +98,10 @@ def convert(
             with `dynamic_image_size=True` is exported at its `image_size`.
         quantize: "float32", "float16" (float16 weights), "dynamic_int8" (int8 weights, float activations),
             "int8" (full integer: int8 weights and activations, calibrated on `representative_images`; for
-            integer-only accelerators), or "int8_matmul" (calibrated int8 matmuls and convolutions, float
-            LayerNorm/GELU/softmax/attention products and float I/O: the fast int8 model on CPUs).
+            integer-only accelerators), "int8_matmul" (calibrated int8 matmuls and convolutions, float
+            LayerNorm/GELU/softmax/attention products and float I/O: the fast int8 model on CPUs), or, built with
+            ai-edge-quantizer (export/maintained.py), "int8_int16" (int8 weights, int16 activations and I/O,
+            calibrated) and "int4_weights" (int4 weights, float activations).
         representative_images: for "int8" and "int8_matmul": raw uint8 images (N, H, W, 3) or a list of them, drawn
             from the training data; they are resized and scaled exactly like the model's inputs.
         dynamic_batch: leave the batch dimension open (-1) instead of fixing it to 1.
@@ -136,6 +140,8 @@ def convert(
     flatbuffer = convert_function(model, function, quantize, representative_images, int8_io, calibration_steps)
     if metadata is False:
         return flatbuffer
+    # An int16 input (int8_int16) holds the normalised image quantized with the tensor's scale: the metadata's
+    # normalisation is the float one.
     input_dtype = np.uint8 if quantize == "int8" and int8_io == "uint8" else np.float32
     return tflite_metadata.with_metadata(
         flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
@@ -194,6 +200,9 @@ def convert_function(model, function, quantize, representative_images=None, int8
                 plain = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
                 plain.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
                 flatbuffer = quantize_matmuls_only(converter, plain.convert(), representative)
+            elif quantize in maintained.MODES:  # ai-edge-quantizer, from the float32 flatbuffer
+                chosen = calibration if quantize in CALIBRATED_MODES else None
+                flatbuffer = maintained.quantize(converter.convert(), quantize, chosen)
             else:
                 flatbuffer = converter.convert()
     except OSError:

@@ -24,6 +24,8 @@ BUDGETS = {
     "dynamic_int8": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
     "int8": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
     "int8_matmul": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
+    "int8_int16": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
+    "int4_weights": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
 }
 
 

@@ -76,7 +76,8 @@ def run_tflite(path, x):
         feed = image[None]
         if inp["dtype"] != np.float32:
             scale, zero = inp["quantization"]
-            feed = np.clip(np.round(feed / scale + zero), 0, 255).astype(inp["dtype"])
+            bounds = np.iinfo(inp["dtype"])
+            feed = np.clip(np.round(feed / scale + zero), bounds.min, bounds.max).astype(inp["dtype"])
         interpreter.set_tensor(inp["index"], feed)
         interpreter.invoke()
         y = interpreter.get_tensor(out["index"])[0]
@@ -117,7 +118,7 @@ def test_the_digits_model_learned(digits):
 def test_export_wrote_every_artifact_and_passed(digits):
     names = {a["name"] for a in digits.report["artifacts"]}
     assert names == {"saved_model", "model_float32.tflite", "model_float16.tflite", "model_dynamic_int8.tflite",
-                     "model_int8.tflite", "model_int8_matmul.tflite"}  # fmt: skip
+                     "model_int8.tflite", "model_int8_matmul.tflite", "model.onnx", "model.xml"}  # fmt: skip
     assert digits.report["passed"]
     # Paths in the report are as the command was given: relative to where the main job ran.
     resolve = lambda path: str((digits.cwd / path).resolve())  # noqa: E731
@@ -148,6 +149,25 @@ def test_tflite_float32_matches_keras(digits):
     assert entry["output"] == "probabilities" and entry["max_abs_probability_diff"] <= 1e-4
 
 
+def test_onnx_and_openvino_match_keras_on_the_heldout_set(digits):
+    import onnxruntime as ort
+    import openvino as ov
+
+    session = ort.InferenceSession(str(digits.out / "model.onnx"), providers=["CPUExecutionProvider"])
+    compiled = ov.Core().compile_model(str(digits.out / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    outputs = {
+        "model.onnx": session.run(None, {"images": digits.x.astype(np.float32)})[0],
+        "model.xml": compiled(digits.x.astype(np.float32))[compiled.outputs[0]],
+    }
+    scale = max(1.0, np.abs(digits.keras_logits).max())
+    for name, logits in outputs.items():
+        assert np.abs(logits - digits.keras_logits).max() / scale <= 1e-4, name
+        assert np.array_equal(logits.argmax(-1), digits.keras_logits.argmax(-1)), name
+        entry = next(a for a in digits.report["artifacts"] if a["name"] == name)
+        assert entry["passed"] and entry["top1_accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == digits.labels))
+        assert entry["dynamic_batch"]["max_rel_logit_diff"] <= 1e-4 and entry["input_shape"] == ["batch", 16, 16, 3]
+
+
 def test_full_int8_keeps_accuracy_and_is_small(digits):
     logits = run_tflite(digits.out / "model_int8.tflite", digits.x)
     keras_accuracy = np.mean(digits.keras_logits.argmax(-1) == digits.labels)
@@ -169,6 +189,25 @@ def test_full_int8_with_uint8_io_keeps_accuracy(digits):
     path.write_bytes(export.convert_tflite(digits.model, "int8", representative, int8_io="uint8"))
     logits = run_tflite(path, digits.x)  # quantizes the model-space input with the tensor's scale/zero-point
     assert_within_budget("int8", logits.argmax(-1), digits.keras_logits.argmax(-1), digits.labels)
+
+
+def test_ai_edge_quantizer_modes_keep_accuracy(digits):
+    """int8 weights with int16 activations (int16 I/O) and int4 weights, built with ai-edge-quantizer."""
+    with np.load(digits.workdir / "samples" / "calibration.npz") as calibration:
+        representative = calibration["images"]
+    keras_top1 = digits.keras_logits.argmax(-1)
+    keras_accuracy = np.mean(keras_top1 == digits.labels)
+    float_size = (digits.out / "model_float32.tflite").stat().st_size
+    from ai_edge_litert.interpreter import Interpreter
+
+    for mode, io_dtype in (("int8_int16", np.int16), ("int4_weights", np.float32)):
+        path = digits.workdir / f"aeq_{mode}.tflite"
+        path.write_bytes(export.convert_tflite(digits.model, mode, representative))
+        probabilities = run_tflite(path, digits.x)
+        assert np.mean(probabilities.argmax(-1) == keras_top1) >= 0.97, mode
+        assert 100 * (keras_accuracy - np.mean(probabilities.argmax(-1) == digits.labels)) <= 1.0, mode
+        (inp,) = Interpreter(model_path=str(path)).get_input_details()
+        assert inp["dtype"] == io_dtype and path.stat().st_size <= 0.35 * float_size, mode
 
 
 def op_input_types(path):
@@ -266,7 +305,8 @@ def test_predict_on_every_artifact_kind(digits, tmp_path, capsys):
         files.append(tmp_path / f"digit{i}.png")
         Image.fromarray(digits.images[i]).save(files[-1])
     expected = [str(c) for c in digits.keras_logits[:3].argmax(-1)]
-    for artifact in ("model.keras", "export/saved_model", "export/model_float32.tflite", "export/model_int8.tflite"):
+    for artifact in ("model.keras", "export/saved_model", "export/model_float32.tflite", "export/model_int8.tflite",
+                     "export/model.onnx", "export/model.xml"):  # fmt: skip
         assert cli(["predict", str(digits.workdir / artifact), *map(str, files), "--top-k", "3"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 3 * 4

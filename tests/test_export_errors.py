@@ -63,7 +63,7 @@ def test_unknown_quantization_mode(tiny, tmp_path, capsys):
     with pytest.raises(export.ExportError, match=r"int4.*float32, float16, dynamic_int8, int8"):
         export.export_path(root / "model.keras", out=tmp_path / "out", quantize="float32,int4")
     with pytest.raises(export.ExportError, match="Unknown format"):
-        export.export_path(root / "model.keras", out=tmp_path / "out", formats="onnx")
+        export.export_path(root / "model.keras", out=tmp_path / "out", formats="coreml")
     assert cli([str(root / "model.keras"), "--out", str(tmp_path / "out"), "--quantize", "int4"]) == 2
     assert "int4" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # rejected before anything was written

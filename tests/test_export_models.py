@@ -44,8 +44,9 @@ def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(export.tflite, "convert", convert_printing)
     capfd.readouterr()
     report = export.export_model(
-        model, tmp_path, quantize=("float32", "dynamic_int8"), heldout=(images, None), latency_runs=5
-    )
+        model, tmp_path, formats=("saved_model", "tflite"), quantize=("float32", "dynamic_int8"),
+        heldout=(images, None), latency_runs=5,
+    )  # fmt: skip
     check_report(report, ["saved_model", "model_float32.tflite", "model_dynamic_int8.tflite"])
     # What the converter prints from C++ (fds 1 and 2) is in the report, not on the terminal.
     out, err = capfd.readouterr()

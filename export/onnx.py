@@ -1,0 +1,109 @@
+"""ONNX export: Keras' own `model.export(path, format="onnx")` (tf2onnx under the TensorFlow backend), the output
+renamed `logits`, the labels and input contract in `metadata_props` (export/portable.py), run with onnxruntime."""
+
+import collections
+import os
+import tempfile
+
+from keras_vit import files
+
+from . import portable
+from .errors import ExportError
+
+NAME = "model.onnx"
+# Stated, not left to tf2onnx's default (15): opset 17 runs on onnxruntime >= 1.12, OpenVINO and TensorRT 8.5+.
+OPSET = 17
+METADATA_PREFIX = "keras_vit."
+
+
+def input_spec(model):
+    """float32 NHWC images, batch open (and height and width, for a model built with dynamic_image_size=True)."""
+    import tensorflow as tf
+
+    return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=portable.INPUT_NAME)
+
+
+def convert(model, labels, image_size):
+    """The ONNX file (bytes) of `model`: float32 images in [-1, 1] -> logits, with the contract in metadata_props.
+
+    `model` is exported as built: with `dynamic_image_size=True` its height and width stay open, and
+    `image_size` (the size it was trained at) is what the contract states.
+    """
+    import onnx
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, NAME)
+        model.export(path, format="onnx", verbose=False, input_signature=[input_spec(model)], opset_version=OPSET)
+        proto = onnx.load(path)
+    if len(proto.graph.output) != 1:
+        raise ExportError(f"Expected the ONNX graph to have one output (logits); it has {len(proto.graph.output)}.")
+    old = proto.graph.output[0].name
+    for node in proto.graph.node:  # tf2onnx names the output after TensorFlow's "Identity:0"
+        node.output[:] = [portable.OUTPUT_NAME if name == old else name for name in node.output]
+        node.input[:] = [portable.OUTPUT_NAME if name == old else name for name in node.input]
+    proto.graph.output[0].name = portable.OUTPUT_NAME
+    dynamic = model.input_shape[1] is None
+    del proto.metadata_props[:]
+    for key, text in portable.contract(image_size, labels, dynamic).items():
+        proto.metadata_props.add(key=METADATA_PREFIX + key, value=text)
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString()
+
+
+def inspect(data):
+    """{"opset": {domain: version}, "ops": {op_type: count}} read from an ONNX file's bytes with the onnx package."""
+    import onnx
+
+    proto = onnx.load_from_string(bytes(data))
+    ops = collections.Counter(node.op_type for node in proto.graph.node)
+    return {
+        "opset": {(o.domain or "ai.onnx"): int(o.version) for o in proto.opset_import},
+        "ops": dict(sorted(ops.items())),
+    }
+
+
+class OnnxRunner(portable.InterchangeRunner):
+    """Runs an ONNX file with onnxruntime's CPU provider (`num_threads` intra-op threads, one inter-op)."""
+
+    kind = "onnx"
+    what = "The ONNX model"
+
+    def __init__(self, data=None, path=None, num_threads=1):
+        import onnxruntime as ort
+
+        where = repr(str(path)) if path is not None else "the ONNX model"
+        if data is None:
+            path = os.fspath(path)
+            if not files.isfile(path):
+                raise ExportError(f"No .onnx file at {str(path)!r}.")
+            data = files.read_bytes(path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = int(num_threads), 1
+        options.log_severity_level = 3  # errors only: its warnings would interleave with the report
+        try:
+            self.session = ort.InferenceSession(bytes(data), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types, one per failure kind
+            raise ExportError(
+                f"onnxruntime could not load {where}: {portable.first_line(exc)} (is it a complete ONNX file? "
+                "Re-export it with `python -m export`)."
+            ) from exc
+        inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ExportError(f"Expected one input and one output in {where}; found {len(inputs)} and {len(outputs)}.")
+        self.input_name = inputs[0].name
+        self.input_shape = [d if isinstance(d, int) else None for d in inputs[0].shape]
+        meta = self.session.get_modelmeta().custom_metadata_map
+        found = {k[len(METADATA_PREFIX) :]: v for k, v in meta.items() if k.startswith(METADATA_PREFIX)}
+        self.contract = portable.read_contract(found, where)
+        self.contract_in_file = all(self.contract[k] is not None for k in portable.CONTRACT_KEYS)
+        self.num_threads = int(num_threads)
+        self.runtime_version = ort.__version__
+        self.data = bytes(data)
+        self._setup(where)
+
+    def details(self, x, reference):
+        """What the report states beside the figures: runtime, opset, op counts."""
+        return {"runtime_version": self.runtime_version, **inspect(self.data)}
+
+    def run(self, x):
+        return self.session.run(None, {self.input_name: x})[0]

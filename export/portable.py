@@ -1,0 +1,219 @@
+"""What the ONNX and OpenVINO artifacts share: the contract each file carries, one runner base, and the checks
+beyond the common budget (dynamic batch, dynamic image size, op set).
+
+Both are converted by Keras itself (`model.export(path, format="onnx" | "openvino")`) from the model as it was
+built: a model built with `dynamic_image_size=True` keeps its open height and width, where TFLite needs one
+size. Both take float32 NHWC RGB images in [-1, 1] (uint8 pixels bilinearly resized to `image_size`, then
+`(x - 127.5) / 127.5`) and return logits. The labels and that input contract travel inside the file: ONNX
+`metadata_props` under the keys `keras_vit.<name>`, OpenVINO rt_info under `keras_vit/<name>`, each value a JSON
+document (`CONTRACT_KEYS`).
+"""
+
+import json
+
+import numpy as np
+
+from . import commit, preprocessing
+from .errors import ExportError
+from .runners import _check_batch, _median_ms
+from .verify import check_budget, compare
+
+FORMATS = ("onnx", "openvino")
+CONTRACT_KEYS = ("labels", "input", "output", "preprocessing")
+INPUT_NAME, OUTPUT_NAME = "images", "logits"
+# The budget of the checks beyond the shared one (the float32 TFLite model's, `export.verify.BUDGETS`).
+BUDGET_KEY = "float32"
+DYNAMIC_BATCHES = (1, 3)
+DYNAMIC_SIZE_IMAGES = 32
+
+
+def contract(image_size, labels, dynamic_image_size):
+    """The documents written into an ONNX or OpenVINO file: {key: JSON text} for `CONTRACT_KEYS`."""
+    height, width = (int(d) for d in image_size)
+    documents = {
+        "labels": list(labels),
+        "input": {
+            "name": INPUT_NAME,
+            "dtype": "float32",
+            "layout": "NHWC",
+            "color": "RGB",
+            "shape": ["batch", "height" if dynamic_image_size else height, "width" if dynamic_image_size else width, 3],
+            "image_size": [height, width],
+            "dynamic_image_size": bool(dynamic_image_size),
+            "range": [-1.0, 1.0],
+            "from_uint8": f"bilinear resize to {height}x{width}, then x = (x - {preprocessing.PIXEL_CENTER}) / "
+            f"{preprocessing.PIXEL_SCALE}",
+        },
+        "output": {"name": OUTPUT_NAME, "meaning": "logits", "shape": ["batch", len(labels)]},
+        "preprocessing": preprocessing.describe((height, width)),
+    }
+    return {key: json.dumps(value) for key, value in documents.items()}
+
+
+def read_contract(text_by_key, what):
+    """Parses the documents `contract` wrote ({key: JSON text}, any missing); unreadable JSON is an ExportError."""
+    parsed = {}
+    for key in CONTRACT_KEYS:
+        if text_by_key.get(key) is None:
+            parsed[key] = None
+            continue
+        try:
+            parsed[key] = json.loads(text_by_key[key])
+        except ValueError:
+            raise ExportError(f"{what} has unreadable keras_vit.{key} metadata; re-export it with export/.") from None
+    return parsed
+
+
+def first_line(exc):
+    """The informative line of a runtime's multi-line error (OpenVINO's say where in its C++ sources first:
+    'Exception from src/...', "Check '...' failed at src/...")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from") and " failed at src/" not in line]
+    return (useful or lines or [type(exc).__name__])[0]
+
+
+class InterchangeRunner:
+    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to logits.
+
+    Subclasses set `kind`, `what`, `input_shape` (None for open dimensions), `contract` (read back from the
+    file) and `num_threads`, and define `run(x)` for a batch of any shape the file accepts.
+    """
+
+    output_kind = "logits"
+
+    def _setup(self, path):
+        self.labels = self.contract["labels"]
+        static = self.input_shape[1:3]
+        if self.contract["input"] is not None:
+            self.image_size = tuple(int(d) for d in self.contract["input"]["image_size"])
+        elif all(isinstance(d, int) for d in static):
+            self.image_size = tuple(static)
+        else:
+            raise ExportError(
+                f"{path!r} has an open image size and no keras_vit metadata saying which size it was trained at; "
+                "re-export it with `python -m export`."
+            )
+        self.dynamic_batch = self.input_shape[0] is None
+        self.dynamic_image_size = any(d is None for d in static)
+
+    @property
+    def threads(self):
+        return self.num_threads
+
+    def outputs(self, x, batch_size=64):
+        x = _check_batch(x, self.image_size, self.what)
+        step = batch_size if self.dynamic_batch else int(self.input_shape[0])
+        return np.concatenate([self.run(x[i : i + step]) for i in range(0, len(x), step)]).astype(np.float32)
+
+    logits = outputs
+
+    def outputs_from_images(self, images):
+        return self.outputs(preprocessing.to_model_space(images, self.image_size))
+
+    logits_from_images = outputs_from_images
+
+    def latency_ms(self, x1, runs=50, warmup=5):
+        x1 = _check_batch(x1, self.image_size, self.what)
+        return _median_ms(lambda: self.run(x1), runs, warmup)
+
+
+def write(fmt, model, labels, image_size, staging, num_threads=1):
+    """Converts `model` to `fmt` ("onnx" or "openvino"), writes its file(s) into the staging directory and opens
+    them with the format's runtime; returns (name, bytes written, runner)."""
+    if fmt == "onnx":
+        from .onnx import NAME, OnnxRunner, convert
+
+        data = convert(model, labels, image_size)
+        commit.write_staged(staging / NAME, data)
+        return NAME, len(data), OnnxRunner(data, num_threads=num_threads)
+    from .openvino import NAME, WEIGHTS, OpenVINORunner, convert
+
+    xml, weights = convert(model, labels, image_size)
+    commit.write_staged(staging / WEIGHTS, weights)  # the weights first: an .xml is never there without them
+    commit.write_staged(staging / NAME, xml)
+    return NAME, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
+
+
+def check(entry, runner, x, reference, dynamic_model=None):
+    """Adds the dynamic-batch and dynamic-image-size figures to a verified `entry` (see `export.pipeline`).
+
+    Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
+    Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:
+    up to `DYNAMIC_SIZE_IMAGES` images at a second size (two patches taller, one patch wider) against that
+    Keras model at the same size. Both are held to the float32 budget; a file whose batch (or, for a dynamic
+    model, image size) is fixed fails.
+    """
+    budget = {k: v for k, v in entry["budget"].items() if k == "max_rel_logit_diff"}
+    entry["input_shape"] = [name if d is None else d for name, d in zip(("batch", "height", "width", "channels"),
+                                                                         runner.input_shape)]  # fmt: skip
+    worst, failures = 0.0, []
+    if runner.dynamic_batch:
+        for batch in DYNAMIC_BATCHES:
+            if len(x) < batch:
+                continue
+            out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
+            figures = compare(out, reference[: len(out)])
+            worst = max(worst, figures["max_rel_logit_diff"])
+            failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
+        entry["dynamic_batch"] = {"batches": list(DYNAMIC_BATCHES), "max_rel_logit_diff": worst}
+    else:
+        entry["dynamic_batch"] = None
+        failures.append(f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open")
+    entry["dynamic_image_size"] = None
+    if dynamic_model is not None:
+        if not runner.dynamic_image_size:
+            failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
+        else:
+            entry["dynamic_image_size"] = _other_size(runner, x[:DYNAMIC_SIZE_IMAGES], dynamic_model)
+            failures += [f"at {entry['dynamic_image_size']['size']}: {f}"
+                         for f in check_budget(entry["dynamic_image_size"], budget)]  # fmt: skip
+    entry.update(runner.details(x, reference))
+    entry["contract_in_file"] = runner.contract_in_file
+    if not runner.contract_in_file:
+        failures.append("the labels and input contract are missing from the file")
+    entry["failures"] += failures
+    entry["passed"] = not entry["failures"]
+    return entry
+
+
+def _other_size(runner, x, dynamic_model):
+    import tensorflow as tf
+
+    patch = int(dynamic_model.config.patch_size) * int(dynamic_model.config.feature_stride)
+    size = (runner.image_size[0] + 2 * patch, runner.image_size[1] + patch)
+    # Model-space images resized again: any float32 images in [-1, 1] at the new size serve the comparison.
+    bigger = tf.clip_by_value(tf.image.resize(x, size, method="bilinear"), -1.0, 1.0).numpy()
+    expected = np.concatenate([np.asarray(dynamic_model(bigger[i : i + 16], training=False))
+                               for i in range(0, len(bigger), 16)])  # fmt: skip
+    figures = compare(np.concatenate([runner.run(bigger[i : i + 16]) for i in range(0, len(bigger), 16)]), expected)
+    return {"size": list(size), "images": len(bigger), **{k: figures[k] for k in ("max_rel_logit_diff",
+            "max_abs_logit_diff", "top1_agreement", "logit_scale")}}  # fmt: skip
+
+
+def describe(entry):
+    """The report table's lines for an ONNX or OpenVINO entry."""
+    lines = []
+    batch = entry.get("dynamic_batch")
+    lines.append(
+        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; dynamic batch: "
+        + (f"batches {batch['batches']} max rel diff {batch['max_rel_logit_diff']:.2e}" if batch else "no")
+    )
+    size = entry.get("dynamic_image_size")
+    if size:
+        lines.append(
+            f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, max rel diff "
+            f"{size['max_rel_logit_diff']:.2e}, top1 agree {100 * size['top1_agreement']:.2f}%"
+        )
+    if entry["format"] == "onnx":
+        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
+    else:
+        default = entry["default_precision"]
+        lines.append(
+            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
+            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): max rel diff "
+            f"{default['max_rel_logit_diff']:.2e}, top1 agree {100 * default['top1_agreement']:.2f}% (not budgeted)"
+        )
+    ops = ", ".join(f"{k} x{n}" for k, n in entry["ops"].items())
+    lines.append(f"  ops ({sum(entry['ops'].values())}): {ops}")
+    lines.append(f"  labels and input contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
+    return lines
