@@ -2,8 +2,10 @@ import contextlib
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -34,6 +36,23 @@ def pytest_xdist_auto_num_workers(config):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return max(1, min(cores, int(memory_gib // 8)))
+
+
+def pytest_configure(config):
+    """One JAX compilation cache for the session: the tests' JAX processes (a run, its killed twin and its resume;
+    the two processes of a multi-process run) compile the same tiny programs, and XLA compiling them again is
+    most of their time. A cached program is the one XLA compiled, so what the tests compare is unchanged. Set in
+    the main process, before it starts the parallel workers, which inherit it; a cache the user set is kept."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    config.jax_cache_dir = tempfile.mkdtemp(prefix="keras-vit-tests-jax-cache-")
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=config.jax_cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")  # fmt: skip
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "jax_cache_dir", None):
+        shutil.rmtree(config.jax_cache_dir, ignore_errors=True)
 
 
 def _shared_dir(tmp_path_factory):
