@@ -368,6 +368,7 @@ def test_litert_matmul_peak_converts_once_per_state():
     assert first["gflops"] > 0 and second["gflops"] > 0 and first["ops"] == second["ops"]
 
 
+@pytest.mark.slow  # three TFLite conversions and their calibration: ~25 s
 def test_int8_ops_quantises_exactly_the_op_types_asked_for():
     from benchmarks import int8_ops
 
