@@ -314,6 +314,7 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     assert measured is not None and measured.fastest in ("TensorFlow", "TensorFlow+XLA", "JAX")
 
 
+@pytest.mark.slow  # two training steps compiled, float32 and bfloat16: 14-76 s measured
 def test_step_split_counts_the_steps_matmuls_and_times_them():
     """The matmul list of benchmarks/step_split.py has the FLOPs of the analytic count (3x the forward pass, a
     hand count in test_forward_flops_...), and its timings add up."""
@@ -340,6 +341,7 @@ def test_step_split_counts_the_steps_matmuls_and_times_them():
     assert all(bench._train[k][0] is m for k, m in models.items()) and all(state[k] is traced[k] for k in traced)
 
 
+@pytest.mark.slow  # golden check and training at two settings: 14-54 s measured
 def test_backend_check_smoke_run(tmp_path, capsys):
     """The accelerator/backend check on this machine's backend (TensorFlow, CPU), tiny settings, in-process."""
     from benchmarks import backend_check
