@@ -1,10 +1,11 @@
 import contextlib
-import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -12,9 +13,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
+from tests import main_job
+
 try:
     import fcntl
-except ImportError:  # not POSIX: no parallel workers to keep apart (pytest_xdist_auto_num_workers below)
+except ImportError:  # not POSIX: the workers may each run the main job (digits_main_job below)
     fcntl = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -23,18 +26,33 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 # Parallel runs (pytest-xdist; pyproject.toml's addopts say `-n auto --dist loadfile`). Each test file goes to one
 # worker whole, so its module fixtures run once; README's main job runs once for all workers (`digits_main_job`).
-# What asserts a wall time runs alone: it holds the machine-wide lock exclusively (`alone()`) while every test
-# holds it shared, so no other worker's test runs beside it.
+# No test here times the main job: CI (.ci/run) runs it alone before the tests and checks its time
+# (.ci/check_main_job.py); the tests only check its outputs.
 
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per usable core, at most one per 8 GiB of memory (the heaviest test files, the
-    benchmark's and the notebook's, hold several GiB); none (one process) on a platform without fcntl locks."""
-    if fcntl is None:
-        return 0
+    benchmark's and the notebook's, hold several GiB)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return max(1, min(cores, int(memory_gib // 8)))
+
+
+def pytest_configure(config):
+    """One JAX compilation cache for the session: the tests' JAX processes (a run, its killed twin and its resume;
+    the two processes of a multi-process run) compile the same tiny programs, and XLA compiling them again is
+    most of their time. A cached program is the one XLA compiled, so what the tests compare is unchanged. Set in
+    the main process, before it starts the parallel workers, which inherit it; a cache the user set is kept."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    config.jax_cache_dir = tempfile.mkdtemp(prefix="keras-vit-tests-jax-cache-")
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=config.jax_cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")  # fmt: skip
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "jax_cache_dir", None):
+        shutil.rmtree(config.jax_cache_dir, ignore_errors=True)
 
 
 def _shared_dir(tmp_path_factory):
@@ -43,49 +61,24 @@ def _shared_dir(tmp_path_factory):
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def _lock_paths(tmp_path_factory):
-    root = _shared_dir(tmp_path_factory)
-    return root / "machine.lock", root / "machine.gate"
-
-
 @contextlib.contextmanager
-def _locked(path, mode):
-    if fcntl is None:
-        yield
-        return
+def first_of_the_workers(path, timeout):
+    """Holds `path`'s flock, so that one parallel worker at a time runs the block; fails the test with a message
+    after `timeout` seconds of waiting (the holder is stuck) instead of hanging until CI's limit."""
     with open(path, "a") as f:
-        fcntl.flock(f, mode)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"waited {timeout} s for another test worker to finish README's main job ({path})")
+                time.sleep(1)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def exclusive(lock, gate):
-    """Holds the machine while no other test runs in any worker. The gate stops new tests from starting while this
-    waits for the running ones to end (flock alone would let a stream of shared holders starve it)."""
-    with _locked(gate, fcntl and fcntl.LOCK_EX), _locked(lock, fcntl and fcntl.LOCK_EX):
-        yield
-
-
-@contextlib.contextmanager
-def shared(lock, gate):
-    """Holds the machine beside other shared holders, once no exclusive holder waits at the gate."""
-    with _locked(gate, fcntl and fcntl.LOCK_SH):
-        pass
-    with _locked(lock, fcntl and fcntl.LOCK_SH):
-        yield
-
-
-def alone(tmp_path_factory):
-    return exclusive(*_lock_paths(tmp_path_factory))
-
-
-@pytest.fixture(autouse=True)
-def _share_the_machine(tmp_path_factory):
-    with shared(*_lock_paths(tmp_path_factory)):
-        yield
 
 
 @pytest.fixture(scope="session")
@@ -100,29 +93,28 @@ def _seed():
     keras.utils.set_random_seed(0)
 
 
-def main_job_commands():
-    """README's main job: the quick-start line after its install step, split into its commands."""
-    readme = (ROOT / "README.md").read_text()
-    line = next(line for line in readme.splitlines() if "pip install -r requirements.txt &&" in line)
-    job = line.split("pip install -r requirements.txt &&", 1)[1].strip()
-    return [command.strip() for command in job.split("&&")]
-
-
 @pytest.fixture(scope="session")
 def digits_main_job(tmp_path_factory):
-    """Runs README's main job (train digits, evaluate, export, verify) once per test session, exactly as written,
-    in a fresh directory; the training, export and inspection tests all check this one run. The first parallel
-    worker to ask runs it, alone on the machine, and records the outcome; the others wait for it and read it."""
-    folder = _shared_dir(tmp_path_factory)
-    cwd, record = folder / "main_job", folder / "main_job.json"
-    with _locked(folder / "main_job.lock", fcntl and fcntl.LOCK_EX):
-        if record.exists():
-            runs = json.loads(record.read_text())
-        else:
-            cwd.mkdir()
-            with alone(tmp_path_factory):  # test_training_digits holds its wall time to README's "about two minutes"
-                runs = _run_main_job(cwd)
-            record.write_text(json.dumps(runs))
+    """README's main job (train digits, evaluate, export, verify), exactly as written, in a fresh directory; the
+    training, export and inspection tests all check this one run. Under CI it is .ci/check_main_job.py's run
+    (KERAS_VIT_MAIN_JOB names its folder); elsewhere the first parallel worker to ask runs it once, untimed, and
+    the others read its record."""
+    if os.environ.get(main_job.FOLDER_VARIABLE):
+        cwd = pathlib.Path(os.environ[main_job.FOLDER_VARIABLE])
+        runs = main_job.read_record(cwd)
+    else:
+        folder = _shared_dir(tmp_path_factory)
+        cwd = folder / "main_job"
+        waiting = first_of_the_workers if fcntl else lambda path, timeout: contextlib.nullcontext()
+        with waiting(folder / "main_job.lock", timeout=1800):
+            if (cwd / main_job.RECORD).exists():
+                runs = main_job.read_record(cwd)
+            else:
+                cwd.mkdir()
+                # `python` in README's commands is the interpreter running the tests (the venv's, activated or not).
+                path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+                runs = main_job.run(cwd, {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path})
+                main_job.write_record(cwd, runs)
     runs = [
         SimpleNamespace(
             command=run["command"],
@@ -137,20 +129,3 @@ def digits_main_job(tmp_path_factory):
     train = next(run for run in runs if re.search(r"-m training\b", run.command))
     workdir = cwd / re.search(r"-m export (\S+)", runs[-1].command).group(1)
     return SimpleNamespace(cwd=cwd, workdir=workdir, runs=runs, train=train, export=runs[-1])
-
-
-def _run_main_job(cwd):
-    """README's main job in `cwd`, command by command until one fails: command, return code, output, seconds."""
-    # Log level 0 keeps XLA's "Compiled cluster" line, the proof that the jit-compiled train step ran.
-    # `python` in README's commands is the interpreter running the tests (the venv's, activated or not).
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": str(ROOT), "PATH": path}
-    runs = []
-    for command in main_job_commands():
-        started = time.time()
-        result = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-        runs.append({"command": command, "returncode": result.returncode, "stdout": result.stdout,
-                     "stderr": result.stderr, "seconds": time.time() - started})  # fmt: skip
-        if result.returncode:
-            break
-    return runs

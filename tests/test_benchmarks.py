@@ -314,6 +314,7 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     assert measured is not None and measured.fastest in ("TensorFlow", "TensorFlow+XLA", "JAX")
 
 
+@pytest.mark.slow  # two training steps compiled, float32 and bfloat16: 14-76 s measured
 def test_step_split_counts_the_steps_matmuls_and_times_them():
     """The matmul list of benchmarks/step_split.py has the FLOPs of the analytic count (3x the forward pass, a
     hand count in test_forward_flops_...), and its timings add up."""
@@ -340,6 +341,7 @@ def test_step_split_counts_the_steps_matmuls_and_times_them():
     assert all(bench._train[k][0] is m for k, m in models.items()) and all(state[k] is traced[k] for k in traced)
 
 
+@pytest.mark.slow  # golden check and training at two settings: 14-54 s measured
 def test_backend_check_smoke_run(tmp_path, capsys):
     """The accelerator/backend check on this machine's backend (TensorFlow, CPU), tiny settings, in-process."""
     from benchmarks import backend_check
@@ -368,6 +370,7 @@ def test_litert_matmul_peak_converts_once_per_state():
     assert first["gflops"] > 0 and second["gflops"] > 0 and first["ops"] == second["ops"]
 
 
+@pytest.mark.slow  # three TFLite conversions and their calibration: ~25 s
 def test_int8_ops_quantises_exactly_the_op_types_asked_for():
     from benchmarks import int8_ops
 

@@ -158,6 +158,7 @@ def test_memory_phase_runs_each_setting_in_its_own_process_on_tensorflow(monkeyp
     assert any("FAILED" in line for line in lines)
 
 
+@pytest.mark.slow  # a training step measured in-process: 22 s measured
 def test_memory_record_of_one_setting_in_process():
     record = memory.measure("testing", 32, 8, remat=False, accum=2)
     assert record["micro_batch"] == 4 and record["accum_steps"] == 2 and record["backend"]

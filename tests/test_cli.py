@@ -86,6 +86,7 @@ def test_a_workdir_that_is_a_file_is_named_as_the_problem(tmp_path):
     assert line == f"{path} is a file, not a directory: pass a directory path (or move the file away) and run again."
 
 
+@pytest.mark.slow  # a fresh process importing Keras and keras_vit: 23 s measured
 def test_importing_keras_vit_adds_nothing_that_training_or_export_need():
     code = (
         "import sys, keras; before = set(sys.modules); import keras_vit; "

@@ -267,6 +267,7 @@ JAX_CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a JAX subprocess: 31 s measured
 def test_jax_backend(tmp_path):
     """The same weights under JAX (jitted and eager) against the TensorFlow model rebuilt at 40x56."""
     model = dynamic_model()

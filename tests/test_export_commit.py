@@ -57,6 +57,7 @@ def tiny(tmp_path_factory):
     return root, model
 
 
+@pytest.mark.slow  # a SavedModel and three TFLite conversions: 39 s measured
 def test_fewer_modes_leave_only_what_the_new_report_lists(tiny, tmp_path):
     root, _ = tiny
     out = tmp_path / "out"

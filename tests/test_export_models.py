@@ -31,6 +31,7 @@ def check_report(report, expected_names):
             assert a["non_builtin_ops"] == [] and a["ops"]
 
 
+@pytest.mark.slow  # SavedModel and two TFLite conversions: 20 s measured
 def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     model = fx.random_classifier("testing", head_scale=4.0)
     images = random_images(64, 32)

@@ -1,24 +1,46 @@
 """README's main job end to end, on a fresh directory: train digits, evaluate, export, verify, inspect.
 
-The run itself is the session fixture `digits_main_job` (tests/conftest.py), which executes the quick-start line of
-README.md exactly as written; the training and export acceptance tests check the same run in detail.
+The run itself is the session fixture `digits_main_job` (tests/conftest.py): the quick-start line of README.md
+exactly as written, run by .ci/check_main_job.py alone before the tests (which also checks its time and output) or
+by the fixture once per session; the training and export acceptance tests check the same run in detail.
 """
 
+import fcntl
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.conftest import ROOT, main_job_commands
-
-pytestmark = pytest.mark.slow
+from tests import main_job
+from tests.conftest import ROOT, first_of_the_workers
 
 
 def test_readme_main_job_is_train_then_export():
-    assert main_job_commands() == ["python -m training", "python -m export runs/digits"]
+    assert main_job.commands() == ["python -m training", "python -m export runs/digits"]
 
 
+def test_a_worker_waiting_for_the_main_job_fails_with_a_message_instead_of_hanging(tmp_path):
+    lock = tmp_path / "main_job.lock"
+    with open(lock, "a") as holder:  # another worker, stuck in the job
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        started = time.monotonic()
+        waiting = pytest.raises(pytest.fail.Exception, match="waited 2 s for another test worker")
+        with waiting, first_of_the_workers(lock, timeout=2):
+            pass
+        assert 2 <= time.monotonic() - started < 10
+    with first_of_the_workers(lock, timeout=2):  # released: the next worker goes ahead at once
+        pass
+
+
+def test_a_folder_without_the_ci_record_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"KERAS_VIT_MAIN_JOB=.* holds no main_job.json: run `python "
+                       r"\.ci/check_main_job\.py"):  # fmt: skip
+        main_job.read_record(tmp_path)
+
+
+@pytest.mark.slow  # the main job (~3 min) unless CI ran it
 def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
     workdir = digits_main_job.workdir
     train_out = digits_main_job.train.result.stdout
@@ -50,6 +72,7 @@ def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
     assert all((workdir / "plots" / name).stat().st_size > 1000 for name in plots)
 
 
+@pytest.mark.slow
 def test_inspect_cli_on_the_trained_digits_model(digits_main_job, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "keras_vit.inspect", str(digits_main_job.workdir / "model.keras"), "--out",

@@ -1,4 +1,7 @@
-"""Acceptance: `python -m training` (digits) reaches >= 98% held-out top-1 in < 3 minutes and writes the workdir."""
+"""Acceptance: `python -m training` (digits) reaches >= 98% held-out top-1 and writes the workdir.
+
+Its wall time (under 3 minutes), timed alone on the machine, is .ci/check_main_job.py's check, not a test's here.
+"""
 
 import json
 import os
@@ -21,28 +24,43 @@ def digits_run(digits_main_job):
     """README's main job (tests/conftest.py) ran `python -m training` with no arguments: its workdir and output."""
     train = digits_main_job.train
     assert train.command == "python -m training"
-    return digits_main_job.workdir, train.result, train.seconds
+    return digits_main_job.workdir, train.result
 
 
 @pytest.mark.slow
-def test_digits_reaches_98_percent_within_3_minutes(digits_run):
-    workdir, result, elapsed = digits_run
+def test_digits_reaches_98_percent(digits_run):
+    workdir, result = digits_run
     metrics = json.loads((workdir / "metrics.json").read_text())
-    print(f"digits: top-1 {metrics['top1']:.4f} in {elapsed:.1f} s wall ({metrics['train_seconds']:.1f} s training)")
+    print(f"digits: top-1 {metrics['top1']:.4f} ({metrics['train_seconds']:.1f} s training)")
     assert metrics["top1"] >= 0.98
-    assert elapsed < 180
     for key in ("top1", "top5", "loss", "epochs", "steps", "images_per_second", "wall_seconds"):
         assert key in metrics
     assert metrics["steps"] == 28 * (1437 // 64) and metrics["epochs"] == 28
-    # jit_compile="auto" chose XLA (plain TensorFlow compiles on the CPU) and Keras compiled the train step with it.
-    # XLA logs "Compiled cluster" once per process, so the line alone would also be the choice's one-op probe.
+    # jit_compile="auto" chose XLA (plain TensorFlow compiles on the CPU); the main job runs quiet, so
+    # test_a_jit_compiled_train_step_is_compiled_by_xla sees XLA compile such a step, in a run with -v.
     assert "jit_compile=auto: XLA on" in result.stdout and metrics["jit_compile"] is True
+
+
+@pytest.mark.slow  # a tiny training in a subprocess
+def test_a_jit_compiled_train_step_is_compiled_by_xla(tmp_path):
+    """The main job runs quiet; with `-v` TensorFlow's logs stay, and XLA's "Compiled cluster" line shows that the
+    trainer's jit_compile=True (what "auto" resolves to for the digits recipe, above) reaches the step Keras
+    compiles. A tiny synthetic run, since the line says nothing of the model."""
+    from tests.test_training_resume import SMALL_RUN
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    command = [sys.executable, "-m", "training", "-v", "--workdir", str(tmp_path / "run"), *SMALL_RUN,
+               "--epochs", "1", "--set", "jit_compile=True", "--set", "deterministic=False"]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "jit_compile=True" in result.stdout
     assert "Compiled cluster using XLA" in result.stderr
 
 
 @pytest.mark.slow
 def test_digits_workdir_follows_the_contract(digits_run):
-    workdir, _, _ = digits_run
+    workdir, _ = digits_run
     model = keras.saving.load_model(workdir / "model.keras")
     assert model.input_shape == (None, 16, 16, 3) and model.output_shape == (None, 10)
     assert model.config.hidden_size == 192 and model.config.patch_size == 4  # the recipe's 4x4 patch grid
@@ -70,7 +88,7 @@ def test_digits_workdir_follows_the_contract(digits_run):
 
 @pytest.mark.slow
 def test_evaluate_command_reproduces_the_metrics(digits_run):
-    workdir, _, _ = digits_run
+    workdir, _ = digits_run
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
     result = subprocess.run(
         [sys.executable, "-m", "training", "evaluate", "--workdir", str(workdir)],
