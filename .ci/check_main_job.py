@@ -29,12 +29,16 @@ TRAIN_SECONDS = 180  # docs/training.md: "about 2 min on 2 CPU cores"; the bound
 TOP1 = 0.98
 # Measured: 114 lines without native logs (the trainer's 3, two per epoch for 28 epochs; the export report's 55).
 MAX_LINES = 125
-ARTIFACTS = 6  # SavedModel + five TFLite models
+ARTIFACTS = 8  # SavedModel, five TFLite models, ONNX, OpenVINO
 # Native log lines: TensorFlow's ("2026-01-01 10:00:00.123456: I tensorflow/..."), absl's as XLA writes them
 # ("I0000 00:00:..." and "WARNING: All log messages before absl::InitializeLog() ..."), LiteRT's ("INFO: ...").
 NATIVE_LOG = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log|INFO: )"
 )
+
+
+# README names the one notice TensorFlow 2.20 prints at a run's first XLA step whatever the log level (two lines).
+XLA_NOTICE = ("WARNING: All log messages before absl::InitializeLog() is called", "] Compiled cluster using XLA!")
 
 
 def copy_checkout(target):
@@ -66,7 +70,7 @@ def problems(folder, runs):
     lines = [line for run in runs for line in (run["stdout"] + run["stderr"]).splitlines()]
     if len(lines) > MAX_LINES:
         found.append(f"the job printed {len(lines)} lines, more than {MAX_LINES}")
-    native = [line for line in lines if NATIVE_LOG.match(line)]
+    native = [line for line in lines if NATIVE_LOG.match(line) and not any(n in line for n in XLA_NOTICE)]
     if native:
         found.append(f"{len(native)} native log lines in a quiet run, the first: {native[0]!r}")
     report = json.loads((workdir / "export" / "report.json").read_text())

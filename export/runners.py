@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from keras_vit import files
+from keras_vit import _startup, files
 from keras_vit.preprocessing import check_model_range
 
 from . import metadata as tflite_metadata
@@ -162,8 +162,9 @@ class TFLiteRunner:
                 labels = info.get("labels") if labels is None else labels
                 output_kind = (info.get("output") or {}).get("meaning")
         try:
-            self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
-            self.interpreter.allocate_tensors()
+            with _startup.native_lines_dropped(_startup.LITERT_NOTICES):  # LiteRT's once-per-process INFO line
+                self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
+                self.interpreter.allocate_tensors()
         except Exception as exc:
             where = f" {str(path)!r}" if path else ""
             raise ExportError(f"LiteRT could not load the flatbuffer{where}: {exc}") from exc

@@ -16,6 +16,8 @@ import warnings
 
 import numpy as np
 
+from keras_vit import _startup
+
 from . import maintained, preprocessing
 from . import metadata as tflite_metadata
 from .errors import ExportError, check_choices
@@ -269,7 +271,8 @@ def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io, output=
     """The JSON written next to a .tflite file: labels, preprocessing and the I/O tensors' details."""
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=flatbuffer)
+    with _startup.native_lines_dropped(_startup.LITERT_NOTICES):
+        interpreter = Interpreter(model_content=flatbuffer)
     (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
 
     def tensor(detail):

@@ -27,6 +27,8 @@ QUIET_LOG_LEVEL = "2"
 NVIDIA_DEVICE = "/dev/nvidiactl"
 
 VERBOSE_FLAGS = ("-v", "--verbose")
+# What LiteRT prints once per process when it applies XNNPACK, whatever the log level: left out of quiet output.
+LITERT_NOTICES = ("Created TensorFlow Lite XNNPACK delegate",)
 
 
 def command_line():
@@ -114,6 +116,19 @@ def captured_native_output(fds=(1, 2)):
             captured.append(sink.read().decode("utf-8", errors="replace"))
 
 
+@contextlib.contextmanager
+def native_lines_dropped(fragments):
+    """Runs the block with C++ stderr captured, then writes it back without the lines holding any of `fragments`.
+
+    For the notices native libraries print once per process whatever the log level (LiteRT's "Created TensorFlow
+    Lite XNNPACK delegate" line): everything else, errors included, is written back as it came.
+    """
+    with captured_native_output(fds=(2,)) as text:
+        yield
+    kept = [line for line in text[0].splitlines(keepends=True) if not any(f in line for f in fragments)]
+    sys.stderr.write("".join(kept))
+
+
 def find_devices_quietly(tf):
     """Lists TensorFlow's devices once, dropping the ERROR line a CUDA build logs on a machine without a GPU.
 
@@ -123,10 +138,8 @@ def find_devices_quietly(tf):
     if os.path.exists(NVIDIA_DEVICE):
         tf.config.list_physical_devices()
         return
-    with captured_native_output(fds=(2,)) as text:
+    with native_lines_dropped(("failed call to cuInit",)):
         tf.config.list_physical_devices()
-    kept = [line for line in text[0].splitlines(keepends=True) if "failed call to cuInit" not in line]
-    sys.stderr.write("".join(kept))
 
 
 def deferred_getattr(package, names, load):
