@@ -27,8 +27,9 @@ from tests import main_job  # noqa: E402  (the repository's root on the path fir
 
 TRAIN_SECONDS = 180  # docs/training.md: "about 2 min on 2 CPU cores"; the bound tests/test_training_digits.py had
 TOP1 = 0.98
-# Measured: 114 lines without native logs (the trainer's 3, two per epoch for 28 epochs; the export report's 55).
-MAX_LINES = 125
+# Measured: 130 lines (the trainer's 3 and XLA's two-line notice, two per epoch for 28 epochs; the export report's 69
+# with its GPU, ONNX and OpenVINO lines).
+MAX_LINES = 140
 ARTIFACTS = 8  # SavedModel, five TFLite models, ONNX, OpenVINO
 # Native log lines: TensorFlow's ("2026-01-01 10:00:00.123456: I tensorflow/..."), absl's as XLA writes them
 # ("I0000 00:00:..." and "WARNING: All log messages before absl::InitializeLog() ..."), LiteRT's ("INFO: ...").

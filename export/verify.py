@@ -67,7 +67,8 @@ def compare(outputs, reference, labels=None, output="logits"):
         result["keras_top1_accuracy"] = float((ref_top1 == labels).mean())
         result["accuracy_drop_points"] = 100.0 * (result["keras_top1_accuracy"] - result["top1_accuracy"])
     else:
-        result["accuracy_drop_points"] = 100.0 * (1.0 - result["top1_agreement"])
+        # From the count: 100 * (1 - 11/12) rounds above 100 / 12, the one flipped image check_budget allows.
+        result["accuracy_drop_points"] = 100.0 * float((top1 != ref_top1).sum()) / len(top1)
     return result
 
 
