@@ -326,7 +326,10 @@ NONSENSE = [
         "model.dropout_rate=1.5",
         "model.dropout_rate must be a finite number >= 0 and < 1. Received: model.dropout_rate=1.5",
     ),
-    ("warmup_steps=-5", "warmup_steps must be an integer >= 0. Received: warmup_steps=-5"),
+    (
+        "warmup_steps=-5",
+        "warmup_steps must be an integer >= 0, or None for 5% of the run's steps. Received: warmup_steps=-5",
+    ),
     ("beta_2=1", "beta_2 must be a finite number >= 0 and < 1. Received: beta_2=1.0"),
     ("holdout_fraction=1", "holdout_fraction must be a finite number > 0 and < 1. Received: holdout_fraction=1.0"),
     ("mixup_alpha=nan", "mixup_alpha must be a finite number >= 0. Received: mixup_alpha=nan"),

@@ -2,7 +2,6 @@
 a catalogue name, a `hf://` repo and timm / transformers / keras-hub folders."""
 
 import os
-import shutil
 from pathlib import Path
 
 import keras
@@ -175,17 +174,22 @@ def test_init_from_a_loopback_hub_repo_gives_the_library_outputs(server, env):
     assert str(env / "hub") in os.path.realpath(next((env / "hub").rglob("model.safetensors")))
 
 
-def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(pretrained, server, env):
+def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(server, env):
     """A catalogue name whose file the test placed in the (temporary) cache: loaded from there, no request made."""
     from keras_vit.weights import catalogue, sources
 
-    source, directory = pretrained
-    entry = catalogue.get("ViT-B_16")
+    # A file passes the cache's content check when it has the entry's tensors and head width (1000 classes here,
+    # no published size): a 'testing' model with a 1000-class head under the AugReg Ti/16 entry's name.
+    entry = catalogue.get("vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    source = keras_vit.create_model("testing", image_size=32, num_classes=1000)
+    rng = np.random.default_rng(1)
+    for variable in source.weights:
+        variable.assign(rng.normal(0, 0.05, variable.shape).astype("float32"))
     path = sources.entry_cache_path(entry)
     os.makedirs(os.path.dirname(path))
-    shutil.copyfile(directory / "vit.npz", path)  # the 'testing' model's weights under the B/16 entry's name
+    np.savez(path, **{k: np.asarray(v.numpy()) for k, v in checkpoint_variables(source).items()})
     assert path.startswith(str(env / "cache"))
-    model = build_model(_finetune_config(entry.name, image_size=32, init_head=True), num_classes=10)
+    model = build_model(_finetune_config(entry.name, image_size=32, init_head=True), num_classes=1000)
     images = np.random.default_rng(3).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
     expected = source.predict(images, verbose=0)
     assert np.abs(expected).max() > 0.01  # a random head: not a comparison between zeros
