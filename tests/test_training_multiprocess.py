@@ -264,7 +264,8 @@ def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, 
     codes, outputs = _wait_all(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
     assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
     for output in outputs:
-        error = output.strip().splitlines()[-1]
+        # Gloo's C++ "[Gloo] Rank ... connected" line can land after the error (seen under load): not ours.
+        error = [line for line in output.strip().splitlines() if not line.startswith("[Gloo]")][-1]
         assert "disagree on the checkpoint step to resume from (-1: none) (process 0: -1, process 1: 12)" in error
         assert "put it on storage all hosts share" in error
     assert not (tmp_path / "a" / "checkpoints").exists() and max(_steps_saved(tmp_path / "b")) == 12
