@@ -60,7 +60,7 @@ def test_main_job_trains_evaluates_exports_and_reports(digits_main_job):
     ):
         assert artifact in printed and (workdir / "export" / artifact).exists()
     report = json.loads((workdir / "export" / "report.json").read_text())
-    assert report["passed"] and len(report["artifacts"]) == 6
+    assert report["passed"] and len(report["artifacts"]) == 8  # SavedModel, five TFLite, ONNX, OpenVINO
     plots = sorted(p.name for p in (workdir / "plots").glob("*.png"))
     assert {
         "training_curves.png",

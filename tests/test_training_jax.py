@@ -302,7 +302,12 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     assert "KERAS_BACKEND=jax -> tensorflow" in exported.stderr
     report = json.loads((workdir / "export" / "report.json").read_text())
     assert report["passed"]  # every artifact within its logit budget of the Keras model (TensorFlow backend)
-    assert [a["name"] for a in report["artifacts"]] == ["saved_model", "model_float32.tflite"]
+    assert [a["name"] for a in report["artifacts"]] == [
+        "saved_model",
+        "model_float32.tflite",
+        "model.onnx",
+        "model.xml",
+    ]
     # Independently of the exporter's own check: the float32 .tflite run by LiteRT here gives the probabilities
     # (the .tflite ends in a softmax) of the logits the JAX backend computes from the same model.keras, and those
     # give the accuracy metrics.json reports.

@@ -89,15 +89,42 @@ def _run_bounded(argv, timeout, fifos=()):
 
     timer = threading.Timer(timeout, expire)
     timer.start()
+    peak = [0]
+    command = "\0".join([sys.executable, *argv])
+    sampler = threading.Thread(target=_sample_peak, args=(child.pid, command, peak, expired), daemon=True)
+    sampler.start()
     try:
         output = child.stdout.read().decode(errors="replace")
-        _, status, usage = os.wait4(child.pid, 0)
+        _, status, _ = os.wait4(child.pid, 0)
     finally:
         timer.cancel()
     child.returncode = os.waitstatus_to_exitcode(status)
     if expired.is_set():
         pytest.fail(f"the trainer did not finish within {timeout} s (a read blocks or never ends):\n{output[-3000:]}")
-    return child.returncode, output, usage.ru_maxrss * 1024  # Linux reports kilobytes
+    return child.returncode, output, peak[0]
+
+
+def _sample_peak(pid, command, peak, stop, every=0.1):
+    """Keeps peak[0] at the child's VmHWM (bytes): the resident high-water mark of the address space its exec made.
+
+    Not ru_maxrss: a child forked from this process (preexec_fn) counts the test worker's own resident pages from
+    the fork on (4 GiB in a worker that had run other tests, against 0.9 GiB for the trainer). The mark only
+    rises, so the last reading misses at most the process's last `every` seconds. Readings count only once the
+    child runs `command` (before its exec, /proc shows the forked copy of this process and its pages).
+    """
+    while not stop.is_set():
+        try:
+            with open(f"/proc/{pid}/cmdline") as cmdline:
+                if not cmdline.read().startswith(command):
+                    stop.wait(0.01)
+                    continue
+            with open(f"/proc/{pid}/status") as status:
+                hwm = next((line for line in status if line.startswith("VmHWM:")), None)
+        except OSError:
+            return  # gone (reaped)
+        if hwm is not None:
+            peak[0] = max(peak[0], int(hwm.split()[1]) * 1024)  # kB
+        stop.wait(every)
 
 
 def _unreadable_lines(root):
@@ -124,7 +151,7 @@ def test_the_trainer_skips_a_fifo_a_huge_file_and_a_device_without_opening_them(
     # The run's identity is the 8 files the scan kept.
     identity = json.loads((workdir / "run.json").read_text())["fingerprint"]["dataset"]
     assert identity.startswith("folder: 8 files, ")
-    assert peak < PEAK_RSS
+    assert 0 < peak < PEAK_RSS  # 0: the sampler never saw the trainer run
 
     # Without the option: the run stops before the first step, naming the three files and the option.
     workdir = tmp_path / "refused"
@@ -137,7 +164,7 @@ def test_the_trainer_skips_a_fifo_a_huge_file_and_a_device_without_opening_them(
         f"skip them with --set skip_unreadable_images=True:"
     ), output[-3000:]
     assert lines[-3:] == _unreadable_lines(hostile) and "Traceback" not in output
-    assert not (workdir / "checkpoints").exists() and peak < PEAK_RSS
+    assert not (workdir / "checkpoints").exists() and 0 < peak < PEAK_RSS
 
 
 # The training reads themselves: every file is replaced after the scan (in `on_train_begin`, before the first batch
@@ -174,9 +201,13 @@ REPLACED = textwrap.dedent("""
                                   num_calibration=2, jit_compile=False, strategy="default", variant="testing")
     try:
         training.train(config, workdir, verbose=0, callbacks=[Replace()])
-        print("RESULT" + json.dumps({"batches": Replace.batches}))
+        print("RESULT" + json.dumps({"batches": Replace.batches}), flush=True)
     except Exception as err:
-        print("RESULT" + json.dumps({"batches": Replace.batches, "line": describe_storage_error(err)}))
+        print("RESULT" + json.dumps({"batches": Replace.batches, "line": describe_storage_error(err)}), flush=True)
+    # Known and open (issue 30's closing note): after this error the process can hang in its teardown (3 of 4
+    # runs on 2026-12-02, the result already printed), apparently tf.data's reader threads waiting on the
+    # interpreter. What this test checks is the read; the teardown is left out of it, not hidden: see the note.
+    os._exit(0)
 """)
 
 
