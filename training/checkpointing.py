@@ -84,11 +84,6 @@ def find_resume(directory):
     return CheckpointManager(directory, None, None).load_latest()
 
 
-def checkpoint_steps(directory):
-    """The steps of the checkpoints in `directory` (from their names; nothing is read), oldest first."""
-    return [int(_NAME.search(p).group(1)) for p in CheckpointManager(directory, None, None).checkpoints()]
-
-
 # Header format 2: the SHA-256 covers the header too (paths, step, schedule, run id, fingerprint, history).
 _FORMAT = 2
 
