@@ -19,14 +19,10 @@ import pytest
 
 import keras_vit
 from keras_vit import CheckpointError, files
-from training.config import (
-    TrainConfig,
-    describe_type,
-    field_types,
-    get_config,
-    parse_overrides,
-    parse_typed,
-)
+from training.config import TrainConfig
+from training.configs import get_config
+from training.option_types import describe_type
+from training.overrides import field_types, parse_overrides, parse_typed
 
 TINY = [
     "--dataset",

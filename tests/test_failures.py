@@ -25,8 +25,9 @@ from PIL import Image
 import keras_vit.images
 from export import metadata
 from export.errors import ExportError
-from training import config, data
-from training.config import TrainConfig, parse_overrides
+from training import data, option_types, overrides
+from training.config import TrainConfig
+from training.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")
@@ -352,10 +353,10 @@ def test_out_of_range_options_are_refused_at_parse_time(item, message):
     key, text = item.split("=", 1)
     option = key[len("model.") :]
     if key.startswith("model."):
-        value = config.parse_typed(text, config.model_option_types()[option], key)
+        value = overrides.parse_typed(text, option_types.model_option_types()[option], key)
         kwargs = {"model": {option: value}}
     else:
-        kwargs = {key: config.parse_typed(text, config.field_types()[key], key)}
+        kwargs = {key: overrides.parse_typed(text, overrides.field_types()[key], key)}
     with pytest.raises(ValueError) as err:
         TrainConfig(**kwargs)
     assert str(err.value) == message

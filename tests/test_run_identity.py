@@ -14,7 +14,8 @@ import pytest
 import training
 from training import run_identity
 from training.checkpointing import CheckpointManager, FaultTolerance, _checksum
-from training.config import TrainConfig, parse_overrides
+from training.config import TrainConfig
+from training.overrides import parse_overrides
 from training.run_plan import resume_schedule
 
 CONFIG = TrainConfig(

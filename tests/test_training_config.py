@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from training import optim
-from training.config import TrainConfig, available_configs, get_config, parse_overrides, steps_per_execution_for
+from training.config import TrainConfig, steps_per_execution_for
+from training.configs import available_configs, get_config
+from training.overrides import parse_overrides
 
 RECIPES = [
     "cifar10_finetune",

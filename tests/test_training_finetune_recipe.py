@@ -18,7 +18,9 @@ from keras_vit.weights import checkpoint_variables
 from keras_vit.weights.checkpoint import Checkpoint
 from tests.conftest import ROOT
 from training import resolve
-from training.config import TrainConfig, get_config, parse_overrides
+from training.config import TrainConfig
+from training.configs import get_config
+from training.overrides import parse_overrides
 from training.trainer import read_init
 
 

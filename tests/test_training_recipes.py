@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from training.config import available_configs, get_config
+from training.configs import available_configs, get_config
 
 # Values as the references state them; conversions (big_vision's wd x schedule -> Keras' wd x lr) done here by hand.
 REFERENCE = {

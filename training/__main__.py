@@ -13,7 +13,9 @@ import sys
 
 from keras_vit import _startup
 
-from . import config as config_module
+from .config import option_choices
+from .configs import available_configs, check_config_name
+from .overrides import parse_overrides
 
 # `python -m training` in a checkout; the installed wheel's `keras-vit train` (or `python -m keras_vit.training`).
 PROG, EVALUATE_PROG = (
@@ -28,7 +30,7 @@ def _train_parser():
         prog=PROG,
         description="Train or fine-tune a ViT. Subcommand: `python -m training evaluate --workdir DIR` evaluates a "
         "trained run (see `python -m training evaluate --help`).",
-        epilog=f"recipes (--config): {', '.join(config_module.available_configs())}",
+        epilog=f"recipes (--config): {', '.join(available_configs())}",
     )
     parser.add_argument(
         "--config",
@@ -40,7 +42,7 @@ def _train_parser():
     )
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, help="global batch size")
-    parser.add_argument("--strategy", choices=config_module.STRATEGIES)
+    parser.add_argument("--strategy", choices=option_choices("strategy"))
     parser.add_argument(
         "--init",
         help="checkpoint to fine-tune from: a catalogue name (python -m keras_vit.weights list), hf://ORG/NAME, "
@@ -77,7 +79,7 @@ def _evaluate_parser():
     parser.add_argument("--batch-size", type=int)
     parser.add_argument(
         "--strategy",
-        choices=config_module.STRATEGIES,
+        choices=option_choices("strategy"),
         help="as for training (default: the run's strategy setting)",
     )
     _verbose_flag(parser)
@@ -143,8 +145,8 @@ def _parse(argv):
 
         return run_evaluate
     args = _train_parser().parse_args(argv)
-    config_module.check_config_name(args.config)
-    overrides = config_module.parse_overrides(args.set)
+    check_config_name(args.config)
+    overrides = parse_overrides(args.set)
     for flag, key in (
         ("epochs", "epochs"),
         ("batch_size", "batch_size"),

@@ -1,29 +1,15 @@
 """The training configuration: one frozen dataclass, recipes in `training/configs/`, `key=value` overrides."""
 
-import ast
-import contextlib
 import dataclasses
-import functools
-import importlib
 import math
-import numbers
-import os
-import pkgutil
-import types
 import typing
-from typing import Literal, Union
+from typing import Literal
 
+from .option_types import check_fields, choices
 from .ranges import check_range
 
 # The placements `strategy` names (training.distribution), on either backend: the one list of them.
 Strategy = Literal["auto", "tpu", "multi_worker", "mirrored", "default"]
-STRATEGIES = typing.get_args(Strategy)
-
-
-def check_jit_compile(value):
-    """Raises the one `jit_compile` error unless `value` is True, False or "auto"."""
-    if value is not True and value is not False and value != "auto":
-        raise ValueError(f"jit_compile must be True, False or 'auto'. Received: jit_compile={value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,19 +128,19 @@ class TrainConfig:
     accum_steps: int = 1
     epochs: int = 10
     steps_per_epoch: int | None = None
-    optimizer: str = "adamw"
+    optimizer: Literal["adamw", "sgd"] = "adamw"
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     beta_1: float = 0.9
     beta_2: float = 0.999
     momentum: float = 0.9
-    schedule: str = "cosine"
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int | None = 0
     global_clipnorm: float | None = 1.0
-    loss: str = "softmax"
+    loss: Literal["softmax", "sigmoid"] = "softmax"
     label_smoothing: float = 0.0
     head_bias_init: float | None = None
-    augment: str = "inception"
+    augment: Literal["inception", "translate", "resize"] = "inception"
     flip: bool = True
     translate: float = 0.0
     crop_area: tuple = (0.05, 1.0)
@@ -165,7 +151,7 @@ class TrainConfig:
     eval_resize_small: int | None = None
     jit_compile: bool | Literal["auto"] = "auto"
     steps_per_execution: int | None = 1
-    precision: str = "float32"
+    precision: Literal["float32", "mixed_bfloat16"] = "float32"
     seed: int = 0
     deterministic: bool = False
     checkpoint_every: int = 100
@@ -175,19 +161,13 @@ class TrainConfig:
     num_samples: int = 64
     num_calibration: int = 256
     strategy: Strategy = "auto"
-    matmul_precision: str | None = None
+    matmul_precision: Literal["default", "high", "highest"] | None = None
     join_timeout: int = 300
 
     def __post_init__(self):
-        _check_choice("optimizer", self.optimizer, ("adamw", "sgd"))
-        _check_choice("schedule", self.schedule, ("cosine", "linear", "constant"))
-        _check_choice("loss", self.loss, ("softmax", "sigmoid"))
-        _check_choice("augment", self.augment, ("inception", "translate", "resize"))
-        _check_choice("precision", self.precision, ("float32", "mixed_bfloat16"))
-        _check_choice("strategy", self.strategy, STRATEGIES)
-        check_jit_compile(self.jit_compile)
-        _check_field_types(self)  # before the range checks below, which would fail on a string with a TypeError
-        _check_choice("matmul_precision", self.matmul_precision, (None, "default", "high", "highest"))
+        # Types and choices, from the annotations (`training.option_types`); before the range checks below, which
+        # would fail on a string with a TypeError.
+        check_fields(self)
         for field in dataclasses.fields(self):
             check_range(field.name, getattr(self, field.name))
         for key, value in self.model.items():
@@ -274,236 +254,17 @@ def _divisor_below(number, limit):
     return max(d for d in range(1, min(number, limit) + 1) if number % d == 0)
 
 
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"Unknown {name} {value!r}. Use one of: {', '.join(map(str, choices))}.")
+def option_choices(name):
+    """The values `TrainConfig` field `name` lists in its annotation (e.g. the command line's `--strategy` choices)."""
+    return choices(typing.get_type_hints(TrainConfig)[name])
 
 
-def available_configs():
-    """Names of the recipes in `training/configs/`."""
-    from . import configs
+def __getattr__(name):
+    # The recipe registry lives with the recipes (`training.configs`); these names stay importable from here for
+    # the callers that import them so (`training/__init__.py`, benchmarks/), without this module importing the
+    # recipes, which import it.
+    if name in ("available_configs", "check_config_name", "get_config"):
+        from . import configs
 
-    return sorted(m.name for m in pkgutil.iter_modules(configs.__path__) if not m.name.startswith("_"))
-
-
-def check_config_name(name):
-    """Raises a `ValueError` with the recipes' names (and the closest one) unless `name` is a recipe."""
-    from keras_vit._names import did_you_mean
-
-    names = available_configs()
-    if name not in names:
-        raise ValueError(f"Unknown config {name!r}.{did_you_mean(name, names)} Available configs: {', '.join(names)}.")
-
-
-def get_config(name_or_config="digits"):
-    """The `TrainConfig` of a recipe name ("digits", "cifar10_finetune", ...), or the config itself."""
-    if isinstance(name_or_config, TrainConfig):
-        return name_or_config
-    if isinstance(name_or_config, dict):
-        return TrainConfig(**name_or_config)
-    name = str(name_or_config)
-    check_config_name(name)
-    return importlib.import_module(f"{__package__}.configs.{name}").get_config()
-
-
-# `model.NAME` keys that `build_model` passes to `create_model` itself, from the top-level fields.
-_MODEL_KEYS_SET_ELSEWHERE = {
-    "image_size": "set image_size itself (--set image_size=224), not model.image_size",
-    "num_classes": "the class count comes from the dataset; it cannot be overridden",
-    "variant": "set variant itself (--set variant=Ti/16), not model.variant",
-}
-
-
-def field_types():
-    """{field: type annotation} of `TrainConfig`, read from the dataclass (new fields are covered as added)."""
-    return typing.get_type_hints(TrainConfig)
-
-
-@functools.cache
-def model_option_types():
-    """{option: type annotation} of the `model.NAME` overrides: `keras_vit.ViTConfig`'s fields, plus `name`."""
-    from keras_vit.models.configs import ViTConfig  # late: importing keras is slow, and --help should not wait
-
-    hints = dict(typing.get_type_hints(ViTConfig))
-    hints["name"] = str
-    for key in _MODEL_KEYS_SET_ELSEWHERE:
-        hints.pop(key, None)
-    return hints
-
-
-def describe_type(annotation):
-    """Words for what a field accepts: `Optional[int]` -> "an integer or None"."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (Union, types.UnionType):
-        words = [describe_type(a) for a in args if a is not type(None)]
-        return " or ".join(words + (["None"] if type(None) in args else []))
-    if origin is Literal:
-        return " or ".join(repr(a) for a in args)
-    if origin in (tuple, list) or annotation in (tuple, list):
-        return "a tuple such as (2, 10)"
-    if origin is dict or annotation is dict:
-        return "a dict such as {'dropout_rate': 0.1}"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation))
-    )
-
-
-def _matches(value, annotation):
-    """Whether a Python value fits a field's annotation (ints fit floats; lists fit tuples; bools fit only bool)."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation in (object, typing.Any):
-        return True
-    if annotation is type(None):
-        return value is None
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if origin is Literal:
-        return any(value == a and type(value) is type(a) for a in args)
-    if annotation is bool:
-        return isinstance(value, (bool, _numpy_bool()))
-    if annotation is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, _numpy_bool()))
-    if annotation is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, (bool, _numpy_bool()))
-    if annotation is str:
-        return isinstance(value, (str, os.PathLike))
-    if origin in (tuple, list) or annotation in (tuple, list):
-        if not isinstance(value, (tuple, list)):
-            return False
-        if args and not (len(args) == 2 and args[1] is Ellipsis):
-            return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args))
-        return not args or all(_matches(v, args[0]) for v in value)
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict)
-    return isinstance(value, origin or annotation) if isinstance(origin or annotation, type) else True
-
-
-def _numpy_bool():
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy comes with keras
-        return ()
-    return np.bool_
-
-
-def _type_error(name, annotation, received):
-    return ValueError(
-        f"{name} expects {describe_type(annotation)}. Received: {name}={received!r}"
-        + (f" ({type(received).__name__})" if not isinstance(received, str) else "")
-    )
-
-
-def _check_field_types(config):
-    from keras_vit._names import did_you_mean
-
-    hints = field_types()
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        annotation = hints[field.name]
-        if not _matches(value, annotation):
-            raise _type_error(field.name, annotation, value)
-        if isinstance(value, os.PathLike):  # a pathlib.Path for init or data_dir: kept as the string it names
-            object.__setattr__(config, field.name, os.fspath(value))
-    model_hints = model_option_types()
-    for key, value in config.model.items():
-        if key in _MODEL_KEYS_SET_ELSEWHERE:
-            raise ValueError(f"model.{key} cannot be overridden: {_MODEL_KEYS_SET_ELSEWHERE[key]}.")
-        if key not in model_hints:
-            raise ValueError(
-                f"Unknown model option model.{key}.{did_you_mean(key, model_hints)} Known model options: "
-                f"{', '.join(sorted(model_hints))} "
-                f"(keras_vit.create_model's overrides)."
-            )
-        if not _matches(value, model_hints[key]):
-            raise _type_error(f"model.{key}", model_hints[key], value)
-
-
-def _literal(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
-
-
-def parse_typed(text, annotation, name="value"):
-    """A `--set` value's text converted to its field's type, or a `ValueError` naming the field and the type.
-
-    Booleans take true/false in any case; integers take integer literals; floats take any number; strings take
-    the text as it is (quotes optional); `Optional` fields take None; tuples and dicts take Python literals.
-    """
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    stripped = text.strip()
-    if annotation in (object, typing.Any):
-        return _literal(stripped)
-    if origin in (Union, types.UnionType):
-        if type(None) in args and stripped.lower() in ("none", "null"):
-            return None
-        for member in args:
-            if member is type(None):
-                continue
-            try:
-                return parse_typed(stripped, member, name)
-            except ValueError:
-                continue
-        raise _type_error(name, annotation, stripped)
-    if origin is Literal:
-        for option in args:
-            if stripped == str(option) or _literal(stripped) == option:
-                return option
-        raise _type_error(name, annotation, stripped)
-    if annotation is bool:
-        if stripped.lower() in ("true", "false"):
-            return stripped.lower() == "true"
-        raise _type_error(name, annotation, stripped)
-    if annotation is str:
-        value = _literal(stripped)
-        return value if isinstance(value, str) else stripped  # "'x'" -> x; 123 -> "123", a name like any other
-    value = _literal(stripped)
-    if annotation is float and isinstance(value, str):
-        with contextlib.suppress(ValueError):  # float() also reads inf and nan, which literal_eval does not
-            value = float(stripped)
-    if not _matches(value, annotation):
-        raise _type_error(name, annotation, stripped)
-    if annotation is float:
-        return float(value)
-    if origin in (tuple,) or annotation is tuple:
-        return tuple(value)
-    return value
-
-
-def parse_overrides(items):
-    """["learning_rate=1e-3", "model.dropout_rate=0.1"] -> {"learning_rate": 0.001, "model.dropout_rate": 0.1}.
-
-    Each value is converted to its `TrainConfig` field's type (`model.NAME`: its `keras_vit.ViTConfig` field's),
-    so `jit_compile=false` is False and `epochs=ten` is an error that names the field and the type expected.
-    """
-    from keras_vit._names import did_you_mean
-
-    hints = field_types()
-    overrides = {}
-    for item in items or ():
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value. Received: {item!r} (e.g. --set learning_rate=3e-3)")
-        key, value = (part.strip() for part in item.split("=", 1))
-        if key.startswith("model."):
-            option = key[len("model.") :]
-            if option in _MODEL_KEYS_SET_ELSEWHERE:
-                raise ValueError(f"--set {key}: {_MODEL_KEYS_SET_ELSEWHERE[option]}.")
-            model_hints = model_option_types()
-            if option not in model_hints:
-                hint = did_you_mean(key, [f"model.{k}" for k in model_hints])
-                raise ValueError(
-                    f"Unknown model option {key!r} in --set {item}.{hint} Known model options: "
-                    f"{', '.join(sorted(model_hints))}."
-                )
-            overrides[key] = parse_typed(value, model_hints[option], key)
-        elif key in hints:
-            overrides[key] = parse_typed(value, hints[key], key)
-        else:
-            raise ValueError(
-                f"Unknown training option {key!r} in --set {item}.{did_you_mean(key, hints)} Known options: "
-                f"{', '.join(sorted(hints))}, or model.NAME for a keras_vit.create_model override."
-            )
-    for key, value in overrides.items():  # at parse time: a bad value stops the run before any work
-        check_range(key, value)
-    return overrides
+        return getattr(configs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

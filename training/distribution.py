@@ -24,12 +24,12 @@ from typing import Any
 
 import keras
 
-from .config import check_jit_compile
+from .config import option_choices
 from .strategy import StrategyError, check_name
 
 logger = logging.getLogger("training")
 BACKENDS = ("tensorflow", "jax")
-MATMUL_PRECISIONS = ("default", "high", "highest")
+MATMUL_PRECISIONS = tuple(p for p in option_choices("matmul_precision") if p is not None)
 
 
 @dataclasses.dataclass
@@ -111,7 +111,6 @@ class Placement:
             from .strategy import resolve_jit_compile
 
             return resolve_jit_compile(requested, self.tf_strategy, measured)
-        check_jit_compile(requested)
         if requested is False:
             return False, "jit_compile=False: JAX runs the step op by op"
         return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"

@@ -20,7 +20,8 @@ from keras_vit.models import flops
 
 from . import advice, processes, resolve, run_identity
 from .checkpointing import Resume, find_resume
-from .config import get_config, steps_per_execution_for
+from .config import steps_per_execution_for
+from .configs import get_config
 from .data import load_source
 from .distribution import Placement, select_placement, set_matmul_precision
 from .model_setup import model_config, read_init

@@ -16,7 +16,7 @@ import tensorflow as tf
 from keras_vit import _tpu_runtime
 from keras_vit._tpu_runtime import tpu_evidence
 
-from .config import STRATEGIES, check_jit_compile
+from .config import option_choices
 
 
 class StrategyError(RuntimeError):
@@ -89,9 +89,11 @@ def _mirrored():
 
 
 def check_name(name):
-    """Raises `StrategyError` unless `name` is one of `training.config.STRATEGIES`."""
-    if name not in STRATEGIES:
-        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(STRATEGIES)}.")
+    """Raises `StrategyError` unless `name` is one of `TrainConfig.strategy`'s choices (for callers that pass a name
+    without a `TrainConfig`, which checks its own)."""
+    names = option_choices("strategy")
+    if name not in names:
+        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(names)}.")
 
 
 def select_strategy(name="auto"):
@@ -152,8 +154,7 @@ def resolve_jit_compile(requested, strategy, measured=None):
     compile there, unless `measured` (a `training.advice.Advice`: the benchmark's figures for this CPU class and
     the nearest measured model size) found TensorFlow without XLA faster.
     """
-    check_jit_compile(requested)
-    if requested != "auto":
+    if requested != "auto":  # True or False: `TrainConfig` allows nothing else
         return requested, f"jit_compile={requested} as configured"
     if isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
         return "auto", "jit_compile=auto: Keras' choice; TPUStrategy compiles the replicated step with XLA itself"
