@@ -13,8 +13,11 @@ import pytest
 
 import training
 from training import run_identity
-from training.checkpointing import CheckpointManager, FaultTolerance, _checksum
+from training.__main__ import rescue_flags
+from training.checkpoint_file import checksum as _checksum
+from training.checkpointing import CheckpointManager
 from training.config import TrainConfig
+from training.fault_tolerance import rescue_settings
 from training.overrides import parse_overrides
 from training.run_plan import resume_schedule
 
@@ -217,8 +220,11 @@ def test_rescue_changes_the_learning_rate_on_purpose_and_the_history_records_it(
     identity = _checkpoint(tmp_path, config, step=3)
     manager = CheckpointManager(str(tmp_path / "checkpoints"), None, None)
     loaded = manager.load_latest()
-    # The NaN advice names the exact options; they parse, and they are what a rescue needs.
-    command = FaultTolerance(manager, header=identity.header()).rescue_command()
+    # The NaN advice names the exact options; the command line's words for them parse, and they are what a
+    # rescue needs.
+    settings = rescue_settings(identity.header()["fingerprint"])
+    assert settings == {"rescue": True, "learning_rate": 0.001, "global_clipnorm": 1.0}
+    command = rescue_flags(settings)
     assert command == "--set rescue=True --set learning_rate=0.001 --set global_clipnorm=1.0"
     rescue = parse_overrides(command.replace("--set ", "").split())
     assert rescue == {"rescue": True, "learning_rate": 0.001, "global_clipnorm": 1.0}

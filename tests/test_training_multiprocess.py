@@ -205,16 +205,16 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
 # any shard makes the global loss NaN everywhere; the agreement must hold without that).
 NAN_IN_PROCESS_1 = textwrap.dedent("""
     import os, sys
-    from training import checkpointing
+    from training import fault_tolerance
 
-    at_step, original = int(os.environ["TEST_NAN_AT_STEP"]), checkpointing.FaultTolerance.on_train_batch_end
+    at_step, original = int(os.environ["TEST_NAN_AT_STEP"]), fault_tolerance.FaultTolerance.on_train_batch_end
 
     def on_train_batch_end(self, batch, logs=None):
         if os.environ["KERAS_DISTRIBUTION_PROCESS_ID"] == "1" and self._step(batch) == at_step:
             logs = {**(logs or {}), "loss": float("nan")}
         return original(self, batch, logs)
 
-    checkpointing.FaultTolerance.on_train_batch_end = on_train_batch_end
+    fault_tolerance.FaultTolerance.on_train_batch_end = on_train_batch_end
     from training.__main__ import main
     sys.exit(main(sys.argv[1:]))
 """)

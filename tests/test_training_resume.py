@@ -15,7 +15,8 @@ import pytest
 
 import training
 from keras_vit import files
-from training.checkpointing import CheckpointManager, atomic_write
+from keras_vit.files import atomic_write
+from training.checkpointing import CheckpointManager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal. Shared with
@@ -180,11 +181,10 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
         jit_compile=False,
         strategy="default",
     )
-    advice = (
-        r"loss became (nan|inf).*last good checkpoint \(step \d+\).*again with --set rescue=True --set learning_rate="
-    )
-    with pytest.raises(training.NonFiniteLossError, match=advice + r"1e\+29 --set global_clipnorm=1.0 \(recorded"):
+    advice = r"loss became (nan|inf).*last good checkpoint \(step \d+\).*run it again with rescue=True, learning_rate="
+    with pytest.raises(training.NonFiniteLossError, match=advice + r"1e\+29, global_clipnorm=1.0 \(recorded") as err:
         training.train(config, str(tmp_path), verbose=0)
+    assert err.value.rescue == {"rescue": True, "learning_rate": 1e29, "global_clipnorm": 1.0}  # the CLI words these
     steps = sorted(_steps_saved(tmp_path))
     assert steps, "no checkpoint was kept"
     with np.load(tmp_path / "checkpoints" / f"ckpt-{steps[-1]:08d}.npz") as archive:

@@ -105,7 +105,10 @@ def main(argv=None):
         print(f"[training] {err}", file=sys.stderr)
         return 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
     except training.NonFiniteLossError as err:
-        print(f"[training] error: {err}", file=sys.stderr)
+        print(
+            f"[training] error: {err.line(f'run the same command again with {rescue_flags(err.rescue)}')}",
+            file=sys.stderr,
+        )
         return 3
     except (training.StrategyError, ValueError, KeyError) as err:
         return _error(err)
@@ -159,6 +162,11 @@ def _parse(argv):
             overrides[key] = getattr(args, flag)
     _check_workdir(args.workdir)
     return lambda training: training.train(args.config, args.workdir, **overrides)
+
+
+def rescue_flags(settings):
+    """A `NonFiniteLossError`'s rescue settings as `--set` options: "--set rescue=True --set learning_rate=0.001"."""
+    return " ".join(f"--set {key}={'...' if value is None else value}" for key, value in settings.items())
 
 
 def _error(err):

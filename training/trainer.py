@@ -17,9 +17,9 @@ import keras
 from keras_vit import files
 
 from . import processes
-from .checkpointing import FaultTolerance
 from .data import eval_dataset, train_dataset
 from .evals import evaluate_extra
+from .fault_tolerance import FaultTolerance
 from .model_setup import build_model, build_run, initialise_from, model_config, read_init
 from .outputs import (
     CsvLogger,
