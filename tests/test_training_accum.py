@@ -29,7 +29,6 @@ def updates(accum_steps, strategy="default"):
     """Trains the tiny model for UPDATES optimiser steps of BATCH images; returns (start, end weights, lr, steps)."""
     from training.distribution import select_placement
     from training.optim import make_optimizer
-    from training.workarounds import fit_steps_per_execution
 
     keras.utils.set_random_seed(0)
     placement = select_placement(strategy)
@@ -47,7 +46,7 @@ def updates(accum_steps, strategy="default"):
         model.compile(
             optimizer=optimizer,
             loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-            steps_per_execution=fit_steps_per_execution(placement.tf_strategy, 1, accum_steps),
+            steps_per_execution=placement.fit_steps_per_execution(1, accum_steps),
             jit_compile=False if keras.backend.backend() == "tensorflow" else "auto",
         )
     start = [np.asarray(w) for w in model.get_weights()]
@@ -174,7 +173,7 @@ def test_a_run_killed_mid_update_resumes_exactly(tmp_path, monkeypatch):
     reference = training.train(training.TrainConfig(**RUN), tmp_path / "uninterrupted", verbose=0)
     # One micro-batch per execution, as under MirroredStrategy: callbacks (the crash, the checkpoints) then see
     # every micro-batch, and checkpoint_every must still wait for the update boundary.
-    monkeypatch.setattr("training.model_setup.fit_steps_per_execution", lambda strategy, steps, accum: 1)
+    monkeypatch.setattr("training.distribution.TensorFlowPlacement.fit_steps_per_execution", lambda *args: 1)
     with pytest.raises(RuntimeError, match="crash mid-update"):
         training.train(training.TrainConfig(**RUN), tmp_path / "crashed", callbacks=[_Crash()], verbose=0)
     manager = CheckpointManager(str(tmp_path / "crashed" / "checkpoints"), None, None)

@@ -1,10 +1,11 @@
 """Where a run's computation goes, on either Keras backend: the trainer's one view of devices and replicas.
 
-`select_placement(name)` reads `keras.backend.backend()` and returns a `Placement`:
+`select_placement(name)` reads `keras.backend.backend()` (the one place that does) and returns a `Placement` of
+that backend's class:
 
-- TensorFlow backend: the `tf.distribute` strategy of `training.strategy` (TPUStrategy, MultiWorkerMirrored,
+- `TensorFlowPlacement`: the `tf.distribute` strategy of `training.strategy` (TPUStrategy, MultiWorkerMirrored,
   Mirrored or the default strategy), with the `training.workarounds` that Keras needs under it.
-- JAX backend: `keras.distribution.DataParallel` over the devices JAX sees (TPU cores, GPUs, or host CPU devices),
+- `JaxPlacement`: `keras.distribution.DataParallel` over the devices JAX sees (TPU cores, GPUs, or host CPU devices),
   installed process-wide with `keras.distribution.set_distribution`, because Keras' JAX trainer reads the global
   distribution when `fit` shards each batch (the TF backend's `strategy.scope()` has no such global role). The
   global batch is split along its first axis over the devices, and the step is one program over the global
@@ -34,7 +35,10 @@ MATMUL_PRECISIONS = tuple(p for p in option_choices("matmul_precision") if p is 
 
 @dataclasses.dataclass
 class Placement:
-    """The devices of a run and how the trainer uses them.
+    """The devices of a run and how the trainer uses them: `TensorFlowPlacement` or `JaxPlacement`.
+
+    Each backend's class answers every question the trainer asks (scope, optimizer and model fixes, `jit_compile`,
+    the workers' stop agreement, what metrics.json records), so no caller branches on the backend.
 
     Attributes:
         backend: "tensorflow" or "jax".
@@ -46,8 +50,6 @@ class Placement:
         num_processes, process_index: the processes of a multi-process JAX run (1 and 0 elsewhere: a
             TensorFlow multi-worker run feeds its workers through `tf.distribute`, not through these).
         local_devices: the devices of this process among the `num_replicas`.
-        tf_strategy: the `tf.distribute.Strategy` on the TensorFlow backend, else None.
-        distribution: the `keras.distribution.Distribution` on the JAX backend (None for one device).
     """
 
     backend: str
@@ -59,20 +61,15 @@ class Placement:
     num_processes: int = 1
     process_index: int = 0
     local_devices: int | None = None
-    tf_strategy: Any = None
-    distribution: Any = None
 
     @property
     def num_replicas_in_sync(self):  # the tf.distribute spelling, which the trainer's messages use
         return self.num_replicas
 
-    def scope(self):
-        """Where variables are created: the strategy's scope (TF) or the distribution's (JAX)."""
-        if self.tf_strategy is not None:
-            return self.tf_strategy.scope()
-        if self.distribution is not None:
-            return self.distribution.scope()
-        return contextlib.nullcontext()
+    @property
+    def shard(self):
+        """(this process's index, number of processes): which rows of every global batch this process feeds."""
+        return self.process_index, self.num_processes
 
     def describe(self):
         """One line: backend, devices, what distributes the step and why."""
@@ -81,10 +78,34 @@ class Placement:
             devices += f" ({self.num_processes} processes x {self.local_devices}; this is process {self.process_index})"
         return f"backend {self.backend}, {devices}, {self.name} - {self.reason}"
 
+    def metrics(self):
+        """What metrics.json records about the placement."""
+        return {
+            "backend": self.backend,
+            "strategy": self.name,
+            "replicas": self.num_replicas,
+            "devices": self.num_replicas,
+            "device_kind": self.device_kind,
+            **self._processes(),
+        }
+
+    def _processes(self):
+        """{"processes", "local_devices"}: JAX's processes (a TensorFlow cluster's workers: its own class)."""
+        return {"processes": self.num_processes, "local_devices": self.local_devices}
+
+
+@dataclasses.dataclass
+class TensorFlowPlacement(Placement):
+    """A `tf.distribute` strategy (`tf_strategy`), with the `training.workarounds` Keras needs under it."""
+
+    tf_strategy: Any = None
+
+    def scope(self):
+        """Where variables are created: the strategy's scope."""
+        return self.tf_strategy.scope()
+
     def prepare_optimizer(self, optimizer):
-        """The optimizer, with the TF backend's replica-clipping and accumulation fixes (JAX needs neither)."""
-        if self.tf_strategy is None:
-            return optimizer
+        """The optimizer, with the replica-clipping and accumulation fixes."""
         from . import workarounds
 
         if optimizer.gradient_accumulation_steps and workarounds.uses_merge_call(self.tf_strategy):
@@ -92,33 +113,28 @@ class Placement:
         return workarounds.clip_after_all_reduce(optimizer, self.tf_strategy)
 
     def prepare_model(self, model):
-        """The compiled model, with the TF backend's multi-worker `fit` fix where it applies."""
-        if self.tf_strategy is not None:
-            from . import workarounds
+        """The compiled model, with the multi-worker `fit` fix where it applies."""
+        from . import workarounds
 
-            if workarounds.needs_local_batch_build(self.tf_strategy):
-                workarounds.use_local_batch_for_symbolic_build(model)
+        if workarounds.needs_local_batch_build(self.tf_strategy):
+            workarounds.use_local_batch_for_symbolic_build(model)
         return model
 
+    def fit_steps_per_execution(self, steps_per_execution, accum_steps):
+        """Keras `fit` steps per execution (micro-batches) for `steps_per_execution` optimiser steps."""
+        from .workarounds import fit_steps_per_execution
+
+        return fit_steps_per_execution(self.tf_strategy, steps_per_execution, accum_steps)
+
     def resolve_jit_compile(self, requested, measured=None):
-        """(jit_compile for `Model.compile`, why): see `training.strategy.resolve_jit_compile` for TensorFlow.
+        """(jit_compile for `Model.compile`, why): see `training.strategy.resolve_jit_compile`. `measured`: the
+        `training.advice.Advice` for this run, which decides "auto" on a CPU."""
+        from .strategy import resolve_jit_compile
 
-        On JAX every train step is a jitted XLA program whatever is asked; "auto" and True keep Keras' jit, False
-        runs the step eagerly (slow, for debugging). `measured`: the `training.advice.Advice` for this run, which
-        decides TensorFlow's "auto" on a CPU.
-        """
-        if self.tf_strategy is not None:
-            from .strategy import resolve_jit_compile
-
-            return resolve_jit_compile(requested, self.tf_strategy, measured)
-        if requested is False:
-            return False, "jit_compile=False: JAX runs the step op by op"
-        return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
+        return resolve_jit_compile(requested, self.tf_strategy, measured)
 
     def form(self, jit_compile):
-        """The benchmark's name of this run's form: "TensorFlow", "TensorFlow+XLA" or "JAX"."""
-        if self.backend == "jax":
-            return "JAX"
+        """The benchmark's name of this run's form: "TensorFlow" or "TensorFlow+XLA"."""
         return "TensorFlow+XLA" if jit_compile is True else "TensorFlow"
 
     def stop_agreement(self):
@@ -128,12 +144,6 @@ class Placement:
         workers, so every worker learns that any one of them has to stop and all stop at the same step. Under
         MultiWorkerMirroredStrategy it is one small all-reduce, which every worker must call at the same point.
         """
-        if self.tf_strategy is None:
-            if self.num_processes > 1:
-                from . import processes
-
-                return processes.agree_flags
-            return None  # one JAX process: its own flags decide
         from .strategy import num_workers
 
         if num_workers(self.tf_strategy) <= 1:
@@ -156,30 +166,51 @@ class Placement:
 
         return agree
 
-    def metrics(self):
-        """What metrics.json records about the placement."""
-        return {
-            "backend": self.backend,
-            "strategy": self.name,
-            "replicas": self.num_replicas,
-            "devices": self.num_replicas,
-            "device_kind": self.device_kind,
-            **self._processes(),
-        }
-
     def _processes(self):
-        """{"processes", "local_devices"}: JAX's processes, or a TensorFlow cluster's workers."""
-        if self.tf_strategy is None:
-            return {"processes": self.num_processes, "local_devices": self.local_devices}
         from .strategy import num_workers
 
         workers = num_workers(self.tf_strategy)
         return {"processes": workers, "local_devices": self.num_replicas // workers}
 
-    @property
-    def shard(self):
-        """(this process's index, number of processes): which rows of every global batch this process feeds."""
-        return self.process_index, self.num_processes
+
+@dataclasses.dataclass
+class JaxPlacement(Placement):
+    """`keras.distribution.DataParallel` over the devices (`distribution`, None for one device) and, on a
+    multi-process run, the processes of `training.processes`."""
+
+    distribution: Any = None
+
+    def scope(self):
+        """Where variables are created: the distribution's scope."""
+        return self.distribution.scope() if self.distribution is not None else contextlib.nullcontext()
+
+    def prepare_optimizer(self, optimizer):
+        return optimizer  # JAX needs neither of TensorFlow's fixes
+
+    def prepare_model(self, model):
+        return model
+
+    def fit_steps_per_execution(self, steps_per_execution, accum_steps):
+        return steps_per_execution * accum_steps  # whole updates per execution
+
+    def resolve_jit_compile(self, requested, measured=None):
+        """(jit_compile for `Model.compile`, why): every train step is a jitted XLA program whatever is asked;
+        "auto" and True keep Keras' jit, False runs the step eagerly (slow, for debugging)."""
+        if requested is False:
+            return False, "jit_compile=False: JAX runs the step op by op"
+        return True, f"jit_compile={requested}: the step is one jitted XLA program (JAX)"
+
+    def form(self, jit_compile):
+        return "JAX"
+
+    def stop_agreement(self):
+        """`training.processes.agree_flags` on a multi-process run (see `TensorFlowPlacement.stop_agreement`),
+        else None: one process's own flags decide."""
+        if self.num_processes > 1:
+            from . import processes
+
+            return processes.agree_flags
+        return None
 
 
 def backend():
@@ -230,7 +261,7 @@ def _tensorflow_placement(name, tf_strategy):
     kind = kinds.pop().lower() if len(kinds) == 1 else "mixed"
     if isinstance(tf_strategy, tf.distribute.TPUStrategy):
         kind = "tpu"
-    return Placement(
+    return TensorFlowPlacement(
         backend="tensorflow",
         name=type(tf_strategy).__name__,
         reason=reason,
@@ -247,11 +278,7 @@ def _jax_placement(name, join_timeout):
     from . import processes
 
     check_name(name)
-    _keep_tensorflow_off_accelerators()
-    try:
-        processes.join(name, join_timeout)  # before any other JAX call: it fixes the devices JAX sees
-    except processes.JoinError as err:
-        raise StrategyError(str(err)) from None
+    _join_processes(name, join_timeout)
     accelerator = jax.default_backend()  # "tpu", "gpu" or "cpu": JAX's own choice, accelerators first
     if name == "tpu" and accelerator != "tpu":
         raise StrategyError(
@@ -270,7 +297,7 @@ def _jax_placement(name, join_timeout):
         )
     if name == "default":
         keras.distribution.set_distribution(None)  # an earlier run in this process may have set one
-        return Placement(
+        return JaxPlacement(
             backend="jax",
             name="one device",
             reason=f"default requested ({devices[0]})",
@@ -278,24 +305,12 @@ def _jax_placement(name, join_timeout):
             device_kind=kind,
             local_devices=1,
         )
-    plural = "s" if len(devices) != 1 else ""
-    if num_processes > 1:
-        reason = f"{name}: {num_processes} processes, {len(devices)} {kind} devices in all"
-    elif name == "auto":
-        reason = (
-            f"auto: {len(devices)} {kind} devices"
-            if accelerator != "cpu"
-            else f"auto: no accelerator, {len(devices)} host device{plural}"
-        )
-    elif name == "multi_worker":
-        reason = f"multi_worker requested, but the run is one process ({len(devices)} {kind} device{plural})"
-    else:
-        reason = f"{name} requested ({len(devices)} {kind} device{plural})"
+    reason = _jax_reason(name, num_processes, devices, accelerator)
     # Each process feeds its own rows of every batch (training.data), so Keras must not shard the dataset again.
     distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
     # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
     keras.distribution.set_distribution(distribution)
-    return Placement(
+    return JaxPlacement(
         backend="jax",
         name="DataParallel",
         reason=reason,
@@ -307,6 +322,31 @@ def _jax_placement(name, join_timeout):
         local_devices=local,
         distribution=distribution,
     )
+
+
+def _join_processes(name, join_timeout):
+    """Keeps TensorFlow off the accelerators and joins the run's other processes (`training.processes`)."""
+    from . import processes
+
+    _keep_tensorflow_off_accelerators()
+    try:
+        processes.join(name, join_timeout)  # before any other JAX call: it fixes the devices JAX sees
+    except processes.JoinError as err:
+        raise StrategyError(str(err)) from None
+
+
+def _jax_reason(name, num_processes, devices, accelerator):
+    """Why the JAX run spans these devices, in the words of `describe`."""
+    kind, plural = devices[0].platform, "s" if len(devices) != 1 else ""
+    if num_processes > 1:
+        return f"{name}: {num_processes} processes, {len(devices)} {kind} devices in all"
+    if name == "auto":
+        if accelerator != "cpu":
+            return f"auto: {len(devices)} {kind} devices"
+        return f"auto: no accelerator, {len(devices)} host device{plural}"
+    if name == "multi_worker":
+        return f"multi_worker requested, but the run is one process ({len(devices)} {kind} device{plural})"
+    return f"{name} requested ({len(devices)} {kind} device{plural})"
 
 
 def _listing(devices):

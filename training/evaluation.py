@@ -40,26 +40,9 @@ def evaluate(
     model_path = files.join(workdir, "model.keras")
     if not files.exists(model_path):
         raise FileNotFoundError(f"No model at {model_path!r}: train first (python -m training --workdir {workdir}).")
-    config_path = files.join(workdir, "config.json")
-    config = TrainConfig()
-    if files.exists(config_path):
-        saved = json.loads(files.read_text(config_path))
-        known = {field.name for field in dataclasses.fields(TrainConfig)}
-        if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
-            logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
-        config = TrainConfig(**{key: value for key, value in saved.items() if key in known})
-    overrides = {
-        k: v
-        for k, v in (
-            ("dataset", dataset),
-            ("data_dir", data_dir),
-            ("eval_split", eval_split),
-            ("batch_size", batch_size),
-            ("strategy", strategy),
-        )
-        if v is not None
-    }
-    config = config.replace(**overrides)
+    overrides = {"dataset": dataset, "data_dir": data_dir, "eval_split": eval_split, "batch_size": batch_size}
+    overrides["strategy"] = strategy
+    config = _run_config(workdir).replace(**{key: value for key, value in overrides.items() if value is not None})
     placement = select_placement(config.strategy, tf_strategy=tf_strategy, join_timeout=config.join_timeout)
     if verbose:
         print(f"[training] {placement.describe()}", flush=True)
@@ -74,13 +57,7 @@ def evaluate(
             f"{source.num_classes}; evaluate it on the dataset it was trained for."
         )
     with placement.scope():
-        model.compile(
-            loss=make_loss(config),
-            weighted_metrics=[
-                keras.metrics.CategoricalAccuracy(name="top1"),
-                keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
-            ],
-        )
+        _compile(model, config, source.num_classes)
     results = model.evaluate(eval_dataset(source, config, shard=placement.shard), verbose=verbose, return_dict=True)
     return {
         "top1": float(results["top1"]),
@@ -90,3 +67,25 @@ def evaluate(
         "dataset": config.dataset,
         **placement.metrics(),
     }
+
+
+def _run_config(workdir):
+    """The `TrainConfig` of the run in `workdir` (its config.json; the defaults when it has none)."""
+    config_path = files.join(workdir, "config.json")
+    if not files.exists(config_path):
+        return TrainConfig()
+    saved = json.loads(files.read_text(config_path))
+    known = {field.name for field in dataclasses.fields(TrainConfig)}
+    if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
+        logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
+    return TrainConfig(**{key: value for key, value in saved.items() if key in known})
+
+
+def _compile(model, config, num_classes):
+    model.compile(
+        loss=make_loss(config),
+        weighted_metrics=[
+            keras.metrics.CategoricalAccuracy(name="top1"),
+            keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5"),
+        ],
+    )

@@ -14,7 +14,6 @@ from keras_vit.weights.pretrained import read_checkpoint
 from . import processes
 from .checkpointing import CheckpointManager
 from .optim import make_loss, make_optimizer
-from .workarounds import fit_steps_per_execution
 
 
 def build_run(plan):
@@ -38,9 +37,7 @@ def build_run(plan):
             ],
             jit_compile=plan.jit_compile,
             # Fit steps are micro-batches (gradient accumulation); see the workaround for the count.
-            steps_per_execution=fit_steps_per_execution(
-                placement.tf_strategy, plan.steps_per_execution, config.accum_steps
-            ),
+            steps_per_execution=placement.fit_steps_per_execution(plan.steps_per_execution, config.accum_steps),
         )
         placement.prepare_model(model)
         manager = CheckpointManager(

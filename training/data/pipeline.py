@@ -37,16 +37,60 @@ def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1))
         `accum_steps` consecutive micro-batches of B // accum_steps.
     """
     index, processes = shard
+    micro, rows = _split_batch(config, source.num_train, processes)
+    positions = _process_positions(index, rows, micro)
+    ds = _element_stream(source, config, start_step, shard, micro, rows, positions)
+    ds = ds.map(_prepare_fn(source, config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(config.batch_size // processes, drop_remainder=True)
+    if config.mixup_alpha > 0:
+        ds = _mixed(ds, config, start_step)
+    if num_steps is not None:
+        ds = ds.take(num_steps)
+    if config.accum_steps > 1:
+        ds = ds.map(_micro_batches(config.accum_steps), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch()
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _split_batch(config, count, processes):
+    """(micro-batch, rows of it per process) of the global batch; a `ValueError` when it does not split."""
     batch = config.batch_size
-    count = source.num_train
     if batch > count:
         raise ValueError(
             f"batch_size={batch} is larger than the training split ({count} images); static-shape batches "
             f"(drop_remainder) need batch_size <= {count}. Use --batch-size {min(count, 64)} or more data."
         )
+    micro = batch // config.accum_steps
+    rows = micro // processes
+    if rows * processes * config.accum_steps != batch:
+        raise ValueError(
+            f"batch_size={batch} cannot be split into {config.accum_steps} micro-batch(es) over {processes} "
+            f"process(es): use a batch size divisible by {config.accum_steps * processes}."
+        )
+    return micro, rows
+
+
+def _element_stream(source, config, start_step, shard, micro, rows, positions):
+    """(position in the one-process stream, raw element) of this process's rows, from element `start_step * batch`."""
+    index, processes = shard
+    batch, count = config.batch_size, source.num_train
     buffer = config.shuffle_buffer or count
+    if source.train_arrays is not None:
+        return _indexed_stream(source.train_arrays, config.seed, start_step * batch // processes, positions)
+    if source.shard_count is None:
+        ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
+        if processes > 1:  # the whole split on every process: each keeps its own rows
+            ds = ds.filter(lambda position, element: (position % micro) // rows == index)
+        return ds
+    # This process's share of the split; augmentation seeded by the rows' positions in the global batches.
+    local = source.shard_count
+    ds = _shuffled_stream(source.train, local, min(buffer, local), config.seed, start_step * batch // processes)
+    return ds.map(lambda k, element: (positions(k), element))
+
+
+def _prepare_fn(source, config):
+    """(position, raw element) -> (augmented image in [-1, 1], one-hot label), seeded by the position."""
     augment = augment_fn(config, source.original_size)
-    num_classes = source.num_classes
     pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
     def prepare(index, element):
@@ -63,48 +107,25 @@ def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1))
             image = randaugment(
                 quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
             )
-        return scale(image), tf.one_hot(label, num_classes)
+        return scale(image), tf.one_hot(label, source.num_classes)
 
-    micro = batch // config.accum_steps
-    rows = micro // processes
-    if rows * processes * config.accum_steps != batch:
-        raise ValueError(
-            f"batch_size={batch} cannot be split into {config.accum_steps} micro-batch(es) over {processes} "
-            f"process(es): use a batch size divisible by {config.accum_steps * processes}."
-        )
-    positions = _process_positions(index, rows, micro)
-    if source.train_arrays is not None:
-        ds = _indexed_stream(source.train_arrays, config.seed, start_step * batch // processes, positions)
-    elif source.shard_count is None:
-        ds = _shuffled_stream(source.train, count, buffer, config.seed, start_step * batch)
-        if processes > 1:  # the whole split on every process: each keeps its own rows
-            ds = ds.filter(lambda position, element: (position % micro) // rows == index)
-    else:  # this process's share of the split; augmentation seeded by the rows' positions in the global batches
-        local = source.shard_count
-        ds = _shuffled_stream(source.train, local, min(buffer, local), config.seed, start_step * batch // processes)
-        ds = ds.map(lambda k, element: (positions(k), element))
-    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.batch(batch // processes, drop_remainder=True)
-    if config.mixup_alpha > 0:
-        # Seeded by (seed, step) only: every worker of a multi-worker run draws the same weights for a step, as
-        # big_vision's global mixing coefficient (fold_in=None). Batches are mixed in parallel, in order.
-        ds = ds.enumerate(start_step).map(
-            lambda step, b: _mixup(
-                b[0],
-                b[1],
-                float(config.mixup_alpha),
-                tf.stack([tf.cast(config.seed, tf.int64), step]),
-                config.mixup_images,
-            ),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-    if num_steps is not None:
-        ds = ds.take(num_steps)
-    if config.accum_steps > 1:
-        ds = ds.map(_micro_batches(config.accum_steps), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.unbatch()
-    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+    return prepare
+
+
+def _mixed(ds, config, start_step):
+    """The batches with Mixup. Seeded by (seed, step) only: every worker of a multi-worker run draws the same
+    weights for a step, as big_vision's global mixing coefficient (fold_in=None). Mixed in parallel, in order."""
+    return ds.enumerate(start_step).map(
+        lambda step, b: _mixup(
+            b[0],
+            b[1],
+            float(config.mixup_alpha),
+            tf.stack([tf.cast(config.seed, tf.int64), step]),
+            config.mixup_images,
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
 def _micro_batches(accum_steps):
