@@ -16,14 +16,18 @@ starts, removes exactly the temporaries of killed writers (a SIGKILL mid-write l
 of a writer still running, and never needs to ask whether a PID is alive (PIDs repeat in containers).
 """
 
+import ctypes
 import errno
 import io
+import json
 import os
 import posixpath
 import re
+import shutil
 import signal
 import stat
 import tempfile
+import uuid
 
 try:
     import fcntl
@@ -296,6 +300,119 @@ def fsync_directory(path):
         os.close(fd)
 
 
+def fsync_file(path):
+    """Flushes a local file's data to disk: a rename that points at it is durable only once its data is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(directory):
+    """`fsync_file` for every file under a local directory, then `fsync_directory` for every directory."""
+    for root, _, names in os.walk(directory):
+        for name in names:
+            fsync_file(os.path.join(root, name))
+        fsync_directory(root)
+
+
+def replace_file(source, target):
+    """Renames the finished local file `source` over `target` in one step and makes the rename durable."""
+    os.replace(source, target)
+    fsync_directory(os.path.dirname(os.path.abspath(target)))
+    return target
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def exchange_paths(a, b):
+    """Atomically swaps two local paths with Linux's renameat2(RENAME_EXCHANGE); False where that is unavailable."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):  # kernel or filesystem lacks it
+        return False
+    raise OSError(code, os.strerror(code), a)
+
+
+def replace_directory(staged, target, exchange=False, step=None):
+    """Puts the finished local directory `staged` at `target`, replacing the directory there; returns `target`.
+
+    Over nothing or an empty directory: one rename. Otherwise, with `exchange`, one atomic swap (`exchange_paths`)
+    where the kernel and file system offer it, then the old directory is deleted; else `target` is renamed aside
+    (`.NAME.old-TOKEN` beside it), `staged` is renamed into place (the old one is put back if that fails) and the
+    aside deleted. A crash between those two renames leaves the old directory under the aside name: recovering
+    it is the caller's. Each rename is made durable; `fsync_tree(staged)` first makes the contents durable too.
+    `step(name)` is called after each rename ("swapped", "moved aside", "in place"), before anything is deleted.
+    """
+    step = step or (lambda name: None)
+    parent, name = os.path.split(os.path.abspath(target))
+    if not os.path.exists(target) or (os.path.isdir(target) and not os.listdir(target)):
+        os.replace(staged, target)  # over nothing, or over an empty directory (POSIX allows that)
+        fsync_directory(parent)
+        return target
+    if exchange and exchange_paths(staged, target):
+        fsync_directory(parent)
+        step("swapped")
+        shutil.rmtree(staged, ignore_errors=True)  # now the old directory
+        return target
+    aside = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+    os.replace(target, aside)
+    step("moved aside")
+    try:
+        os.replace(staged, target)
+    except BaseException:
+        os.replace(aside, target)
+        raise
+    fsync_directory(parent)
+    step("in place")
+    shutil.rmtree(aside, ignore_errors=True)
+    return target
+
+
+def replace_path(staged, target, last=None):
+    """Moves a finished local file or directory `staged` onto `target` (a path or URL), replacing what is there.
+
+    Local: `replace_file` or `replace_directory`. A URL gets the files one by one, each in one object write
+    (object stores cannot rename a directory): the file named `last` (the one that makes the directory usable,
+    such as a SavedModel's saved_model.pb) is deleted first and written last, so a crash mid-upload leaves a
+    directory without it, never old and new files that look complete; then the files the new one lacks are removed.
+    Returns `target`.
+    """
+    if is_remote(target):
+        _upload(os.fspath(staged), os.fspath(target), last)
+    elif os.path.isdir(staged):
+        makedirs(dirname(absolute(target)))
+        replace_directory(staged, target)
+    else:
+        makedirs(dirname(absolute(target)))
+        replace_file(staged, target)
+    return target
+
+
+def _upload(staged, target, last):
+    if not os.path.isdir(staged):
+        copy_file(staged, target)
+        return
+    names = sorted(relpath(p, staged).replace(os.sep, "/") for p in walk(staged))
+    names.sort(key=lambda name: name == last)
+    if last in names and exists(join(target, last)):
+        remove(join(target, last))
+    for name in names:
+        copy_file(os.path.join(staged, *name.split("/")), join(target, *name.split("/")))
+    fresh = {join(target, *name.split("/")) for name in names}
+    for old in walk(target):
+        if old not in fresh:
+            remove(old)
+
+
 def _replace_with_temporary(path, fill, suffix):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -378,6 +495,16 @@ def atomic_write_bytes(path, data):
 def atomic_write_text(path, text):
     """`atomic_write` of a str, encoded as UTF-8."""
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write_json(path, obj):
+    """`atomic_write` of a JSON document (indented, UTF-8, trailing newline)."""
+    return atomic_write_bytes(path, json_bytes(obj))
+
+
+def json_bytes(obj):
+    """The bytes `atomic_write_json` writes: indented JSON, UTF-8, a trailing newline."""
+    return (json.dumps(obj, indent=2) + "\n").encode("utf-8")
 
 
 def copy_file(source, target):
