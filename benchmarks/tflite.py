@@ -1,20 +1,23 @@
 """TFLite conversion (float32, dynamic-range int8, full int8, int8 matmuls), op inventory and batch-1 latency.
 
-The conversion here takes any Keras model (keras-hub's too) through a SavedModel; the op types that
-"int8_matmul" quantises are export/'s (`python -m export --quantize int8_matmul`), so the benchmark times
-the recipe the exporter ships.
+The conversion is the exporter's own (`export.tflite.frozen_function`, then `export.tflite.convert_frozen`,
+what `python -m export` runs for every .tflite it writes), so the benchmark times the conversion that ships:
+"full_int8" is the exporter's "int8" (int8 builtins only, float32 input and output) and "int8_matmul" its
+recipe of the same name. The files have logits out and no metadata (`python -m export` adds a softmax and
+the metadata by default), so their outputs compare with the Keras model's directly.
 """
 
 import collections
 import statistics
-import tempfile
 import time
 
 import numpy as np
 
-from export.tflite import INT8_MATMUL_OPS, quantize_matmuls_only
+from export import tflite as export_tflite
 
 MODES = ("float32", "dynamic_int8", "full_int8", "int8_matmul")
+# The exporter's name for each mode (export/tflite.py QUANTIZATION_MODES).
+EXPORT_MODES = {"float32": "float32", "dynamic_int8": "dynamic_int8", "full_int8": "int8", "int8_matmul": "int8_matmul"}
 # Ops that only move data between int8 and float: their presence is the cost of a float island, not one.
 _BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -23,47 +26,27 @@ def convert(model, input_shape, mode, calibration=None, int8_ops=None):
     """Converts a Keras model to a TFLite flatbuffer (bytes) with a fixed batch-1 float32 input.
 
     Args:
-        model: a Keras model (TF backend).
-        input_shape: (H, W, C).
+        model: a Keras model (TF backend) with a static input shape.
+        input_shape: (H, W, C), which must be the model's.
         mode: "float32"; "dynamic_int8" (int8 weights, activations quantised on the fly);
-            "full_int8" (int8 weights and activations, calibrated on `calibration`; float32 in/out so the
-            interface matches the float model, and ops without an int8 kernel fall back to float);
-            "int8_matmul" (as full_int8, but only export.tflite.INT8_MATMUL_OPS are quantised: every
-            FULLY_CONNECTED/CONV_2D runs int8 x int8 with calibrated activation scales, the rest in float).
+            "full_int8" (the exporter's "int8": int8 weights and activations, calibrated on `calibration`,
+            int8 builtins only, float32 in/out so the interface matches the float model);
+            "int8_matmul" (only export.tflite.INT8_MATMUL_OPS are quantised: every FULLY_CONNECTED/CONV_2D runs
+            int8 x int8 with calibrated activation scales, the rest in float).
         calibration: float32 array (N, H, W, C) of representative inputs, needed for the int8 modes.
         int8_ops: for "int8_matmul", the op types to quantise instead of export.tflite.INT8_MATMUL_OPS.
     """
-    import keras
-    import tensorflow as tf
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}. Received: mode={mode!r}")
-    spec = tf.TensorSpec((1, *input_shape), tf.float32, name="images")
-    # Through a SavedModel written by Keras' ExportArchive, which tracks the Keras 3 variables so that the
-    # converter can freeze them (a plain tf.Module keeps them as VAR_HANDLE/READ_VARIABLE ops that fail).
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serve", lambda images: model(images, training=False), input_signature=[spec])
-    with tempfile.TemporaryDirectory() as directory:
-        archive.write_out(directory, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(directory)
-        if mode == "float32":
-            return converter.convert()
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if mode == "dynamic_int8":
-            return converter.convert()
-        if calibration is None or len(calibration) == 0:
-            raise ValueError(f"{mode} conversion needs calibration images (N, H, W, C); received none.")
-
-        def representative():
-            for image in calibration:
-                yield [np.asarray(image[None], np.float32)]
-
-        converter.representative_dataset = representative
-        if mode == "full_int8":
-            return converter.convert()
-        float_flatbuffer = tf.lite.TFLiteConverter.from_saved_model(directory).convert()
-        return quantize_matmuls_only(converter, float_flatbuffer, representative, int8_ops or INT8_MATMUL_OPS)
+    if tuple(model.input_shape[1:]) != tuple(input_shape):
+        raise ValueError(f"input_shape {tuple(input_shape)} is not the model's {tuple(model.input_shape[1:])}.")
+    quantize = EXPORT_MODES[mode]
+    if quantize in export_tflite.CALIBRATED_MODES and (calibration is None or len(calibration) == 0):
+        raise ValueError(f"{mode} conversion needs calibration images (N, H, W, C); received none.")
+    calibration = np.asarray(calibration, np.float32) if quantize in export_tflite.CALIBRATED_MODES else None
+    function = export_tflite.frozen_function(model, output="logits")
+    return export_tflite.convert_frozen(function, model, quantize, calibration,
+                                        int8_ops=int8_ops or export_tflite.INT8_MATMUL_OPS)  # fmt: skip
 
 
 def _interpreter(flatbuffer, threads, delegates=True):

@@ -32,6 +32,7 @@ def _load():
     from .flatbuffer import non_builtin_ops, read_ops
     from .gpu import find_driver as find_vulkan_driver
     from .metadata import read_metadata
+    from .options import ExportOptions, ExportSource
     from .pipeline import FORMATS, export_model, export_path, export_workdir, load_source
     from .predict import format_predictions, predict, similar
     from .preprocessing import to_model_space
@@ -45,6 +46,8 @@ def _load():
         FORMATS=FORMATS,
         QUANTIZATION_MODES=QUANTIZATION_MODES,
         ExportError=ExportError,
+        ExportOptions=ExportOptions,
+        ExportSource=ExportSource,
         VerificationError=VerificationError,
         convert_tflite=convert_tflite,
         export_model=export_model,
@@ -74,6 +77,8 @@ __all__ = [
     "FORMATS",
     "QUANTIZATION_MODES",
     "ExportError",
+    "ExportOptions",
+    "ExportSource",
     "VerificationError",
     "convert_tflite",
     "export_model",

@@ -52,6 +52,24 @@ def _export_parser():
         "quantises the matmuls only, the fast int8 model on CPUs; int8_int16 has int16 activations, for NPUs; "
         "int4_weights the smallest file",
     )
+    _tflite_arguments(p)
+    p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
+    p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
+    p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
+    p.add_argument(
+        "--gpu-check",
+        default="auto",
+        choices=("auto", "require", "off"),
+        help="run every .tflite on LiteRT's GPU accelerator (Vulkan; SwiftShader from Debian's chromium package on "
+        "servers): auto reports the verdict where a driver exists, require fails the export without one or on a "
+        "fallback or a miss, off skips it",
+    )
+    _verbose_flag(p, "; the TFLite converter's output goes to the terminal instead of report.json")
+    return p
+
+
+def _tflite_arguments(p):
+    """The data, labels and TFLite options of `python -m export`."""
     p.add_argument("--representative-data", help="int8 calibration images: .npz with uint8 'images', or a folder")
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
     p.add_argument(
@@ -72,19 +90,6 @@ def _export_parser():
     p.add_argument("--model-version", default="1", help="TFLite metadata: model version (default 1)")
     p.add_argument("--model-license", help="TFLite metadata: license text, e.g. Apache-2.0 (default: none written)")
     p.add_argument("--model-author", default="keras-vit", help="TFLite metadata: author (default keras-vit)")
-    p.add_argument("--num-threads", type=int, default=1, help="LiteRT threads for verification and latency")
-    p.add_argument("--latency-runs", type=int, default=50, help="timed batch-1 runs per artifact (after warm-up)")
-    p.add_argument("--top-k", type=int, default=5, help="classes returned by the SavedModel serving signature")
-    p.add_argument(
-        "--gpu-check",
-        default="auto",
-        choices=("auto", "require", "off"),
-        help="run every .tflite on LiteRT's GPU accelerator (Vulkan; SwiftShader from Debian's chromium package on "
-        "servers): auto reports the verdict where a driver exists, require fails the export without one or on a "
-        "fallback or a miss, off skips it",
-    )
-    _verbose_flag(p, "; the TFLite converter's output goes to the terminal instead of report.json")
-    return p
 
 
 def _verbose_flag(parser, more=""):
@@ -144,17 +149,9 @@ def main(argv=None):
     # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
     from .errors import ExportError
 
+    command = argv[0] if argv[:1] in (["predict"], ["similar"]) else "export"
     try:
-        if argv[:1] == ["predict"]:
-            args = _predict_parser().parse_args(argv[1:])
-        elif argv[:1] == ["similar"]:
-            args = _similar_parser().parse_args(argv[1:])
-        else:
-            args = _export_parser().parse_args(argv)
-            if args.quantize is not None:
-                from .tflite import check_quantization
-
-                check_quantization(args.quantize)
+        args = _parse(command, argv)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -162,46 +159,7 @@ def main(argv=None):
     export._load()
     _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
-        if argv[:1] == ["similar"]:
-            from .predict import similar
-
-            value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
-            print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
-            return 0
-        if argv[:1] == ["predict"]:
-            results = export.predict(
-                args.artifact, args.images, args.top_k, args.labels, args.num_threads, args.background
-            )
-            print(export.format_predictions(results))
-            return 0
-        report = export.export_path(
-            args.source,
-            out=args.out,
-            labels=args.labels,
-            representative_data=args.representative_data,
-            heldout_data=args.heldout_data,
-            formats=args.formats,
-            quantize=args.quantize,
-            dynamic_batch=args.dynamic_batch,
-            int8_io=args.int8_io,
-            num_threads=args.num_threads,
-            latency_runs=args.latency_runs,
-            top_k=args.top_k,
-            tflite_output=args.tflite_output,
-            metadata={
-                key: value
-                for key, value in (
-                    ("name", args.model_name),
-                    ("description", args.model_description),
-                    ("version", args.model_version),
-                    ("license", args.model_license),
-                    ("author", args.model_author),
-                )
-                if value is not None
-            },
-            converter_output="terminal" if args.verbose else "report",
-            gpu_check=args.gpu_check,
-        )
+        return _RUN[command](export, args)
     except ExportError as exc:  # VerificationError included: its message holds the table
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -216,12 +174,63 @@ def main(argv=None):
             raise
         print(f"error: {line}", file=sys.stderr)
         return 2
+
+
+def _parse(command, argv):
+    if command == "predict":
+        return _predict_parser().parse_args(argv[1:])
+    if command == "similar":
+        return _similar_parser().parse_args(argv[1:])
+    args = _export_parser().parse_args(argv)
+    # An ExportOptions needs the exporters (Keras, TensorFlow); the one check that runs before they load.
+    if args.quantize is not None:
+        from .tflite import check_quantization
+
+        check_quantization(args.quantize)
+    return args
+
+
+def _similar(export, args):
+    from .predict import similar
+
+    value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
+    print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
+    return 0
+
+
+def _predict(export, args):
+    results = export.predict(args.artifact, args.images, args.top_k, args.labels, args.num_threads, args.background)
+    print(export.format_predictions(results))
+    return 0
+
+
+def _export(export, args):
+    metadata = {"name": args.model_name, "description": args.model_description, "version": args.model_version,
+                "license": args.model_license, "author": args.model_author}  # fmt: skip
+    options = export.ExportOptions(
+        formats=args.formats,
+        quantize=args.quantize,
+        dynamic_batch=args.dynamic_batch,
+        int8_io=args.int8_io,
+        num_threads=args.num_threads,
+        latency_runs=args.latency_runs,
+        top_k=args.top_k,
+        tflite_output=args.tflite_output,
+        metadata={key: value for key, value in metadata.items() if value is not None},
+        converter_output="terminal" if args.verbose else "report",
+        gpu_check=args.gpu_check,
+    )
+    data = {"representative_data": args.representative_data, "heldout_data": args.heldout_data}
+    report = export.export_path(args.source, out=args.out, labels=args.labels, options=options, **data)
     print(export.format_table(report))
     print("\nartifacts:")
     for a in report["artifacts"]:
         print(f"  {a['path']}")
     print(f"  {report['report_path']}")
     return 0
+
+
+_RUN = {"export": _export, "predict": _predict, "similar": _similar}
 
 
 def _os_error_line(err):

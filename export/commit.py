@@ -29,8 +29,6 @@ point's name to FILE; the tests use the two to kill an export at every point, de
 """
 
 import contextlib
-import ctypes
-import errno
 import hashlib
 import itertools
 import os
@@ -162,6 +160,19 @@ def _recover(out):
         shutil.rmtree(path, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def staged(out):
+    """`claim`, `check_target` and `staging_dir` in one: yields (the path to commit to, the staging directory),
+    and removes the staging directory however the block ends (after `commit` it is gone already)."""
+    with claim(out) as target:
+        check_target(target)
+        staging = staging_dir(target)
+        try:
+            yield target, staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def staging_dir(out):
     """A new, empty directory to build the export in: beside a local `out` (the path `claim` yielded), in the
     system temp dir for a URL."""
@@ -210,66 +221,19 @@ def commit(staging, out):
         _commit_local(Path(staging), out)
 
 
-def _fsync_tree(directory):
-    # A rename is durable only once the data it points at is: flush every file, then every directory.
-    for root, _, names in os.walk(directory):
-        for name in names:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        files.fsync_directory(root)
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a, b):
-    """Atomically swaps two paths with Linux's renameat2(RENAME_EXCHANGE); False where that is unavailable."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):  # kernel or filesystem lacks it
-        return False
-    raise OSError(code, os.strerror(code), a)
-
-
 use_exchange = True  # the tests switch it off to run the two-rename path on Linux too
+# What `files.replace_directory` has done at each of its steps, in the words of this module's fault points.
+_STEPS = {
+    "swapped": "swapped; old set not yet deleted",
+    "moved aside": "old set moved aside",
+    "in place": "new set in place; old set not yet deleted",
+}
 
 
 def _commit_local(staging, out):
-    out = os.path.abspath(out)
-    _fsync_tree(staging)
+    files.fsync_tree(staging)  # a rename is durable only once the data it points at is
     fault_point("staged and flushed")
-    parent = os.path.dirname(out)
-    if not os.path.exists(out) or (os.path.isdir(out) and not os.listdir(out)):
-        os.replace(staging, out)  # over nothing, or over an empty directory (POSIX allows that)
-        files.fsync_directory(parent)
-        return
-    if use_exchange and _exchange(staging, out):
-        files.fsync_directory(parent)
-        fault_point("swapped; old set not yet deleted")
-        shutil.rmtree(staging, ignore_errors=True)  # now the old set
-        return
-    aside = os.path.join(parent, f".{os.path.basename(out)}.old-{uuid.uuid4().hex}")
-    os.rename(out, aside)
-    fault_point("old set moved aside")
-    try:
-        os.rename(staging, out)
-    except BaseException:
-        os.rename(aside, out)
-        raise
-    files.fsync_directory(parent)
-    fault_point("new set in place; old set not yet deleted")
-    shutil.rmtree(aside, ignore_errors=True)
+    files.replace_directory(staging, os.path.abspath(out), exchange=use_exchange, step=lambda s: fault_point(_STEPS[s]))
 
 
 def _commit_url(staging, out):

@@ -9,9 +9,6 @@ MediaPipe Tasks' `ImageEmbedder` reads unchanged. Each file is verified against 
 similarity of every image's two vectors, with a budget per mode (`BUDGETS`).
 """
 
-import json
-import shutil
-
 import numpy as np
 
 from keras_vit import files
@@ -187,114 +184,94 @@ def sidecar(model, flatbuffer, quantize, l2_normalize):
     }
 
 
-def export_embedder(model, out, quantize, images, representative_images=None, l2_normalize=False, num_threads=1,
-                    latency_runs=50, latency_warmup=5, source=None, set_name=None, metadata=None, gpu_check="auto",
-                    notes=()):  # fmt: skip
-    """The export job for a head-less model: `embedder_<mode>.tflite` + sidecar per mode, each verified against the
-    Keras features on `images` (uint8, at any size) and run on the GPU check; committed as a whole like every
-    export. Returns the report (also `out/report.json`); raises VerificationError when a file misses its budget."""
-    from .errors import VerificationError
-    from .report import format_table
+def export_feature_model(source, model, out, options, modes, notes=(), l2_normalize=False):
+    """`export_model` for a head-less model (`model`, `source.model` at a fixed size): `embedder_<mode>.tflite`
+    + sidecar per mode (the SavedModel's signatures are a classifier's), each verified against the Keras features
+    and run on the GPU check, on the held-out images, else the representative ones, else seeded random images;
+    committed as a whole like every export. Returns the report (also `out/report.json`).
 
-    image_size = tuple(int(d) for d in model.input_shape[1:3])
-    x = preprocessing.to_model_space(images, image_size)
-    pixels = np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
-    keras_runner = KerasRunner(model)
-    reference = keras_runner.outputs(x)
-    keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None,
-                 "latency_ms": keras_runner.latency_ms(x[:1], latency_runs, latency_warmup)}  # fmt: skip
-    with commit.claim(out) as target:
-        commit.check_target(target)
-        staging = commit.staging_dir(target)
-        try:
-            artifacts = []
-            for mode in quantize:
-                flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
-                name = f"embedder_{mode}.tflite"
-                path = staging / name
-                commit.write_staged(path, flatbuffer)
-                info = sidecar(model, flatbuffer, mode, l2_normalize)
-                commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
-                runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
-                expected = reference / np.linalg.norm(reference, axis=-1, keepdims=True) if l2_normalize else reference
-                budget = BUDGETS[mode]
-                figures = compare(runner.outputs_from_pixels(pixels), expected)
-                entry = {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
-                         "path": str(path), "file_bytes": len(flatbuffer), **figures,
-                         "latency_ms": runner.latency_ms(x[:1], latency_runs, latency_warmup),
-                         "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
-                         "ops": read_ops(flatbuffer), "dimensions": info["dimensions"],
-                         "l2_normalized": bool(l2_normalize)}  # fmt: skip
-                entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
-                entry["metadata"] = tflite_metadata.read_metadata(flatbuffer)
-                entry["gpu"] = gpu.check_artifact(path, runner, pixels, expected, None, OUTPUT, budget, gpu_check,
-                                                  judge=_judge(budget))  # fmt: skip
-                entry["failures"] += entry["gpu"]["failures"]
-                entry["passed"] = not entry["failures"]
-                artifacts.append(entry)
-            report = {
-                "source": str(source) if source else type(model).__name__,
-                "out": str(out),
-                "kind": "embedder",
-                "model": {
-                    "image_size": list(image_size),
-                    "dimensions": int(model.output_shape[-1]),
-                    "parameters": int(model.count_params()),
-                },
-                "verification": {"set": set_name, "images": len(x), "labelled": False},
-                "latency_runs": latency_runs,
-                "latency_warmup": latency_warmup,
-                "keras": keras_row,
-                "artifacts": artifacts,
-                "notes": list(notes),
-                "passed": all(a["passed"] for a in artifacts),
-            }
-            if not report["passed"]:
-                error = VerificationError(
-                    "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
-                )
-                error.report = report
-                raise error
-            for a in artifacts:
-                a["path"] = files.join(out, a["name"])
-            report["files"] = commit.manifest(staging)
-            commit.write_staged(staging / commit.REPORT, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
-            commit.commit(staging, target)
-            report["report_path"] = files.join(out, commit.REPORT)
-            return report
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    Raises:
+        ExportError: formats other than TFLite only. VerificationError: a file missed its budget.
+    """
+    from .pipeline import app_pixels
+    from .report import publish
 
-
-def export_feature_model(model, out, formats, quantize, heldout=None, representative_images=None, max_verify_images=512,
-                         **options):  # fmt: skip
-    """`export_model` for a head-less model: TFLite embedders only (the SavedModel's signatures are a classifier's),
-    verified on the held-out images, else the representative ones, else seeded random images."""
-    if "tflite" not in formats:
+    if "tflite" not in options.formats:
         raise ExportError(
             f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as TFLite "
             "image embedders only (embedder_<mode>.tflite, for MediaPipe's ImageEmbedder); pass --formats tflite."
         )
-    notes = list(options.pop("notes", ()))
-    if "saved_model" in formats:
-        notes.append("saved_model not written: a num_classes=0 model exports as TFLite image embedders only")
-    if heldout is not None:
-        images, set_name = heldout[0], options.pop("set_name", None) or "held-out set"
-    elif representative_images is not None and len(representative_images) > 0:
-        images, set_name = representative_images, "representative images"
-        options.pop("set_name", None)
-    else:
-        size = tuple(int(d) for d in model.input_shape[1:3])
-        images = np.random.default_rng(0).integers(0, 256, (32, *size, 3), dtype=np.uint8)
-        set_name = "seeded random images (no data given)"
-        options.pop("set_name", None)
-    return export_embedder(model, out, quantize, images[:max_verify_images], representative_images,
-                           set_name=set_name, notes=notes, **options)  # fmt: skip
+    if "saved_model" in options.formats:
+        notes = [*notes, "saved_model not written: a num_classes=0 model exports as TFLite image embedders only"]
+    images, set_name = _verification_images(source, model)
+    images = images[: options.max_verify_images]
+    image_size = tuple(int(d) for d in model.input_shape[1:3])
+    x, pixels = preprocessing.to_model_space(images, image_size), app_pixels(images, image_size)
+    keras_runner = KerasRunner(model)
+    reference = keras_runner.outputs(x)
+    expected = reference / np.linalg.norm(reference, axis=-1, keepdims=True) if l2_normalize else reference
+    latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
+    keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None, "latency_ms": latency}
+    metadata = {**({"name": source.metadata_name} if source.metadata_name else {}), **(options.metadata or {})}
+    with commit.staged(out) as (target, staging):
+        artifacts = [_artifact(model, mode, source.representative_images, l2_normalize, metadata, x, pixels, expected,
+                               staging, out, options) for mode in modes]  # fmt: skip
+        report = {
+            "source": str(source.name) if source.name else type(model).__name__,
+            "out": str(out),
+            "kind": "embedder",
+            "model": {
+                "image_size": list(image_size),
+                "dimensions": int(model.output_shape[-1]),
+                "parameters": int(model.count_params()),
+            },
+            "verification": {"set": set_name, "images": len(x), "labelled": False},
+            "latency_runs": options.latency_runs,
+            "latency_warmup": options.latency_warmup,
+            "keras": keras_row,
+            "artifacts": artifacts,
+            "notes": list(notes),
+            "passed": all(a["passed"] for a in artifacts),
+        }
+        return publish(report, staging, target, out)
+
+
+def _verification_images(source, model):
+    if source.heldout is not None:
+        return source.heldout[0], source.verification_set or "held-out set"
+    if source.has_representative:
+        return source.representative_images, "representative images"
+    size = tuple(int(d) for d in model.input_shape[1:3])
+    images = np.random.default_rng(0).integers(0, 256, (32, *size, 3), dtype=np.uint8)
+    return images, "seeded random images (no data given)"
+
+
+def _artifact(model, mode, representative_images, l2_normalize, metadata, x, pixels, expected, staging, out, options):
+    """One `embedder_<mode>.tflite`, staged with its sidecar, and its complete report entry."""
+    flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
+    name = f"embedder_{mode}.tflite"
+    commit.write_staged(staging / name, flatbuffer)
+    info = sidecar(model, flatbuffer, mode, l2_normalize)
+    commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
+    runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads)
+    budget = BUDGETS[mode]
+    figures = compare(runner.outputs_from_pixels(pixels), expected)
+    latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
+    ops = read_ops(flatbuffer)
+    on_gpu = gpu.check_artifact(staging / name, runner, pixels, expected, None, OUTPUT, budget, options.gpu_check,
+                                judge=_judge(budget))  # fmt: skip
+    failures = check_budget(figures, budget) + on_gpu["failures"]
+    return {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
+            "path": files.join(out, name), "file_bytes": len(flatbuffer), **figures, "latency_ms": latency,
+            "threads": runner.threads, "budget": budget, "failures": failures, "ops": ops,
+            "dimensions": info["dimensions"], "l2_normalized": bool(l2_normalize),
+            "non_builtin_ops": non_builtin_ops(ops), "metadata": tflite_metadata.read_metadata(flatbuffer),
+            "gpu": on_gpu, "passed": not failures}  # fmt: skip
 
 
 def format_table(report):
     """The printed summary of an embedder export (`report.format_table` hands embedder reports here)."""
-    from .report import _size
+    from .report import _size, table
 
     header = ("artifact", "size", "dims", "min cos", "mean cos", "max|diff|", "norm diff", "latency ms", "threads",
               "status")  # fmt: skip
@@ -305,12 +282,10 @@ def format_table(report):
         rows.append((a["name"], _size(a["file_bytes"]), str(a["dimensions"]), f"{a['min_cosine']:.6f}",
                      f"{a['mean_cosine']:.6f}", f"{a['max_abs_diff']:.2e}", f"{a['max_rel_norm_diff']:.2e}",
                      f"{a['latency_ms']:.3f}", str(a["threads"]), "ok" if a["passed"] else "FAIL"))  # fmt: skip
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     v = report["verification"]
     out = [f"Export of {report['source']} (image embedder)  ->  {report['out']}",
            f"Verified on {v['images']} images from {v['set']}: cosine similarity of each image's vector with Keras'.",
-           "", line(header), line(["-" * w for w in widths]), *[line(r) for r in rows], ""]  # fmt: skip
+           "", *table(header, rows), ""]  # fmt: skip
     for a in report["artifacts"]:
         budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
         out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))

@@ -233,6 +233,26 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
     if result["status"] != "ran":
         entry["failures"] = [f"GPU: {entry['verdict']}"] if mode == "require" else []
         return entry
+    figures, misses, vs_cpu = _judged(result, runner, pixels, reference, truth, output, budget, judge)
+    failures = [f"GPU: {m}" for m in misses] if mode == "require" else []
+    if entry["cpu_ops"] and mode == "require":
+        failures.append(f"GPU: {entry['verdict']}")
+    return {
+        **entry,
+        "fully_accelerated": result["fully_accelerated"],
+        "compile_s": round(result["compile_s"], 3),
+        "run_s": round(result["run_s"], 3),
+        "figures": figures,
+        "max_abs_diff_vs_cpu": vs_cpu,
+        "budget": budget,
+        "within_budget": not misses,
+        "misses": misses,
+        "failures": failures,
+    }
+
+
+def _judged(result, runner, pixels, reference, truth, output, budget, judge):
+    """The GPU's outputs against Keras (figures, budget misses) and their largest difference from the CPU's."""
     outputs = _dequantize(result["outputs"], runner.output)
     n = len(outputs)  # the images run in the time allowed
     if judge is None:
@@ -240,20 +260,7 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
         misses = check_budget(figures, budget)
     else:
         figures, misses = judge(outputs, reference[:n])
-    entry.update(
-        fully_accelerated=result["fully_accelerated"],
-        compile_s=round(result["compile_s"], 3),
-        run_s=round(result["run_s"], 3),
-        figures=figures,
-        max_abs_diff_vs_cpu=float(np.abs(outputs - runner.outputs_from_pixels(pixels[:n])).max()),
-        budget=budget,
-        within_budget=not misses,
-        misses=misses,
-        failures=[f"GPU: {m}" for m in misses] if mode == "require" else [],
-    )
-    if entry["cpu_ops"] and mode == "require":
-        entry["failures"].append(f"GPU: {entry['verdict']}")
-    return entry
+    return figures, misses, float(np.abs(outputs - runner.outputs_from_pixels(pixels[:n])).max())
 
 
 def describe(entry):

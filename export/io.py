@@ -1,76 +1,15 @@
-"""Atomic file and directory writes, and reading models, labels and images."""
+"""Reading models, labels and images (the writes go through keras_vit.files)."""
 
 import io
-import json
 import os
-import shutil
-import uuid
 import zipfile
-from pathlib import Path
 
 import numpy as np
 
 from keras_vit import files
 from keras_vit import images as image_reader
-from keras_vit.files import atomic_write_bytes
 
 from .errors import ExportError
-
-
-def atomic_write_json(path, obj):
-    """`atomic_write_bytes` for a JSON document (indented, UTF-8, trailing newline)."""
-    return atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
-
-
-def replace_path(staged, target):
-    """Moves a finished file or directory `staged` onto `target`, replacing what is there.
-
-    Files are swapped with one `os.replace`. A directory cannot be replaced in one step, so the old one
-    is first renamed aside (`.old-*` in the same parent) and deleted only once the new one is in place;
-    a crash between the two renames leaves the old artifact under that `.old-*` name, never a half-written one.
-
-    A URL target (`gs://...`) gets the files one by one, each in one object write (object stores cannot swap a
-    directory). A SavedModel's old `saved_model.pb` is deleted first and the new one written last, so a crash
-    mid-upload leaves a directory that does not load (never old graph with new variables); then the files the
-    new directory does not have are removed.
-    """
-    if files.is_remote(target):
-        return _upload(Path(staged), os.fspath(target))
-    staged, target = Path(staged), Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not staged.is_dir():
-        os.replace(staged, target)
-        return target
-    aside = None
-    if target.exists():
-        aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(target, aside)
-    try:
-        os.replace(staged, target)
-    except BaseException:
-        if aside is not None:
-            os.replace(aside, target)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-    return target
-
-
-def _upload(staged, target):
-    if not staged.is_dir():
-        files.copy_file(staged, target)
-        return target
-    names = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
-    names.sort(key=lambda name: name == "saved_model.pb")
-    if "saved_model.pb" in names and files.exists(files.join(target, "saved_model.pb")):
-        files.remove(files.join(target, "saved_model.pb"))
-    for name in names:
-        files.copy_file(staged / name, files.join(target, *name.split(os.sep)))
-    fresh = {files.join(target, *name.split(os.sep)) for name in names}
-    for old in files.walk(target):
-        if old not in fresh:
-            files.remove(old)
-    return target
 
 
 def load_keras_model(path):

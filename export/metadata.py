@@ -140,8 +140,19 @@ def build_metadata(
             f"output {'class probabilities (softmax)' if output_kind == 'probabilities' else 'logits'}."
         )
 
-    inp = input_tensor_metadata(image_size, input_dtype)
+    subgraph = m.SubGraphMetadataT()
+    subgraph.inputTensorMetadata = [input_tensor_metadata(image_size, input_dtype)]
+    subgraph.outputTensorMetadata = [_classifier_output(m, output_kind)]
+    model = m.ModelMetadataT()
+    model.name, model.description, model.version = name, description, version
+    model.author, model.license = author, license
+    model.subgraphMetadata = [subgraph]
+    model.minParserVersion = MIN_PARSER_VERSION
+    return _finish(model, METADATA_IDENTIFIER)
 
+
+def _classifier_output(m, output_kind):
+    """The output tensor's metadata: class scores, with the labels file attached."""
     labels_file = m.AssociatedFileT()
     labels_file.name = LABELS_FILE
     labels_file.description = "Class names, one per line, in the order of the output."
@@ -160,15 +171,7 @@ def build_metadata(
     out.stats = m.StatsT()
     if output_kind == "probabilities":
         out.stats.min, out.stats.max = [0.0], [1.0]
-
-    subgraph = m.SubGraphMetadataT()
-    subgraph.inputTensorMetadata, subgraph.outputTensorMetadata = [inp], [out]
-    model = m.ModelMetadataT()
-    model.name, model.description, model.version = name, description, version
-    model.author, model.license = author, license
-    model.subgraphMetadata = [subgraph]
-    model.minParserVersion = MIN_PARSER_VERSION
-    return _finish(model, METADATA_IDENTIFIER)
+    return out
 
 
 def _strip_zip(flatbuffer):
@@ -235,8 +238,38 @@ def read_metadata(flatbuffer):
         "mean", "std", "color_space", "size", "min", "max"}, "output": {"name", "kind", "min", "max",
         "labels_file"}, "labels": [...] or None}.
     """
-    schema, m = _model_schema(), _metadata_schema()
-    model = schema.Model.GetRootAs(bytearray(flatbuffer), 0)
+    m = _metadata_schema()
+    meta = _read_model_metadata(flatbuffer, m)
+    if meta is None:
+        return None
+    sub = meta.subgraphMetadata[0]
+    inp, out = sub.inputTensorMetadata[0], sub.outputTensorMetadata[0]
+    labels_file = next(
+        (_name(f.name) for f in out.associatedFiles or [] if f.type == m.AssociatedFileType.TENSOR_AXIS_LABELS), None
+    )
+    out_name = _text(out.name)
+    return {
+        "name": _text(meta.name),
+        "description": _text(meta.description),
+        "version": _text(meta.version),
+        "author": _text(meta.author),
+        "license": _text(meta.license),
+        "min_parser_version": _text(meta.minParserVersion),
+        "input": _input_fields(inp, m),
+        "output": {
+            "name": out_name,
+            "kind": out_name if out_name in (*OUTPUT_KINDS, "embedding") else None,
+            "min": _stats(out.stats, "min"),
+            "max": _stats(out.stats, "max"),
+            "labels_file": labels_file,
+        },
+        "labels": None if labels_file is None else _read_labels(flatbuffer, labels_file),
+    }
+
+
+def _read_model_metadata(flatbuffer, m):
+    """The unpacked ModelMetadataT of a TFLite model (one subgraph, one input, one output), or None."""
+    model = _model_schema().Model.GetRootAs(bytearray(flatbuffer), 0)
     for i in range(model.MetadataLength()):
         entry = model.Metadata(i)
         if _name(entry.Name()) == METADATA_NAME:
@@ -252,58 +285,41 @@ def read_metadata(flatbuffer):
     sub = meta.subgraphMetadata[0]
     if len(sub.inputTensorMetadata or []) != 1 or len(sub.outputTensorMetadata or []) != 1:
         raise ExportError("Expected metadata for one input and one output tensor; re-export with `python -m export`.")
-    inp, out = sub.inputTensorMetadata[0], sub.outputTensorMetadata[0]
+    return meta
+
+
+def _input_fields(inp, m):
     normalization = next(
         (u.options for u in inp.processUnits or [] if u.optionsType == m.ProcessUnitOptions.NormalizationOptions),
         None,
     )
     image = inp.content.contentProperties if inp.content is not None else None
-    labels_file = next(
-        (_name(f.name) for f in out.associatedFiles or [] if f.type == m.AssociatedFileType.TENSOR_AXIS_LABELS), None
-    )
-    labels = None
-    if labels_file is not None:
-        try:
-            labels = read_associated_file(flatbuffer, labels_file).decode("utf-8").splitlines()
-        except UnicodeDecodeError as err:
-            raise ExportError(f"The labels file {labels_file!r} is not UTF-8 ({err}); re-export the model.") from err
-        while labels and not labels[-1].strip():
-            labels.pop()
-    out_name = _text(out.name)
     size = getattr(image, "defaultSize", None)
     names = {v: k for k, v in vars(m.ColorSpaceType).items() if not k.startswith("_")}
-    color_space = names.get(getattr(image, "colorSpace", None))
-    size = None if size is None else [int(size.height), int(size.width)]
-
-    def values(stats, key):
-        v = getattr(stats, key, None) if stats is not None else None
-        return None if v is None or len(v) == 0 else [float(x) for x in v]
-
     return {
-        "name": _text(meta.name),
-        "description": _text(meta.description),
-        "version": _text(meta.version),
-        "author": _text(meta.author),
-        "license": _text(meta.license),
-        "min_parser_version": _text(meta.minParserVersion),
-        "input": {
-            "name": _text(inp.name),
-            "mean": None if normalization is None else [float(x) for x in normalization.mean],
-            "std": None if normalization is None else [float(x) for x in normalization.std],
-            "color_space": color_space,
-            "size": size,
-            "min": values(inp.stats, "min"),
-            "max": values(inp.stats, "max"),
-        },
-        "output": {
-            "name": out_name,
-            "kind": out_name if out_name in (*OUTPUT_KINDS, "embedding") else None,
-            "min": values(out.stats, "min"),
-            "max": values(out.stats, "max"),
-            "labels_file": labels_file,
-        },
-        "labels": labels,
+        "name": _text(inp.name),
+        "mean": None if normalization is None else [float(x) for x in normalization.mean],
+        "std": None if normalization is None else [float(x) for x in normalization.std],
+        "color_space": names.get(getattr(image, "colorSpace", None)),
+        "size": None if size is None else [int(size.height), int(size.width)],
+        "min": _stats(inp.stats, "min"),
+        "max": _stats(inp.stats, "max"),
     }
+
+
+def _stats(stats, key):
+    v = getattr(stats, key, None) if stats is not None else None
+    return None if v is None or len(v) == 0 else [float(x) for x in v]
+
+
+def _read_labels(flatbuffer, labels_file):
+    try:
+        labels = read_associated_file(flatbuffer, labels_file).decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise ExportError(f"The labels file {labels_file!r} is not UTF-8 ({err}); re-export the model.") from err
+    while labels and not labels[-1].strip():
+        labels.pop()
+    return labels
 
 
 def associated_files(flatbuffer):

@@ -134,8 +134,9 @@ def write(fmt, model, labels, image_size, staging, num_threads=1):
     return NAME, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
 
 
-def check(entry, runner, x, reference, dynamic_model=None):
-    """Adds the dynamic-batch and dynamic-image-size figures to a verified `entry` (see `export.pipeline`).
+def check(runner, x, reference, budget, dynamic_model=None):
+    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO file (see `export.pipeline`):
+    returns (the entry's fields beyond the shared ones, the failures).
 
     Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
     Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:
@@ -143,37 +144,37 @@ def check(entry, runner, x, reference, dynamic_model=None):
     Keras model at the same size. Both are held to the float32 budget; a file whose batch (or, for a dynamic
     model, image size) is fixed fails.
     """
-    budget = {k: v for k, v in entry["budget"].items() if k == "max_rel_logit_diff"}
-    entry["input_shape"] = [name if d is None else d for name, d in zip(("batch", "height", "width", "channels"),
-                                                                         runner.input_shape)]  # fmt: skip
-    worst, failures = 0.0, []
-    if runner.dynamic_batch:
-        for batch in DYNAMIC_BATCHES:
-            if len(x) < batch:
-                continue
-            out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
-            figures = compare(out, reference[: len(out)])
-            worst = max(worst, figures["max_rel_logit_diff"])
-            failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
-        entry["dynamic_batch"] = {"batches": list(DYNAMIC_BATCHES), "max_rel_logit_diff": worst}
-    else:
-        entry["dynamic_batch"] = None
-        failures.append(f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open")
-    entry["dynamic_image_size"] = None
+    budget = {k: v for k, v in budget.items() if k == "max_rel_logit_diff"}
+    fields = {"input_shape": [name if d is None else d for name, d in zip(("batch", "height", "width", "channels"),
+                                                                          runner.input_shape)]}  # fmt: skip
+    fields["dynamic_batch"], failures = _batches(runner, x, reference, budget)
+    fields["dynamic_image_size"] = None
     if dynamic_model is not None:
         if not runner.dynamic_image_size:
             failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
         else:
-            entry["dynamic_image_size"] = _other_size(runner, x[:DYNAMIC_SIZE_IMAGES], dynamic_model)
-            failures += [f"at {entry['dynamic_image_size']['size']}: {f}"
-                         for f in check_budget(entry["dynamic_image_size"], budget)]  # fmt: skip
-    entry.update(runner.details(x, reference))
-    entry["contract_in_file"] = runner.contract_in_file
+            fields["dynamic_image_size"] = _other_size(runner, x[:DYNAMIC_SIZE_IMAGES], dynamic_model)
+            failures += [f"at {fields['dynamic_image_size']['size']}: {f}"
+                         for f in check_budget(fields["dynamic_image_size"], budget)]  # fmt: skip
+    fields.update(runner.details(x, reference))
+    fields["contract_in_file"] = runner.contract_in_file
     if not runner.contract_in_file:
         failures.append("the labels and input contract are missing from the file")
-    entry["failures"] += failures
-    entry["passed"] = not entry["failures"]
-    return entry
+    return fields, failures
+
+
+def _batches(runner, x, reference, budget):
+    if not runner.dynamic_batch:
+        return None, [f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open"]
+    worst, failures = 0.0, []
+    for batch in DYNAMIC_BATCHES:
+        if len(x) < batch:
+            continue
+        out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
+        figures = compare(out, reference[: len(out)])
+        worst = max(worst, figures["max_rel_logit_diff"])
+        failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
+    return {"batches": list(DYNAMIC_BATCHES), "max_rel_logit_diff": worst}, failures
 
 
 def _other_size(runner, x, dynamic_model):

@@ -5,12 +5,11 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit.images import DEFAULT_BACKGROUND
-from keras_vit.labels import decode_predictions
+from keras_vit.labels import decode_predictions, softmax
 
 from .errors import ExportError, check_count
 from .io import read_image, read_labels
 from .runners import load_runner
-from .verify import softmax
 
 
 def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DEFAULT_BACKGROUND):

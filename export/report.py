@@ -1,7 +1,9 @@
 """The export report: `report.json` and the table printed after an export."""
 
-from . import gpu, portable
-from .io import atomic_write_json
+from keras_vit import files
+
+from . import commit, gpu, portable
+from .errors import VerificationError
 
 
 def _size(n):
@@ -42,54 +44,88 @@ def format_table(report):
             _pct(a["top1_accuracy"]), f"{a['latency_ms']:.3f}", str(a["threads"]),
             "ok" if a["passed"] else "FAIL",
         ))  # fmt: skip
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     v = report["verification"]
     out = [
         f"Export of {report['source']}  ->  {report['out']}",
         f"Verified on {v['images']} images from {v['set']} ({'labelled' if v['labelled'] else 'no labels'}); "
         f"latency: median of {report['latency_runs']} batch-1 runs after {report['latency_warmup']} warm-up.",
         "",
-        line(header),
-        line(["-" * w for w in widths]),
-        *[line(r) for r in rows],
+        *table(header, rows),
         "",
     ]
     for a in report["artifacts"]:
-        budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
-        if any("_rel_" in k for k in a["budget"]):  # what the relative limits are relative to
-            budget += f" (logit scale {a['logit_scale']:.3g})"
-        out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
-        if "serving_default_max_abs_logit_diff" in a:
-            served = a["serving_default_max_abs_logit_diff"]
-            out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
-        if a["format"] == "tflite":
-            project = a["project_preprocessing"]
-            out.append(
-                f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
-                f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
-                f"top1 acc {_pct(project['top1_accuracy'])}"
-            )
-            meta = a.get("metadata")
-            out.append(
-                "  metadata: none" if not meta else
-                f"  metadata: {meta['name']!r} v{meta['version']}, input normalisation mean {meta['input']['mean']} "
-                f"std {meta['input']['std']}, output {meta['output']['name']}, "
-                f"labels in {meta['output']['labels_file']}"
-            )  # fmt: skip
-            ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
-            out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
-            out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
-            if "gpu" in a:
-                out.append(gpu.describe(a["gpu"]))
-        if a["format"] in ("onnx", "openvino"):
-            out.extend(portable.describe(a))
+        out.extend(_artifact_lines(a))
     for note in report.get("notes", []):
         out.append(f"note: {note}")
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
     return "\n".join(out)
 
 
+def table(header, rows):
+    """The lines of a plain-text table: the header, a rule, the rows, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
+
+
+def _artifact_lines(a):
+    """A classifier artifact's lines below the table: its budget and verdict, then what its format adds."""
+    budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
+    if any("_rel_" in k for k in a["budget"]):  # what the relative limits are relative to
+        budget += f" (logit scale {a['logit_scale']:.3g})"
+    out = [f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}")]
+    if "serving_default_max_abs_logit_diff" in a:
+        served = a["serving_default_max_abs_logit_diff"]
+        out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
+    if a["format"] == "tflite":
+        project = a["project_preprocessing"]
+        out.append(
+            f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
+            f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
+            f"top1 acc {_pct(project['top1_accuracy'])}"
+        )
+        meta = a.get("metadata")
+        out.append(
+            "  metadata: none" if not meta else
+            f"  metadata: {meta['name']!r} v{meta['version']}, input normalisation mean {meta['input']['mean']} "
+            f"std {meta['input']['std']}, output {meta['output']['name']}, "
+            f"labels in {meta['output']['labels_file']}"
+        )  # fmt: skip
+        ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
+        out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
+        out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
+        if "gpu" in a:
+            out.append(gpu.describe(a["gpu"]))
+    if a["format"] in ("onnx", "openvino"):
+        out.extend(portable.describe(a))
+    return out
+
+
+def publish(report, staging, target, out):
+    """The last stage of every export: refuse a failed report, else list the staged files in it, write it last
+    and commit the staging directory to `target` (`out` as `commit.claim` resolved it). Returns the report.
+
+    Raises:
+        VerificationError: an artifact missed its budget (`.report` holds the figures); nothing was committed.
+    """
+    if not report["passed"]:
+        error = VerificationError(
+            "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
+        )
+        error.report = report
+        raise error
+    # What the directory holds besides the report, each file with its size and checksum: after the commit `out`
+    # holds exactly these files and report.json.
+    report["files"] = commit.manifest(staging)
+    commit.write_staged(staging / commit.REPORT, files.json_bytes(report))
+    commit.commit(staging, target)
+    report["report_path"] = files.join(out, commit.REPORT)
+    return report
+
+
 def write_report(report, path):
     """Writes `report` as JSON, atomically."""
-    return atomic_write_json(path, report)
+    return files.atomic_write_json(path, report)

@@ -8,7 +8,6 @@ from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import preprocessing
-from .io import replace_path
 
 SERVING_KEY = "serving_default"
 MODEL_SPACE_KEY = "model_space"
@@ -73,8 +72,8 @@ def write_saved_model(model, path, labels, top_k=5, metadata=None):
 
     The directory is built beside `path` under a temporary name and renamed into place only when complete,
     so an existing SavedModel at `path` survives a failed or interrupted export. A URL `path` (`gs://...`) is
-    built in a local temporary directory and uploaded file by file (`export.io.replace_path`). `assets/labels.txt` and
-    `assets/preprocessing.json` travel with it; the labels are also baked into the graph.
+    built in a local temporary directory and uploaded file by file (`keras_vit.files.replace_path`).
+    `assets/labels.txt` and `assets/preprocessing.json` travel with it; the labels are also baked into the graph.
 
     Args:
         model: Keras classifier (static input size).
@@ -93,7 +92,7 @@ def write_saved_model(model, path, labels, top_k=5, metadata=None):
     name = files.basename(path)
     with tempfile.TemporaryDirectory(dir=None if remote else path.parent, prefix=f".{name}.staging-") as staging:
         staged = save_saved_model(model, Path(staging) / name, labels, top_k=top_k, metadata=metadata)
-        return replace_path(staged, path)
+        return files.replace_path(staged, path, last="saved_model.pb")
 
 
 def save_saved_model(model, path, labels, top_k=5, metadata=None):

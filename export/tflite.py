@@ -127,15 +127,7 @@ def convert(
     model = _fixed_size(model)
     (quantize,) = check_quantization([quantize])
     check_output(output)
-    num_classes = int(model.output_shape[-1])
-    labels = [str(i) for i in range(num_classes)] if labels is None else list(labels)
-    if len(labels) != num_classes:
-        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
-    bad_labels = [label for label in labels if "\n" in label or "\r" in label]
-    if bad_labels:
-        raise ExportError(
-            f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}"
-        )
+    labels = _metadata_labels(labels, int(model.output_shape[-1]))
     if int8_io not in INT8_IO_TYPES:
         raise ExportError(f"int8_io must be one of {INT8_IO_TYPES}. Received: {int8_io!r}")
     function = frozen_function(model, dynamic_batch, output)
@@ -150,48 +142,63 @@ def convert(
     )
 
 
+def _metadata_labels(labels, num_classes):
+    labels = [str(i) for i in range(num_classes)] if labels is None else list(labels)
+    if len(labels) != num_classes:
+        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
+    bad_labels = [label for label in labels if "\n" in label or "\r" in label]
+    if bad_labels:
+        raise ExportError(
+            f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}"
+        )
+    return labels
+
+
 def convert_function(model, function, quantize, representative_images=None, int8_io="float32",
                      calibration_steps=DEFAULT_CALIBRATION_STEPS):  # fmt: skip
     """Converts a frozen concrete function of `model` (`frozen_function`) to a flatbuffer without metadata, in one
     of QUANTIZATION_MODES (see `convert`), builtin ops only; export/embedder.py converts its own function with it."""
-    import tensorflow as tf
+    calibration = calibration_inputs(model, quantize, representative_images, calibration_steps)
+    return convert_frozen(function, model, quantize, calibration, int8_io)
 
-    representative = None
-    if quantize in CALIBRATED_MODES:
-        if representative_images is None or len(representative_images) == 0:
-            raise ExportError(
-                f"{quantize} needs representative images to calibrate activation ranges, and none were "
-                "given. Pass --representative-data PATH (an .npz with a uint8 'images' array, or a folder of "
-                "images from the training data), export a training workdir (it has samples/calibration.npz), "
-                "or choose --quantize dynamic_int8, which needs no data."
-            )
-        chosen = representative_images[: int(calibration_steps)]
-        calibration = preprocessing.to_model_space(chosen, model.input_shape[1:3])
 
-        def representative():
-            return ([x[None]] for x in calibration)
+def calibration_inputs(model, quantize, representative_images, calibration_steps=DEFAULT_CALIBRATION_STEPS):
+    """The model-space calibration images (float32 in [-1, 1] at the model's size) a calibrated mode needs, from
+    at most `calibration_steps` raw uint8 `representative_images`; None for a mode that calibrates nothing.
 
-    # Passing the model as the trackable object selects the converter's current path (without it TF warns and
-    # falls back to a deprecated one); the frozen function has no variables left for it to track.
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
-    # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantize == "float16":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-    elif quantize == "dynamic_int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    elif quantize == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        # INT8 builtins only: conversion fails instead of silently leaving float islands in the graph.
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.representative_dataset = representative
-        if int8_io == "uint8":
-            converter.inference_input_type = tf.uint8
-            converter.inference_output_type = tf.uint8
-    elif quantize == "int8_matmul":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = representative
+    Raises:
+        ExportError: a calibrated mode without representative images.
+    """
+    if quantize not in CALIBRATED_MODES:
+        return None
+    if representative_images is None or len(representative_images) == 0:
+        raise ExportError(
+            f"{quantize} needs representative images to calibrate activation ranges, and none were "
+            "given. Pass --representative-data PATH (an .npz with a uint8 'images' array, or a folder of "
+            "images from the training data), export a training workdir (it has samples/calibration.npz), "
+            "or choose --quantize dynamic_int8, which needs no data."
+        )
+    chosen = representative_images[: int(calibration_steps)]
+    return preprocessing.to_model_space(chosen, model.input_shape[1:3])
+
+
+def convert_frozen(function, trackable, quantize, calibration=None, int8_io="float32", int8_ops=INT8_MATMUL_OPS):
+    """The one TFLite conversion of this project: a frozen concrete function to a flatbuffer without metadata, in
+    one of QUANTIZATION_MODES (see `convert`), builtin ops only. `python -m export` and `python -m benchmarks`
+    (benchmarks/tflite.py) both convert through it.
+
+    Args:
+        function: a frozen concrete function (`frozen_function`), one float32 input.
+        trackable: the Keras model it was traced from (selects the converter's current path).
+        quantize: the mode. calibration: model-space inputs (N, ...) for the calibrated modes
+            (`calibration_inputs`). int8_io: "float32" or "uint8" for "int8". int8_ops: the op types
+            "int8_matmul" quantises (`benchmarks/int8_ops.py` tries more).
+
+    Raises:
+        ExportError: the conversion failed (naming the ops without a builtin kernel), or left non-builtin ops.
+    """
+    representative = None if calibration is None else (lambda: ([x[None]] for x in calibration))
+    converter = _converter(function, trackable, quantize, representative, int8_io)
     try:
         with warnings.catch_warnings():
             # Emitted for every full-integer conversion with float I/O; the calibration covers the input.
@@ -199,34 +206,62 @@ def convert_function(model, function, quantize, representative_images=None, int8
             # The quantization debugger (int8_matmul) runs TF's own deprecated interpreter internally.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
             if quantize == "int8_matmul":
-                plain = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
-                plain.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-                flatbuffer = quantize_matmuls_only(converter, plain.convert(), representative)
+                plain = _converter(function, trackable, "float32")
+                flatbuffer = quantize_matmuls_only(converter, plain.convert(), representative, int8_ops)
             elif quantize in maintained.MODES:  # ai-edge-quantizer, from the float32 flatbuffer
-                chosen = calibration if quantize in CALIBRATED_MODES else None
-                flatbuffer = maintained.quantize(converter.convert(), quantize, chosen)
+                flatbuffer = maintained.quantize(converter.convert(), quantize, calibration)
             else:
                 flatbuffer = converter.convert()
     except OSError:
         raise  # a full or read-only disk, named as such by the CLIs
     except Exception as exc:
-        text = str(exc).strip()
-        ops = _ops_without_builtins(exc)
-        if ops:
-            raise ExportError(
-                f"TFLite conversion ({quantize}) failed with builtin ops only: the TensorFlow op(s) {', '.join(ops)} "
-                "have no TFLite builtin kernel (for example Erf from gelu='exact' in older TensorFlow). Replace the "
-                "layer that uses them; this exporter never falls back to SELECT_TF_OPS because mobile runtimes "
-                "cannot load them."
-            ) from exc
-        raise ExportError(
-            f"TFLite conversion ({quantize}) failed: {type(exc).__name__}: "
-            f"{text.splitlines()[-1] if text else '(no message)'}"
-        ) from exc
+        raise _conversion_error(exc, quantize) from exc
     bad = non_builtin_ops(read_ops(flatbuffer))
     if bad:
         raise ExportError(f"The {quantize} TFLite model contains non-builtin ops {bad}; refusing to write it.")
     return flatbuffer
+
+
+def _converter(function, trackable, quantize, representative=None, int8_io="float32"):
+    """A TFLiteConverter of `function` set up for `quantize` (for "int8_matmul": the calibrated int8 converter the
+    quantization debugger starts from)."""
+    import tensorflow as tf
+
+    # Passing the model as the trackable object selects the converter's current path (without it TF warns and
+    # falls back to a deprecated one); the frozen function has no variables left for it to track.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], trackable)
+    # Builtins only: SELECT_TF_OPS would need the Flex delegate, which mobile runtimes do not ship.
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantize in ("float16", "dynamic_int8", "int8", "int8_matmul"):
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "int8":
+        # INT8 builtins only: conversion fails instead of silently leaving float islands in the graph.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.representative_dataset = representative
+        if int8_io == "uint8":
+            converter.inference_input_type = tf.uint8
+            converter.inference_output_type = tf.uint8
+    elif quantize == "int8_matmul":
+        converter.representative_dataset = representative
+    return converter
+
+
+def _conversion_error(exc, quantize):
+    text = str(exc).strip()
+    ops = _ops_without_builtins(exc)
+    if ops:
+        return ExportError(
+            f"TFLite conversion ({quantize}) failed with builtin ops only: the TensorFlow op(s) {', '.join(ops)} "
+            "have no TFLite builtin kernel (for example Erf from gelu='exact' in older TensorFlow). Replace the "
+            "layer that uses them; this exporter never falls back to SELECT_TF_OPS because mobile runtimes "
+            "cannot load them."
+        )
+    return ExportError(
+        f"TFLite conversion ({quantize}) failed: {type(exc).__name__}: "
+        f"{text.splitlines()[-1] if text else '(no message)'}"
+    )
 
 
 def _ops_without_builtins(exc):

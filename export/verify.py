@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from keras_vit.labels import softmax
+
 # The budget each artifact must meet. Output differences are max |artifact - keras| over the verification set,
 # divided by the logit scale: max(1, max |keras logit|) on that set. Float error grows with the size of the
 # values computed, so an absolute limit that suits a small model's logits fails a large model whose logits run
@@ -27,12 +29,6 @@ BUDGETS = {
     "int8_int16": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
     "int4_weights": {"max_accuracy_drop": 1.0, "min_top1_agreement": 0.97},
 }
-
-
-def softmax(logits):
-    z = np.asarray(logits, np.float64)
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def compare(outputs, reference, labels=None, output="logits"):

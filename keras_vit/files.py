@@ -1,4 +1,5 @@
-"""Paths and atomic file writes, shared by keras_vit.inspect, training/, export/ and benchmarks/.
+"""Atomic file writes, replaces and fsyncs over the paths of keras_vit/paths.py (re-exported here), shared by
+keras_vit.inspect, training/, export/ and benchmarks/.
 
 Every function takes a local path or a URL of any `tf.io.gfile` filesystem (`gs://bucket/run` for users,
 TensorFlow's in-memory `ram://` in the tests). Local paths go through `os` and `open`; URLs through
@@ -16,183 +17,50 @@ starts, removes exactly the temporaries of killed writers (a SIGKILL mid-write l
 of a writer still running, and never needs to ask whether a PID is alive (PIDs repeat in containers).
 """
 
+import ctypes
 import errno
 import io
+import json
 import os
-import posixpath
 import re
+import shutil
 import signal
 import stat
 import tempfile
+import uuid
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock; temporaries there are not swept
     fcntl = None
 
-from keras_vit.storage_errors import describe_storage_error  # noqa: F401  (the CLIs' one way in, beside describe_os_error)
+# The path helpers, here as they always were (files.join, files.isdir, ...): keras_vit/paths.py.
+from keras_vit.paths import (  # noqa: F401
+    StorageError,
+    _gfile,
+    absolute,
+    basename,
+    dirname,
+    exists,
+    glob,
+    is_remote,
+    isdir,
+    isfile,
+    join,
+    listdir,
+    load_numpy,
+    makedirs,
+    open,
+    read_bytes,
+    read_text,
+    relpath,
+    remove,
+    size,
+    walk,
+)
 
-# A scheme as RFC 3986 spells it, then "://": gs://, s3://, hdfs://, ram://. Windows drives (C:\) do not match.
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def is_remote(path):
-    """True for a URL that `tf.io.gfile` opens (`gs://b/run`, `ram://x`), False for a local path."""
-    return bool(_URL.match(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else False
-
-
-def _gfile(url=None):
-    """tf.io.gfile, after checking that TensorFlow has a file system for `url`'s scheme: for an unknown one
-    gfile's isdir and isfile answer False, which reads as "does not exist" instead of "cannot read s3://"."""
-    import tensorflow as tf  # only for URLs: local paths never need TensorFlow
-
-    if url is not None:
-        scheme = os.fspath(url).split("://", 1)[0]
-        if scheme not in _schemes:
-            _schemes.update(tf.io.gfile.get_registered_schemes())
-        if scheme not in _schemes:
-            raise StorageError(
-                f"TensorFlow has no file system for {scheme}:// URLs ({os.fspath(url)}; it reads "
-                f"{', '.join(sorted(s + '://' for s in _schemes if s not in ('', 'file', 'ram')))} and local paths). "
-                f"Use a local path or a gs:// URL (copy the files there first), or register a tf.io.gfile file "
-                f"system plugin for {scheme}://."
-            )
-    return tf.io.gfile
-
-
-_schemes = set()  # the URL schemes TensorFlow has a file system for, filled when the first URL is used
-
-
-class StorageError(OSError):
-    """A file system failure on a URL, in one line that names the URL and the fix. An `OSError` without an
-    errno, so every `except OSError` that prints `describe_os_error` prints it as it is."""
-
-
-def absolute(path):
-    """`os.path.abspath` for a local path; a URL unchanged (abspath would turn gs://b/run into ./gs:/b/run)."""
-    path = os.fspath(path)
-    return path if is_remote(path) else os.path.abspath(path)
-
-
-def join(path, *parts):
-    """`os.path.join`, with "/" between the parts of a URL on every platform."""
-    path = os.fspath(path)
-    parts = [os.fspath(p) for p in parts]
-    return posixpath.join(path, *parts) if is_remote(path) else os.path.join(path, *parts)
-
-
-def dirname(path):
-    path = os.fspath(path)
-    if is_remote(path):
-        scheme, rest = path.split("://", 1)  # posixpath alone would turn "ram://x" into "ram:"
-        return f"{scheme}://{posixpath.dirname(rest.rstrip('/'))}"
-    return os.path.dirname(path)
-
-
-def basename(path):
-    path = os.fspath(path)
-    return posixpath.basename(path.rstrip("/")) if is_remote(path) else os.path.basename(path)
-
-
-def relpath(path, start):
-    """`path` relative to the directory `start` (both local, or both URLs with `path` inside `start`)."""
-    path, start = os.fspath(path), os.fspath(start)
-    if is_remote(path):
-        prefix = start.rstrip("/") + "/"
-        if not path.startswith(prefix):
-            raise ValueError(f"{path!r} is not inside {start!r}.")
-        return path[len(prefix) :]
-    return os.path.relpath(path, start)
-
-
-def exists(path):
-    return _gfile(path).exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
-
-
-def isdir(path):
-    return _gfile(path).isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
-
-
-def isfile(path):
-    if is_remote(path):
-        return _gfile(path).exists(os.fspath(path)) and not _gfile(path).isdir(os.fspath(path))
-    return os.path.isfile(path)
-
-
-def size(path):
-    """The size of a file in bytes."""
-    return _gfile(path).stat(os.fspath(path)).length if is_remote(path) else os.path.getsize(path)
-
-
-def makedirs(path):
-    """Creates a directory and its parents; nothing happens if it exists."""
-    if is_remote(path):
-        _gfile(path).makedirs(os.fspath(path))
-    else:
-        os.makedirs(path, exist_ok=True)
-
-
-def listdir(path):
-    """Names in a directory (not paths), sorted; a URL's sub-directories come without gfile's trailing "/"."""
-    if is_remote(path):
-        return sorted(name.rstrip("/") for name in _gfile(path).listdir(os.fspath(path)))
-    return sorted(os.listdir(path))
-
-
-def glob(pattern):
-    """Paths matching a `*`/`?` pattern, sorted."""
-    if is_remote(pattern):
-        return sorted(_gfile(pattern).glob(os.fspath(pattern)))
-    import glob as _glob
-
-    return sorted(_glob.glob(os.fspath(pattern)))
-
-
-def walk(path):
-    """Every file under a directory (recursively): directories in sorted order, each one's files sorted."""
-    walker = _gfile(path).walk(os.fspath(path)) if is_remote(path) else os.walk(path)
-    return [join(root, name) for root, _, names in sorted(walker) for name in sorted(names)]
-
-
-def remove(path):
-    if is_remote(path):
-        _gfile(path).remove(os.fspath(path))
-    else:
-        os.remove(path)
-
-
-def open(path, mode="r"):  # the module's open, as io.open is io's
-    """A file object: built-in `open` for a local path, `tf.io.gfile.GFile` for a URL.
-
-    Do not write a URL through this in pieces where a reader could see it half-written; use `atomic_write`.
-    """
-    if is_remote(path):
-        return _gfile(path).GFile(os.fspath(path), mode)
-    import builtins
-
-    return builtins.open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def read_text(path):
-    return read_bytes(path).decode("utf-8")
-
-
-def load_numpy(path, **kwargs):
-    """`np.load` of a local path or a URL (np.load seeks, so a URL's bytes are read into memory first).
-
-    An `.npz` comes back as an `NpzFile`: use it in a `with` block, as with `np.load`.
-    """
-    import numpy as np
-
-    if is_remote(path):
-        return np.load(io.BytesIO(read_bytes(path)), **kwargs)
-    return np.load(path, **kwargs)
-
+# The CLIs' one way in to the one-line messages for file errors (keras_vit/storage_errors.py).
+from keras_vit.storage_errors import describe_os_error, describe_storage_error  # noqa: F401
 
 # Fault injection for tests (tests/test_training_resume.py): KERAS_VIT_KILL_AT_WRITE="N" makes the process SIGKILL
 # itself during its Nth atomic write (the data written, not yet in place), "N:after" right after that write is in
@@ -296,6 +164,119 @@ def fsync_directory(path):
         os.close(fd)
 
 
+def fsync_file(path):
+    """Flushes a local file's data to disk: a rename that points at it is durable only once its data is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(directory):
+    """`fsync_file` for every file under a local directory, then `fsync_directory` for every directory."""
+    for root, _, names in os.walk(directory):
+        for name in names:
+            fsync_file(os.path.join(root, name))
+        fsync_directory(root)
+
+
+def replace_file(source, target):
+    """Renames the finished local file `source` over `target` in one step and makes the rename durable."""
+    os.replace(source, target)
+    fsync_directory(os.path.dirname(os.path.abspath(target)))
+    return target
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def exchange_paths(a, b):
+    """Atomically swaps two local paths with Linux's renameat2(RENAME_EXCHANGE); False where that is unavailable."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):  # kernel or filesystem lacks it
+        return False
+    raise OSError(code, os.strerror(code), a)
+
+
+def replace_directory(staged, target, exchange=False, step=None):
+    """Puts the finished local directory `staged` at `target`, replacing the directory there; returns `target`.
+
+    Over nothing or an empty directory: one rename. Otherwise, with `exchange`, one atomic swap (`exchange_paths`)
+    where the kernel and file system offer it, then the old directory is deleted; else `target` is renamed aside
+    (`.NAME.old-TOKEN` beside it), `staged` is renamed into place (the old one is put back if that fails) and the
+    aside deleted. A crash between those two renames leaves the old directory under the aside name: recovering
+    it is the caller's. Each rename is made durable; `fsync_tree(staged)` first makes the contents durable too.
+    `step(name)` is called after each rename ("swapped", "moved aside", "in place"), before anything is deleted.
+    """
+    step = step or (lambda name: None)
+    parent, name = os.path.split(os.path.abspath(target))
+    if not os.path.exists(target) or (os.path.isdir(target) and not os.listdir(target)):
+        os.replace(staged, target)  # over nothing, or over an empty directory (POSIX allows that)
+        fsync_directory(parent)
+        return target
+    if exchange and exchange_paths(staged, target):
+        fsync_directory(parent)
+        step("swapped")
+        shutil.rmtree(staged, ignore_errors=True)  # now the old directory
+        return target
+    aside = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+    os.replace(target, aside)
+    step("moved aside")
+    try:
+        os.replace(staged, target)
+    except BaseException:
+        os.replace(aside, target)
+        raise
+    fsync_directory(parent)
+    step("in place")
+    shutil.rmtree(aside, ignore_errors=True)
+    return target
+
+
+def replace_path(staged, target, last=None):
+    """Moves a finished local file or directory `staged` onto `target` (a path or URL), replacing what is there.
+
+    Local: `replace_file` or `replace_directory`. A URL gets the files one by one, each in one object write
+    (object stores cannot rename a directory): the file named `last` (the one that makes the directory usable,
+    such as a SavedModel's saved_model.pb) is deleted first and written last, so a crash mid-upload leaves a
+    directory without it, never old and new files that look complete; then the files the new one lacks are removed.
+    Returns `target`.
+    """
+    if is_remote(target):
+        _upload(os.fspath(staged), os.fspath(target), last)
+    elif os.path.isdir(staged):
+        makedirs(dirname(absolute(target)))
+        replace_directory(staged, target)
+    else:
+        makedirs(dirname(absolute(target)))
+        replace_file(staged, target)
+    return target
+
+
+def _upload(staged, target, last):
+    if not os.path.isdir(staged):
+        copy_file(staged, target)
+        return
+    names = sorted(relpath(p, staged).replace(os.sep, "/") for p in walk(staged))
+    names.sort(key=lambda name: name == last)
+    if last in names and exists(join(target, last)):
+        remove(join(target, last))
+    for name in names:
+        copy_file(os.path.join(staged, *name.split("/")), join(target, *name.split("/")))
+    fresh = {join(target, *name.split("/")) for name in names}
+    for old in walk(target):
+        if old not in fresh:
+            remove(old)
+
+
 def _replace_with_temporary(path, fill, suffix):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -380,6 +361,16 @@ def atomic_write_text(path, text):
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def atomic_write_json(path, obj):
+    """`atomic_write` of a JSON document (indented, UTF-8, trailing newline)."""
+    return atomic_write_bytes(path, json_bytes(obj))
+
+
+def json_bytes(obj):
+    """The bytes `atomic_write_json` writes: indented JSON, UTF-8, a trailing newline."""
+    return (json.dumps(obj, indent=2) + "\n").encode("utf-8")
+
+
 def copy_file(source, target):
     """Copies one file (local or URL) to `target` (local or URL) with `atomic_write_bytes`."""
     return atomic_write_bytes(target, read_bytes(source))
@@ -400,43 +391,3 @@ def check_writable(directory):
     atomic_write_bytes(probe, b"probe")
     remove(probe)
     return directory
-
-
-# errno -> (the problem, in words) for the OSErrors a user causes by where they point a program.
-_WRITE_PROBLEMS = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "the file system is read-only",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.ENOENT: "no such file or directory",
-    errno.ENOTDIR: "a path component is a file, not a directory",
-    errno.EISDIR: "it is a directory",
-}
-
-
-def _is_local_file(path):
-    return isinstance(path, (str, os.PathLike)) and not is_remote(os.fspath(path)) and os.path.isfile(path)
-
-
-def describe_os_error(err, fix, full_disk_fix=None):
-    """One line for an `OSError`: what failed, on which path, and `fix` (what the user can do about it).
-
-    `fix` is appended for the errors a user can act on by choosing another place or freeing space (full disk,
-    quota, read-only or permission); `full_disk_fix`, when given, replaces it for a full disk or quota. Other
-    errors get their own text only.
-    """
-    if full_disk_fix is not None and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = full_disk_fix
-    if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
-        return str(err)
-    path = err.filename if err.filename is not None else "?"
-    if err.errno in (errno.EEXIST, errno.ENOTDIR) and err.filename2 is None and _is_local_file(path):
-        return f"{path} is a file, not a directory: pass a directory path (or move the file away) and run again."
-    problem = _WRITE_PROBLEMS.get(err.errno, err.strerror or str(err))
-    line = f"{problem}: {path}"
-    if err.filename2 is not None:
-        line += f" -> {err.filename2}"
-    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-        line += f". {fix}"
-    return line

@@ -149,15 +149,20 @@ def decode_predictions(outputs, top_k=5, class_names=None, from_logits=True):
     num_classes = scores.shape[-1]
     names = _names(class_names, num_classes)
     if from_logits:
-        shifted = scores - scores.max(axis=-1, keepdims=True)
-        exp = np.exp(shifted)
-        scores = exp / exp.sum(axis=-1, keepdims=True)
+        scores = softmax(scores)
     k = min(int(top_k), num_classes)
     results = []
     for row in scores:
         top = np.argsort(-row, kind="stable")[:k]
         results.append([Prediction(int(i), names[i], float(row[i])) for i in top])
     return results
+
+
+def softmax(logits):
+    """The softmax over the last axis of a numpy array (float64), shifted by the maximum so it cannot overflow."""
+    z = np.asarray(logits, np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _as_numpy(outputs):

@@ -1,8 +1,13 @@
 """One-line messages for the errors TensorFlow raises on files: `tf.io.gfile` on a URL that cannot be reached,
 read or written, and a `tf.data` pipeline whose input file went away. Re-exported as
-`keras_vit.files.describe_storage_error`, which the command lines call beside `describe_os_error`."""
+`keras_vit.files.describe_storage_error`, which the command lines call beside `describe_os_error` (the one-line
+message for an `OSError`, also here and re-exported by keras_vit.files)."""
 
+import errno
+import os
 import re
+
+from keras_vit.paths import is_remote
 
 # tf.errors class name -> (the problem, in words; the fix) for what tf.io.gfile raises on a URL.
 _UNREACHABLE = (
@@ -72,3 +77,43 @@ def describe_storage_error(err):
     detail = " ".join(line.strip() for line in text.strip().splitlines()[:1] if line.strip())
     detail = re.sub(r"\{\{[^}]*\}\}\s*", "", detail)  # TF's "{{function_node ...}}" prefix
     return f"{problem}: {url.group(0).rstrip('.')} ({kind}: {detail}). {fix}"
+
+
+# errno -> (the problem, in words) for the OSErrors a user causes by where they point a program.
+_WRITE_PROBLEMS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+    errno.EISDIR: "it is a directory",
+}
+
+
+def _is_local_file(path):
+    return isinstance(path, (str, os.PathLike)) and not is_remote(os.fspath(path)) and os.path.isfile(path)
+
+
+def describe_os_error(err, fix, full_disk_fix=None):
+    """One line for an `OSError`: what failed, on which path, and `fix` (what the user can do about it).
+
+    `fix` is appended for the errors a user can act on by choosing another place or freeing space (full disk,
+    quota, read-only or permission); `full_disk_fix`, when given, replaces it for a full disk or quota. Other
+    errors get their own text only.
+    """
+    if full_disk_fix is not None and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = full_disk_fix
+    if err.errno is None:  # raised with a message of its own ("--init checkpoint not found: ...")
+        return str(err)
+    path = err.filename if err.filename is not None else "?"
+    if err.errno in (errno.EEXIST, errno.ENOTDIR) and err.filename2 is None and _is_local_file(path):
+        return f"{path} is a file, not a directory: pass a directory path (or move the file away) and run again."
+    problem = _WRITE_PROBLEMS.get(err.errno, err.strerror or str(err))
+    line = f"{problem}: {path}"
+    if err.filename2 is not None:
+        line += f" -> {err.filename2}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        line += f". {fix}"
+    return line

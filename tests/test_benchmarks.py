@@ -370,6 +370,54 @@ def test_litert_matmul_peak_converts_once_per_state():
     assert first["gflops"] > 0 and second["gflops"] > 0 and first["ops"] == second["ops"]
 
 
+def _dense_model():
+    import keras
+
+    inputs = keras.Input((4, 4, 3))
+    return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(inputs)))
+
+
+def test_the_benchmark_converts_through_the_exporters_converter(monkeypatch):
+    """benchmarks/tflite.py times the conversion `python -m export` ships: every mode it times goes through
+    export.tflite.convert_frozen (under the exporter's name for the mode), with the model-space calibration."""
+    import numpy as np
+
+    from benchmarks import tflite
+    from export import tflite as export_tflite
+
+    calls = []
+
+    def recording(function, trackable, quantize, calibration=None, int8_io="float32", int8_ops=None):
+        calls.append((quantize, trackable, None if calibration is None else calibration.shape, tuple(int8_ops)))
+        return f"converted {quantize}".encode()
+
+    monkeypatch.setattr(export_tflite, "convert_frozen", recording)
+    model, calibration = _dense_model(), np.zeros((3, 4, 4, 3), np.float32)
+    converted = [tflite.convert(model, (4, 4, 3), mode, calibration=calibration) for mode in tflite.MODES]
+    assert converted == [b"converted float32", b"converted dynamic_int8", b"converted int8", b"converted int8_matmul"]
+    assert [(q, m is model, shape) for q, m, shape, _ in calls] == [
+        ("float32", True, None), ("dynamic_int8", True, None), ("int8", True, (3, 4, 4, 3)),
+        ("int8_matmul", True, (3, 4, 4, 3)),
+    ]  # fmt: skip
+    assert calls[-1][3] == export_tflite.INT8_MATMUL_OPS
+    tflite.convert(model, (4, 4, 3), "int8_matmul", calibration=calibration, int8_ops=("FULLY_CONNECTED",))
+    assert calls[-1][3] == ("FULLY_CONNECTED",)
+
+
+def test_the_benchmarks_float32_file_is_the_exporters():
+    """The same bytes as the exporter's float32 conversion (logits out, no metadata), and Keras' outputs."""
+    import numpy as np
+
+    from benchmarks import tflite
+    from export import tflite as export_tflite
+
+    model = _dense_model()
+    flatbuffer = tflite.convert(model, (4, 4, 3), "float32")
+    assert flatbuffer == export_tflite.convert(model, "float32", output="logits", metadata=False)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 4, 4, 3)).astype(np.float32)
+    np.testing.assert_allclose(tflite.run(flatbuffer, x), model.predict(x, verbose=0), atol=1e-5)
+
+
 @pytest.mark.slow  # three TFLite conversions and their calibration: ~25 s
 def test_int8_ops_quantises_exactly_the_op_types_asked_for():
     from benchmarks import int8_ops

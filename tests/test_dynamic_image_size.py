@@ -236,8 +236,9 @@ def test_tflite_export_is_at_the_stored_size(tmp_path):
     from export.saved_model import build_serving_module
 
     model = dynamic_model()
-    report = export.export_model(model, tmp_path, formats=("tflite",), quantize=("float32",), tflite_output="logits",
-                                 latency_runs=1, latency_warmup=0, max_verify_images=4)  # fmt: skip
+    report = export.export_model(model, tmp_path, export.ExportOptions(
+        formats=("tflite",), quantize=("float32",), tflite_output="logits", latency_runs=1, latency_warmup=0,
+        max_verify_images=4))  # fmt: skip
     assert report["passed"] and report["model"]["image_size"] == [32, 32]
     assert [a["name"] for a in report["artifacts"]] == ["model_float32.tflite"]
     assert any("dynamic_image_size=True" in note and "exported at 32x32" in note for note in report["notes"])

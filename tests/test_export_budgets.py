@@ -16,8 +16,8 @@ def test_float_budget_scales_with_large_logits(tmp_path):
     1e-4 absolute (the old budget), though the TFLite model is as exact, relative to the logits, as a small one."""
     model = fx.random_classifier("testing", head_scale=1000.0)
     images = np.random.default_rng(0).integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
-    report = export.export_model(model, tmp_path / "out", formats="tflite", quantize="float32",
-                                 tflite_output="logits", heldout=(images, None), latency_runs=1)  # fmt: skip
+    options = export.ExportOptions(formats="tflite", quantize="float32", tflite_output="logits", latency_runs=1)
+    report = export.export_model(export.ExportSource(model, heldout=(images, None)), tmp_path / "out", options)
     (tflite,) = report["artifacts"]
     assert report["passed"], export.format_table(report)
     # The scale, checked against the model itself, and an absolute error the old 1e-4 budget would fail.
@@ -121,7 +121,7 @@ def test_a_feature_model_asked_for_a_saved_model_only_is_refused_with_what_to_do
     model = keras_vit.create_model("testing", num_classes=0)
     assert model.output_shape == (None, 32)  # the hidden size: it would pass for a 32-class classifier
     with pytest.raises(export.ExportError, match=r"outputs pooled features \(num_classes=0.*--formats tflite"):
-        export.export_model(model, tmp_path / "out", formats="saved_model")
+        export.export_model(model, tmp_path / "out", export.ExportOptions(formats="saved_model"))
     model.save(tmp_path / "features.keras")  # and the same model loaded from a file
     with pytest.raises(export.ExportError, match="outputs pooled features"):
         export.export_path(tmp_path / "features.keras", formats="saved_model")

@@ -56,8 +56,9 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("embedder")
     model.save(folder / "features.keras")
     report = export.export_model(
-        model, folder / "export", quantize=",".join(FAST_MODES), representative_images=calibration,
-        heldout=(pixels, None), latency_runs=2, source=str(folder / "features.keras"),
+        export.ExportSource(model, representative_images=calibration, heldout=(pixels, None),
+                            name=str(folder / "features.keras")),
+        folder / "export", export.ExportOptions(quantize=",".join(FAST_MODES), latency_runs=2),
     )  # fmt: skip
     return model, pixels, folder, report
 
@@ -175,8 +176,8 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
     model = embedder.feature_model(classifier)
     with np.load(workdir / "samples" / "heldout.npz") as held, np.load(workdir / "samples" / "calibration.npz") as c:
         pixels, calibration = held["images"], c["images"]
-    report = export.export_model(model, tmp_path / "out", representative_images=calibration,
-                                 heldout=(pixels, None), latency_runs=3)  # fmt: skip
+    source = export.ExportSource(model, representative_images=calibration, heldout=(pixels, None))
+    report = export.export_model(source, tmp_path / "out", export.ExportOptions(latency_runs=3))
     reference = keras_features(model, pixels)
     figures = {}
     for entry in report["artifacts"]:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import export
-from export import io as export_io
 from export import pipeline
 from export.__main__ import main as cli
 from export.runners import KerasRunner, TFLiteRunner
+from keras_vit import files
 from tests import export_fixtures as fx
 
 
@@ -166,9 +166,9 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
 
 def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path):
     target = tmp_path / "model.tflite"
-    export_io.atomic_write_bytes(target, b"old model")
+    files.atomic_write_bytes(target, b"old model")
     with pytest.raises(TypeError):
-        export_io.atomic_write_bytes(target, "not bytes")
+        files.atomic_write_bytes(target, "not bytes")
     assert target.read_bytes() == b"old model"
     assert [p.name for p in tmp_path.iterdir()] == ["model.tflite"]
 
@@ -179,7 +179,7 @@ def test_replacing_a_directory_keeps_the_old_one_until_the_new_one_is_in_place(t
     (target / "a.txt").write_text("old")
     staged.mkdir()
     (staged / "a.txt").write_text("new")
-    real_replace = export_io.os.replace
+    real_replace = files.os.replace
     calls = []
 
     def flaky_replace(src, dst):
@@ -188,12 +188,12 @@ def test_replacing_a_directory_keeps_the_old_one_until_the_new_one_is_in_place(t
             raise OSError("disk full")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(export_io.os, "replace", flaky_replace)
+    monkeypatch.setattr(files.os, "replace", flaky_replace)
     with pytest.raises(OSError, match="disk full"):
-        export_io.replace_path(staged, target)
+        files.replace_path(staged, target)
     assert (target / "a.txt").read_text() == "old"
     monkeypatch.undo()
-    export_io.replace_path(staged, target)
+    files.replace_path(staged, target)
     assert (target / "a.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved_model"]
 

@@ -49,8 +49,9 @@ def exported(tmp_path_factory, driver):
     images = rng.integers(0, 256, (24, 32, 32, 3), dtype=np.uint8)
     out = tmp_path_factory.mktemp("gpu") / "export"
     report = export.export_model(
-        model, out, formats="tflite", quantize="float32,dynamic_int8", heldout=(images, None), latency_runs=2
-    )
+        export.ExportSource(model, heldout=(images, None)), out,
+        export.ExportOptions(formats="tflite", quantize="float32,dynamic_int8", latency_runs=2),
+    )  # fmt: skip
     return model, images, out, report
 
 
@@ -176,7 +177,8 @@ def test_a_crashing_or_hanging_driver_does_not_take_the_export_down(tmp_path, mo
     crash.write_text("import os\nos.abort()\n")
     monkeypatch.setattr(gpu, "CHILD", crash)
     model = fx.random_classifier("testing", head_scale=4.0, seed=3)
-    report = export.export_model(model, tmp_path / "out", formats="tflite", quantize="float32", latency_runs=2)
+    options = export.ExportOptions(formats="tflite", quantize="float32", latency_runs=2)
+    report = export.export_model(model, tmp_path / "out", options)
     entry = report["artifacts"][0]["gpu"]
     assert report["passed"] and entry["status"] == "failed"
     assert entry["verdict"].startswith("failed: killed by signal 6"), entry["verdict"]

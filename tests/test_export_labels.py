@@ -85,14 +85,14 @@ def test_label_sources_in_order(tmp_path):
     old.mkdir()
     fx.random_classifier("testing").save(old / "model.keras")
     (old / "labels.txt").write_text("".join(f"old {i}\n" for i in range(10)))
-    assert pipeline.load_source(old)["labels"] == [f"old {i}" for i in range(10)]
+    assert pipeline.load_source(old).labels == [f"old {i}" for i in range(10)]
     new = tmp_path / "new_workdir"
     new.mkdir()
     fx.random_classifier("testing", class_names=NAMES).save(new / "model.keras")
     (new / "labels.txt").write_text("".join(f"stale {i}\n" for i in range(10)))
-    assert pipeline.load_source(new)["labels"] == NAMES
+    assert pipeline.load_source(new).labels == NAMES
     (tmp_path / "given.txt").write_text("".join(f"given {i}\n" for i in range(10)))
-    assert pipeline.load_source(new, labels=tmp_path / "given.txt")["labels"] == [f"given {i}" for i in range(10)]
+    assert pipeline.load_source(new, labels=tmp_path / "given.txt").labels == [f"given {i}" for i in range(10)]
 
 
 @pytest.mark.parametrize(
@@ -101,5 +101,5 @@ def test_label_sources_in_order(tmp_path):
 def test_names_that_cannot_be_one_per_line_are_refused(bad, problem, tmp_path):
     model = fx.random_classifier("testing", class_names=[*NAMES[:9], bad])
     with pytest.raises(export.ExportError, match=rf"Class name 9 .* {problem}.*one name per line.*--labels"):
-        export.export_model(model, tmp_path / "out", formats="tflite", quantize="float32", latency_runs=1)
+        export.export_model(model, tmp_path / "out", export.ExportOptions("tflite", "float32", latency_runs=1))
     assert not (tmp_path / "out").exists()

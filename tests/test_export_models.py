@@ -45,8 +45,8 @@ def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(export.tflite, "convert", convert_printing)
     capfd.readouterr()
     report = export.export_model(
-        model, tmp_path, formats=("saved_model", "tflite"), quantize=("float32", "dynamic_int8"),
-        heldout=(images, None), latency_runs=5,
+        export.ExportSource(model, heldout=(images, None)), tmp_path,
+        export.ExportOptions(formats=("saved_model", "tflite"), quantize=("float32", "dynamic_int8"), latency_runs=5),
     )  # fmt: skip
     check_report(report, ["saved_model", "model_float32.tflite", "model_dynamic_int8.tflite"])
     # What the converter prints from C++ (fds 1 and 2) is in the report, not on the terminal.
@@ -67,8 +67,9 @@ def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
 def test_ti16_at_224_float32_and_dynamic_int8(tmp_path):
     model = fx.random_classifier("Ti/16", image_size=224, num_classes=10, head_scale=4.0)
     report = export.export_model(
-        model, tmp_path, formats=("tflite",), quantize=("float32", "dynamic_int8"),
-        heldout=(random_images(12, 224), None), latency_runs=3, latency_warmup=1,
+        export.ExportSource(model, heldout=(random_images(12, 224), None)), tmp_path,
+        export.ExportOptions(formats=("tflite",), quantize=("float32", "dynamic_int8"), latency_runs=3,
+                             latency_warmup=1),
     )  # fmt: skip
     check_report(report, ["model_float32.tflite", "model_dynamic_int8.tflite"])
     sizes = {a["quantization"]: a["file_bytes"] for a in report["artifacts"]}

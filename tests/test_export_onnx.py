@@ -21,7 +21,8 @@ TOLERANCE = 1e-4  # relative to max(1, max |Keras logit|), as the export's budge
 def exported(tmp_path_factory):
     model = random_classifier("testing", dynamic_image_size=True)  # 32x32, patch 8
     out = tmp_path_factory.mktemp("onnx") / "export"
-    report = export.export_model(model, out, labels=LABELS, formats="onnx,openvino", latency_runs=3)
+    options = export.ExportOptions(formats="onnx,openvino", latency_runs=3)
+    report = export.export_model(export.ExportSource(model, labels=LABELS), out, options)
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
     return SimpleNamespace(model=model, out=out, report=report, pixels=pixels, x=(pixels - 127.5) / 127.5)

@@ -160,8 +160,9 @@ def test_uint8_io_model_is_verified_on_raw_pixels(tmp_path, monkeypatch):
     model = fx.random_classifier("testing", head_scale=4.0)
     pixels = random_pixels(48, 32, seed=4)
     report = export.export_model(
-        model, tmp_path, formats=("tflite",), quantize=("int8",), int8_io="uint8", representative_images=pixels,
-        heldout=(pixels, None), latency_runs=2, latency_warmup=1,
+        export.ExportSource(model, representative_images=pixels, heldout=(pixels, None)), tmp_path,
+        export.ExportOptions(formats=("tflite",), quantize=("int8",), int8_io="uint8", latency_runs=2,
+                             latency_warmup=1),
     )  # fmt: skip
     (entry,) = report["artifacts"]
     assert entry["fed_as"] == "raw uint8 pixels" and entry["output"] == "probabilities"

@@ -162,15 +162,13 @@ def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
 
 
 def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path, monkeypatch):
-    from export.io import replace_path
-
     target = f"ram://{uuid.uuid4().hex}/export/saved_model"
     for version, names in ((b"1", ("saved_model.pb", "variables/old.index")), (b"2", ("saved_model.pb", "x.bin"))):
         staged = tmp_path / version.decode() / "saved_model"
         for name in names:
             (staged / name).parent.mkdir(parents=True, exist_ok=True)
             (staged / name).write_bytes(version + name.encode())
-        assert replace_path(staged, target) == target
+        assert files.replace_path(staged, target, last="saved_model.pb") == target
     # The new files, and none of the old directory's: variables/old.index is gone.
     assert files.walk(target) == [f"{target}/saved_model.pb", f"{target}/x.bin"]
     assert files.read_bytes(f"{target}/saved_model.pb") == b"2saved_model.pb"
@@ -187,7 +185,7 @@ def test_a_directory_uploaded_to_a_url_replaces_the_old_one(tmp_path, monkeypatc
 
     monkeypatch.setattr(files, "copy_file", crash)
     with pytest.raises(KeyboardInterrupt):
-        replace_path(staged, target)
+        files.replace_path(staged, target, last="saved_model.pb")
     assert files.walk(target) == [f"{target}/x.bin"]
 
 

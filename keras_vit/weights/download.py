@@ -158,7 +158,7 @@ def download(url, path=None, *, sha256=None, timeout=TIMEOUT_S, how_to_get=None,
                 f"Downloaded {url} but its sha256 {actual} is not the publisher's {sha256}: removed. The file on "
                 f"the server changed or the transfer was corrupted; try again, or check the URL."
             )
-        os.replace(part, path)
+        files.replace_file(part, path)
         files.atomic_write_text(_sidecar(path), f"{actual}  {got}\n")
     return path
 
