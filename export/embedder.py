@@ -187,12 +187,45 @@ def sidecar(model, flatbuffer, quantize, l2_normalize):
     }
 
 
+def _tflite_artifact(model, mode, staging, pixels, x, reference, representative_images, l2_normalize, num_threads,
+                     latency_runs, latency_warmup, metadata, gpu_check):  # fmt: skip
+    """Writes `embedder_<mode>.tflite` and its sidecar into `staging`, verifies it; returns its report entry."""
+    flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
+    name = f"embedder_{mode}.tflite"
+    path = staging / name
+    commit.write_staged(path, flatbuffer)
+    info = sidecar(model, flatbuffer, mode, l2_normalize)
+    commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
+    runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
+    expected = reference / np.linalg.norm(reference, axis=-1, keepdims=True) if l2_normalize else reference
+    budget = BUDGETS[mode]
+    figures = compare(runner.outputs_from_pixels(pixels), expected)
+    entry = {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
+             "path": str(path), "file_bytes": len(flatbuffer), **figures,
+             "latency_ms": runner.latency_ms(x[:1], latency_runs, latency_warmup),
+             "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
+             "ops": read_ops(flatbuffer), "dimensions": info["dimensions"],
+             "l2_normalized": bool(l2_normalize)}  # fmt: skip
+    entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
+    entry["metadata"] = tflite_metadata.read_metadata(flatbuffer)
+    entry["gpu"] = gpu.check_artifact(path, runner, pixels, expected, None, OUTPUT, budget, gpu_check,
+                                      judge=_judge(budget))  # fmt: skip
+    entry["failures"] += entry["gpu"]["failures"]
+    entry["passed"] = not entry["failures"]
+    return entry
+
+
 def export_embedder(model, out, quantize, images, representative_images=None, l2_normalize=False, num_threads=1,
                     latency_runs=50, latency_warmup=5, source=None, set_name=None, metadata=None, gpu_check="auto",
-                    notes=()):  # fmt: skip
-    """The export job for a head-less model: `embedder_<mode>.tflite` + sidecar per mode, each verified against the
-    Keras features on `images` (uint8, at any size) and run on the GPU check; committed as a whole like every
+                    notes=(), formats=("tflite",), dynamic_model=None):  # fmt: skip
+    """The export job for a head-less model: `embedder_<mode>.tflite` + sidecar per mode (with "tflite" in
+    `formats`), each verified against the Keras features on `images` (uint8, at any size) and run on the GPU
+    check, and `embedder.onnx` / `embedder.xml` for "onnx" / "openvino" (export/embedder_portable.py: converted
+    from `dynamic_model` where the model was built with dynamic_image_size=True); committed as a whole like every
     export. Returns the report (also `out/report.json`); raises VerificationError when a file misses its budget."""
+    from keras_vit import _startup
+
+    from . import embedder_portable, portable
     from .errors import VerificationError
     from .report import format_table
 
@@ -207,30 +240,18 @@ def export_embedder(model, out, quantize, images, representative_images=None, l2
         commit.check_target(target)
         staging = commit.staging_dir(target)
         try:
-            artifacts = []
-            for mode in quantize:
-                flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
-                name = f"embedder_{mode}.tflite"
-                path = staging / name
-                commit.write_staged(path, flatbuffer)
-                info = sidecar(model, flatbuffer, mode, l2_normalize)
-                commit.write_staged(path.with_suffix(".json"), (json.dumps(info, indent=2) + "\n").encode("utf-8"))
-                runner = TFLiteRunner(flatbuffer, num_threads=num_threads)
-                expected = reference / np.linalg.norm(reference, axis=-1, keepdims=True) if l2_normalize else reference
-                budget = BUDGETS[mode]
-                figures = compare(runner.outputs_from_pixels(pixels), expected)
-                entry = {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
-                         "path": str(path), "file_bytes": len(flatbuffer), **figures,
-                         "latency_ms": runner.latency_ms(x[:1], latency_runs, latency_warmup),
-                         "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
-                         "ops": read_ops(flatbuffer), "dimensions": info["dimensions"],
-                         "l2_normalized": bool(l2_normalize)}  # fmt: skip
-                entry["non_builtin_ops"] = non_builtin_ops(entry["ops"])
-                entry["metadata"] = tflite_metadata.read_metadata(flatbuffer)
-                entry["gpu"] = gpu.check_artifact(path, runner, pixels, expected, None, OUTPUT, budget, gpu_check,
-                                                  judge=_judge(budget))  # fmt: skip
-                entry["failures"] += entry["gpu"]["failures"]
-                entry["passed"] = not entry["failures"]
+            artifacts = [
+                _tflite_artifact(model, mode, staging, pixels, x, reference, representative_images, l2_normalize,
+                                 num_threads, latency_runs, latency_warmup, metadata, gpu_check)
+                for mode in (quantize if "tflite" in formats else ())
+            ]  # fmt: skip
+            for fmt in (f for f in formats if f in portable.FORMATS):
+                with _startup.captured_native_output() as printed:  # what tf2onnx and OpenVINO's frontend print
+                    entry = embedder_portable.artifact(
+                        fmt, dynamic_model or model, image_size, staging, x, reference, l2_normalize, num_threads,
+                        latency_runs, latency_warmup, dynamic_model,
+                    )  # fmt: skip
+                entry["converter_output"] = printed[0].splitlines()
                 artifacts.append(entry)
             report = {
                 "source": str(source) if source else type(model).__name__,
@@ -268,16 +289,21 @@ def export_embedder(model, out, quantize, images, representative_images=None, l2
 
 def export_feature_model(model, out, formats, quantize, heldout=None, representative_images=None, max_verify_images=512,
                          **options):  # fmt: skip
-    """`export_model` for a head-less model: TFLite embedders only (the SavedModel's signatures are a classifier's),
-    verified on the held-out images, else the representative ones, else seeded random images."""
-    if "tflite" not in formats:
+    """`export_model` for a head-less model: TFLite, ONNX and OpenVINO embedders (the SavedModel's signatures are a
+    classifier's), verified on the held-out images, else the representative ones, else seeded random images."""
+    from .portable import FORMATS as PORTABLE
+
+    kept = [f for f in formats if f == "tflite" or f in PORTABLE]
+    if not kept:
         raise ExportError(
-            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as TFLite "
-            "image embedders only (embedder_<mode>.tflite, for MediaPipe's ImageEmbedder); pass --formats tflite."
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
+            "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
+            "--formats tflite,onnx,openvino."
         )
     notes = list(options.pop("notes", ()))
     if "saved_model" in formats:
-        notes.append("saved_model not written: a num_classes=0 model exports as TFLite image embedders only")
+        notes.append("saved_model not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image "
+                     "embedders only")  # fmt: skip
     if heldout is not None:
         images, set_name = heldout[0], options.pop("set_name", None) or "held-out set"
     elif representative_images is not None and len(representative_images) > 0:
@@ -289,7 +315,7 @@ def export_feature_model(model, out, formats, quantize, heldout=None, representa
         set_name = "seeded random images (no data given)"
         options.pop("set_name", None)
     return export_embedder(model, out, quantize, images[:max_verify_images], representative_images,
-                           set_name=set_name, notes=notes, **options)  # fmt: skip
+                           set_name=set_name, notes=notes, formats=kept, **options)  # fmt: skip
 
 
 def format_table(report):
@@ -314,6 +340,11 @@ def format_table(report):
     for a in report["artifacts"]:
         budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
         out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
+        if a["format"] != "tflite":
+            from .embedder_portable import describe
+
+            out.extend(describe(a))
+            continue
         out.append(f"  metadata: {a['metadata']['description']}")
         out.append(f"  ops ({sum(a['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in a['ops'].items())}")
         out.append(gpu.describe(a["gpu"]))

@@ -43,7 +43,8 @@ def keras_features(model, pixels):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A random head-less ViT (num_classes=0) exported once in FAST_MODES."""
+    """A random head-less ViT (num_classes=0) exported once in FAST_MODES (TFLite only: the ONNX and OpenVINO
+    embedders have their own module, tests/test_export_embedder_portable.py)."""
     import keras
 
     import keras_vit
@@ -56,8 +57,9 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("embedder")
     model.save(folder / "features.keras")
     report = export.export_model(
-        model, folder / "export", quantize=",".join(FAST_MODES), representative_images=calibration,
-        heldout=(pixels, None), latency_runs=2, source=str(folder / "features.keras"),
+        model, folder / "export", formats="saved_model,tflite", quantize=",".join(FAST_MODES),
+        representative_images=calibration, heldout=(pixels, None), latency_runs=2,
+        source=str(folder / "features.keras"),
     )  # fmt: skip
     return model, pixels, folder, report
 
@@ -175,7 +177,7 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
     model = embedder.feature_model(classifier)
     with np.load(workdir / "samples" / "heldout.npz") as held, np.load(workdir / "samples" / "calibration.npz") as c:
         pixels, calibration = held["images"], c["images"]
-    report = export.export_model(model, tmp_path / "out", representative_images=calibration,
+    report = export.export_model(model, tmp_path / "out", formats="tflite", representative_images=calibration,
                                  heldout=(pixels, None), latency_runs=3)  # fmt: skip
     reference = keras_features(model, pixels)
     figures = {}
