@@ -111,6 +111,9 @@ def parse_args(argv=None):
                       help="skip mixed_bfloat16 training. Default: measured where it is native (a CPU with "
                            "AVX512-BF16 or AMX, or an NVIDIA GPU), skipped elsewhere")  # fmt: skip
     p.add_argument("--no-tflite", dest="tflite", action="store_false", help="skip TFLite conversion and latency")
+    p.add_argument("--no-onnx", dest="interchange", action="store_false",
+                   help="skip the inference phase's ONNX (onnxruntime) and OpenVINO rows: keras-vit's exported files "
+                        "against timm's torch.onnx.export, batch 1 and --batch, --threads threads")  # fmt: skip
     p.add_argument("--no-step-split", dest="step_split", action="store_false",
                    help="skip the split of keras-vit's training step into matmul and other time, float32 and "
                         "bfloat16 (benchmarks/step_split.py)")  # fmt: skip

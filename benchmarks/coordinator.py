@@ -98,6 +98,7 @@ def task_list(options):
             unit = "img/s" if batch > 1 else "ms"
             args = dict(batch=batch, xla=xla, reps=reps, warmup=options.warmup)
             tasks.append((name + ("+xla" if xla else ""), impls, "infer", args, unit))
+    tasks += interchange_tasks(options)
     if options.tflite:
         for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
             args = dict(mode=mode, reps=options.tflite_reps, warmup=max(options.warmup, 3))
@@ -118,7 +119,30 @@ def task_list(options):
     return tasks
 
 
+INTERCHANGE_IMPLS = ("keras-vit", "timm")
+
+
+def interchange_tasks(options):
+    """The inference phase's ONNX and OpenVINO rows (benchmarks/interchange.py): keras-vit's exported files and
+    timm's torch.onnx.export under each runtime, batch 1 (ms) and the throughput batch (img/s), `--threads`."""
+    from benchmarks.interchange import RUNTIMES
+
+    if not getattr(options, "interchange", True):
+        return []
+    tasks = []
+    for runtime in RUNTIMES:
+        for batch in dict.fromkeys((options.batch, 1)):
+            reps = options.latency_reps if batch == 1 else options.infer_reps
+            args = dict(runtime=runtime, batch=batch, reps=reps, warmup=options.warmup,
+                        out_dir=os.path.abspath(options.out), threads=options.threads)  # fmt: skip
+            tasks.append((f"{runtime}/b{batch}", INTERCHANGE_IMPLS, "interchange", args,
+                          "ms" if batch == 1 else "img/s"))  # fmt: skip
+    return tasks
+
+
 def _value(key, result):
+    if key.startswith(("onnxruntime/", "openvino/")):
+        return result["latency_ms"] if key.endswith("/b1") else result["images_per_second"]
     if key.startswith("peak/"):
         return result["gflops"]
     if key.startswith("pipeline/"):
@@ -186,6 +210,7 @@ def run(options, progress=print):
             if phase == "infer":
                 for impl, worker in workers.items():
                     report["implementations"][impl].update(worker.request("sizes")["result"])
+                _interchange_info(workers, phase_tasks, report)
             if phase == "tflite" and options.digits_workdir and "keras-vit" in workers:
                 progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
                 try:
@@ -250,7 +275,21 @@ PHASES = ("train/float32", "train/bfloat16", "infer", "tflite", "pipeline", "inp
 def phase_of(task, args):
     if task == "train":
         return f"train/{args['dtype']}"
-    return {"tflite_latency": "tflite", "tflite_peak": "tflite", "peak": "pipeline"}.get(task, task)
+    return {"tflite_latency": "tflite", "tflite_peak": "tflite", "peak": "pipeline", "interchange": "infer"}.get(
+        task, task
+    )
+
+
+def _interchange_info(workers, phase_tasks, report):
+    """Each ONNX/OpenVINO worker's files, versions, threads and parity, under its implementation's "interchange"."""
+    impls = {i for _, task_impls, task, _, _ in phase_tasks if task == "interchange" for i in task_impls}
+    for impl in sorted(impls & set(workers)):
+        try:
+            info = workers[impl].request("interchange_info")["result"]
+        except WorkerError as error:
+            info = {"error": str(error)}
+        if info:
+            report["implementations"][impl]["interchange"] = info
 
 
 def _start_workers(impls, spec, options, report, unavailable, progress, phase):

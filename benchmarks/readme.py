@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from benchmarks import fit
+from benchmarks import fit, interchange
 from benchmarks.report import target_state, with_spread
 from keras_vit.files import atomic_write_text
 
@@ -85,6 +85,7 @@ def render(report):
         if ms:
             lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
+    lines += interchange.rows(report)  # the ONNX and OpenVINO rows
     splits = sorted(report.get("step_split", []), key=lambda split: split["bf16_speedup"])
     for split in splits[(len(splits) - 1) // 2 :][:1]:  # the round of the median step speed-up, all its figures
         f32, bf16 = split["float32"], split["mixed_bfloat16"]

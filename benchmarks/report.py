@@ -116,6 +116,9 @@ def table(report):
         )  # fmt: skip
     elif digits:
         lines.append(f"  digits int8 check failed: {digits['error'][:200]}")
+    from benchmarks.interchange import table_lines
+
+    lines += table_lines(report)
     mem = ", ".join(
         f"{i} {v['peak_rss_mb_train_float32']:.0f} MB"
         for i, v in report["implementations"].items()

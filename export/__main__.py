@@ -28,7 +28,7 @@ def _export_parser():
         "artifact against the Keras model, and write report.json. "
         "Subcommand: `python -m export predict ARTIFACT IMAGE...` classifies images with any artifact (see "
         "`python -m export predict --help`); `python -m export similar MODEL A B` compares two images under an "
-        "image embedder (a num_classes=0 model, exported as embedder_<mode>.tflite).",
+        "image embedder (a num_classes=0 model, exported as embedder_<mode>.tflite, embedder.onnx and embedder.xml).",
     )
     p.add_argument(
         "source",
@@ -132,9 +132,9 @@ def _similar_parser():
     p = argparse.ArgumentParser(
         prog="python -m export similar",
         description="Cosine similarity of two images under an image embedder (a num_classes=0 .keras model or an "
-        "embedder_<mode>.tflite file).",
+        "embedder_<mode>.tflite, embedder.onnx or OpenVINO embedder.xml file).",
     )
-    p.add_argument("artifact", help="a num_classes=0 .keras file or an embedder_<mode>.tflite file")
+    p.add_argument("artifact", help="a num_classes=0 .keras file, or an embedder_<mode>.tflite, .onnx or .xml file")
     p.add_argument("first", help="an image file")
     p.add_argument("second", help="another image file")
     p.add_argument("--num-threads", type=int, default=1)

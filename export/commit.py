@@ -52,7 +52,8 @@ REPORT = "report.json"
 # What an export writes at the top of `out`; anything else there means `out` is not an export directory.
 # (`.staging-*`: what an export killed before this module existed left inside `out`.)
 _OWNED = re.compile(
-    r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|model\.(onnx|xml|bin)|\.staging-.*)$"
+    r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|model\.(onnx|xml|bin)|embedder_[A-Za-z0-9_]+\.(tflite|json)"
+    r"|embedder\.(onnx|xml|bin)|\.staging-.*)$"
 )
 _points = itertools.count(1)  # fault points reached in this process
 

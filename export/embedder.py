@@ -184,25 +184,32 @@ def sidecar(model, flatbuffer, quantize, l2_normalize):
     }
 
 
-def export_feature_model(source, model, out, options, modes, notes=(), l2_normalize=False):
+def export_feature_model(source, model, out, options, modes, notes=(), l2_normalize=False, dynamic_model=None):
     """`export_model` for a head-less model (`model`, `source.model` at a fixed size): `embedder_<mode>.tflite`
     + sidecar per mode (the SavedModel's signatures are a classifier's), each verified against the Keras features
-    and run on the GPU check, on the held-out images, else the representative ones, else seeded random images;
-    committed as a whole like every export. Returns the report (also `out/report.json`).
+    and run on the GPU check, and `embedder.onnx` / `embedder.xml` for "onnx" / "openvino" (export/embedder_portable.py,
+    converted from `dynamic_model` where the model was built with dynamic_image_size=True); verified on the held-out
+    images, else the representative ones, else seeded random images; committed as a whole like every export.
+    Returns the report (also `out/report.json`).
 
     Raises:
-        ExportError: formats other than TFLite only. VerificationError: a file missed its budget.
+        ExportError: no embedder format asked for. VerificationError: a file missed its budget.
     """
     from .pipeline import app_pixels
+    from .portable import FORMATS as PORTABLE
     from .report import publish
 
-    if "tflite" not in options.formats:
+    if not any(f == "tflite" or f in PORTABLE for f in options.formats):
         raise ExportError(
-            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as TFLite "
-            "image embedders only (embedder_<mode>.tflite, for MediaPipe's ImageEmbedder); pass --formats tflite."
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
+            "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
+            "--formats tflite,onnx,openvino."
         )
     if "saved_model" in options.formats:
-        notes = [*notes, "saved_model not written: a num_classes=0 model exports as TFLite image embedders only"]
+        notes = [
+            *notes,
+            "saved_model not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only",
+        ]
     images, set_name = _verification_images(source, model)
     images = images[: options.max_verify_images]
     image_size = tuple(int(d) for d in model.input_shape[1:3])
@@ -214,8 +221,12 @@ def export_feature_model(source, model, out, options, modes, notes=(), l2_normal
     keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None, "latency_ms": latency}
     metadata = {**({"name": source.metadata_name} if source.metadata_name else {}), **(options.metadata or {})}
     with commit.staged(out) as (target, staging):
+        tflite_modes = modes if "tflite" in options.formats else ()
         artifacts = [_artifact(model, mode, source.representative_images, l2_normalize, metadata, x, pixels, expected,
-                               staging, out, options) for mode in modes]  # fmt: skip
+                               staging, out, options) for mode in tflite_modes]  # fmt: skip
+        artifacts += [_portable_artifact(fmt, model, dynamic_model, image_size, staging, out, x, reference,
+                                         l2_normalize, options)
+                      for fmt in options.formats if fmt in PORTABLE]  # fmt: skip
         report = {
             "source": str(source.name) if source.name else type(model).__name__,
             "out": str(out),
@@ -234,6 +245,20 @@ def export_feature_model(source, model, out, options, modes, notes=(), l2_normal
             "passed": all(a["passed"] for a in artifacts),
         }
         return publish(report, staging, target, out)
+
+
+def _portable_artifact(fmt, model, dynamic_model, image_size, staging, out, x, reference, l2_normalize, options):
+    """`embedder.onnx` or `embedder.xml`, staged and verified by its own runtime; its complete report entry."""
+    from keras_vit import _startup
+
+    from . import embedder_portable
+
+    with _startup.captured_native_output() as printed:  # what tf2onnx and OpenVINO's frontend print
+        entry = embedder_portable.artifact(
+            fmt, dynamic_model or model, image_size, staging, x, reference, l2_normalize, options.num_threads,
+            options.latency_runs, options.latency_warmup, dynamic_model,
+        )  # fmt: skip
+    return {**entry, "path": files.join(out, entry["name"]), "converter_output": printed[0].splitlines()}
 
 
 def _verification_images(source, model):
@@ -289,6 +314,11 @@ def format_table(report):
     for a in report["artifacts"]:
         budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
         out.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
+        if a["format"] != "tflite":
+            from .embedder_portable import describe
+
+            out.extend(describe(a))
+            continue
         out.append(f"  metadata: {a['metadata']['description']}")
         out.append(f"  ops ({sum(a['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in a['ops'].items())}")
         out.append(gpu.describe(a["gpu"]))

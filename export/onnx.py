@@ -23,11 +23,12 @@ def input_spec(model):
     return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=portable.INPUT_NAME)
 
 
-def convert(model, labels, image_size):
+def convert(model, labels, image_size, embedding=None):
     """The ONNX file (bytes) of `model`: float32 images in [-1, 1] -> logits, with the contract in metadata_props.
 
     `model` is exported as built: with `dynamic_image_size=True` its height and width stay open, and
-    `image_size` (the size it was trained at) is what the contract states.
+    `image_size` (the size it was trained at) is what the contract states. With `embedding` (see
+    `portable.contract`) the output is a feature vector named `embedding` and the contract says so.
     """
     import onnx
 
@@ -35,16 +36,17 @@ def convert(model, labels, image_size):
         path = os.path.join(scratch, NAME)
         model.export(path, format="onnx", verbose=False, input_signature=[input_spec(model)], opset_version=OPSET)
         proto = onnx.load(path)
+    new = portable.output_name(embedding)
     if len(proto.graph.output) != 1:
-        raise ExportError(f"Expected the ONNX graph to have one output (logits); it has {len(proto.graph.output)}.")
+        raise ExportError(f"Expected the ONNX graph to have one output ({new}); it has {len(proto.graph.output)}.")
     old = proto.graph.output[0].name
     for node in proto.graph.node:  # tf2onnx names the output after TensorFlow's "Identity:0"
-        node.output[:] = [portable.OUTPUT_NAME if name == old else name for name in node.output]
-        node.input[:] = [portable.OUTPUT_NAME if name == old else name for name in node.input]
-    proto.graph.output[0].name = portable.OUTPUT_NAME
+        node.output[:] = [new if name == old else name for name in node.output]
+        node.input[:] = [new if name == old else name for name in node.input]
+    proto.graph.output[0].name = new
     dynamic = model.input_shape[1] is None
     del proto.metadata_props[:]
-    for key, text in portable.contract(image_size, labels, dynamic).items():
+    for key, text in portable.contract(image_size, labels, dynamic, embedding).items():
         proto.metadata_props.add(key=METADATA_PREFIX + key, value=text)
     onnx.checker.check_model(proto)
     return proto.SerializeToString()
@@ -95,7 +97,6 @@ class OnnxRunner(portable.InterchangeRunner):
         meta = self.session.get_modelmeta().custom_metadata_map
         found = {k[len(METADATA_PREFIX) :]: v for k, v in meta.items() if k.startswith(METADATA_PREFIX)}
         self.contract = portable.read_contract(found, where)
-        self.contract_in_file = all(self.contract[k] is not None for k in portable.CONTRACT_KEYS)
         self.num_threads = int(num_threads)
         self.runtime_version = ort.__version__
         self.data = bytes(data)

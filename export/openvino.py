@@ -26,8 +26,9 @@ PRECISION = "f32"
 _NOT_OPS = {"Parameter", "Result", "Constant"}
 
 
-def convert(model, labels, image_size):
-    """(xml bytes, bin bytes) of `model`: float32 images in [-1, 1] -> logits, with the contract in rt_info."""
+def convert(model, labels, image_size, embedding=None):
+    """(xml bytes, bin bytes) of `model`: float32 images in [-1, 1] -> logits (or, with `embedding`, a feature
+    vector named `embedding`; see `portable.contract`), with the contract in rt_info."""
     import openvino as ov
 
     from .onnx import input_spec
@@ -37,12 +38,12 @@ def convert(model, labels, image_size):
         model.export(path, format="openvino", verbose=False, input_signature=[input_spec(model)])
         ov_model = ov.Core().read_model(path)
         # The TensorFlow frontend also returns some shape scalars of a dynamic-size graph as results
-        # (OpenVINO 2026.4, Keras 3.15): keep the logits only.
+        # (OpenVINO 2026.4, Keras 3.15): keep the model's output only.
         for result in list(ov_model.get_results())[1:]:
             ov_model.remove_result(result)
-        ov_model.outputs[0].get_tensor().set_names({portable.OUTPUT_NAME})
+        ov_model.outputs[0].get_tensor().set_names({portable.output_name(embedding)})
         dynamic = model.input_shape[1] is None
-        for key, text in portable.contract(image_size, labels, dynamic).items():
+        for key, text in portable.contract(image_size, labels, dynamic, embedding).items():
             ov_model.set_rt_info(text, [RT_INFO, key])
         out = os.path.join(scratch, NAME)
         ov.save_model(ov_model, out, compress_to_fp16=False)
@@ -96,7 +97,6 @@ class OpenVINORunner(portable.InterchangeRunner):
             if self.model.has_rt_info([RT_INFO, key]):
                 found[key] = self.model.get_rt_info([RT_INFO, key]).astype(str)
         self.contract = portable.read_contract(found, where)
-        self.contract_in_file = all(self.contract[k] is not None for k in portable.CONTRACT_KEYS)
         self.num_threads = int(num_threads)
         self.runtime_version = ov.get_version().split("-")[0]
         self.device = self.core.get_property(DEVICE, "FULL_DEVICE_NAME")

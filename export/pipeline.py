@@ -78,7 +78,9 @@ def export_model(source, out, options=None):
     out = os.fspath(out)
     plan = _plan(source, options)
     if plan.labels is None:  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
-        return embedder.export_feature_model(source, plan.model, out, options, plan.modes, plan.notes)
+        return embedder.export_feature_model(
+            source, plan.model, out, options, plan.modes, plan.notes, dynamic_model=plan.dynamic_model
+        )
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
     with commit.staged(out) as (target, staging):
         verification = _verify_on(source, plan, options)

@@ -4,12 +4,14 @@ beyond the common budget (dynamic batch, dynamic image size, op set).
 Both are converted by Keras itself (`model.export(path, format="onnx" | "openvino")`) from the model as it was
 built: a model built with `dynamic_image_size=True` keeps its open height and width, where TFLite needs one
 size. Both take float32 NHWC RGB images in [-1, 1] (uint8 pixels bilinearly resized to `image_size`, then
-`(x - 127.5) / 127.5`) and return logits. The labels and that input contract travel inside the file: ONNX
-`metadata_props` under the keys `keras_vit.<name>`, OpenVINO rt_info under `keras_vit/<name>`, each value a JSON
-document (`CONTRACT_KEYS`).
+`(x - 127.5) / 127.5`) and return logits, or, for a head-less model (export/embedder_portable.py), a feature
+vector named `embedding`. The labels (a classifier's) and that input and output contract travel inside the file:
+ONNX `metadata_props` under the keys `keras_vit.<name>`, OpenVINO rt_info under `keras_vit/<name>`, each value a
+JSON document (`CONTRACT_KEYS`).
 """
 
 import json
+import os
 
 import numpy as np
 
@@ -20,18 +22,34 @@ from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
 CONTRACT_KEYS = ("labels", "input", "output", "preprocessing")
-INPUT_NAME, OUTPUT_NAME = "images", "logits"
+INPUT_NAME, OUTPUT_NAME, EMBEDDING_NAME = "images", "logits", "embedding"
 # The budget of the checks beyond the shared one (the float32 TFLite model's, `export.verify.BUDGETS`).
 BUDGET_KEY = "float32"
 DYNAMIC_BATCHES = (1, 3)
 DYNAMIC_SIZE_IMAGES = 32
 
 
-def contract(image_size, labels, dynamic_image_size):
-    """The documents written into an ONNX or OpenVINO file: {key: JSON text} for `CONTRACT_KEYS`."""
+def output_name(embedding=None):
+    """The graph's output name: `logits` for a classifier, `embedding` for an embedder."""
+    return OUTPUT_NAME if embedding is None else EMBEDDING_NAME
+
+
+def contract(image_size, labels, dynamic_image_size, embedding=None):
+    """The documents written into an ONNX or OpenVINO file: {key: JSON text} for `CONTRACT_KEYS`.
+
+    `embedding` ({"dimensions": int, "l2_normalized": bool}) makes it an embedder's: no labels, and an output
+    document saying the output is a feature vector of that size, L2-normalised or not, in float32.
+    """
     height, width = (int(d) for d in image_size)
+    if embedding is None:
+        output = {"name": OUTPUT_NAME, "meaning": "logits", "shape": ["batch", len(labels)]}
+    else:
+        dim = int(embedding["dimensions"])
+        output = {"name": EMBEDDING_NAME, "meaning": "embedding", "kind": "feature_vector", "dimensions": dim,
+                  "l2_normalized": bool(embedding["l2_normalized"]), "quantization": "float32",
+                  "shape": ["batch", dim]}  # fmt: skip
     documents = {
-        "labels": list(labels),
+        "labels": None if embedding is not None else list(labels),
         "input": {
             "name": INPUT_NAME,
             "dtype": "float32",
@@ -44,10 +62,21 @@ def contract(image_size, labels, dynamic_image_size):
             "from_uint8": f"bilinear resize to {height}x{width}, then x = (x - {preprocessing.PIXEL_CENTER}) / "
             f"{preprocessing.PIXEL_SCALE}",
         },
-        "output": {"name": OUTPUT_NAME, "meaning": "logits", "shape": ["batch", len(labels)]},
+        "output": output,
         "preprocessing": preprocessing.describe((height, width)),
     }
-    return {key: json.dumps(value) for key, value in documents.items()}
+    return {key: json.dumps(value) for key, value in documents.items() if value is not None}
+
+
+def contract_complete(parsed):
+    """True when the file carries every document its kind needs (an embedder has no labels)."""
+    needed = [k for k in CONTRACT_KEYS if not (k == "labels" and output_kind(parsed) == "embedding")]
+    return all(parsed.get(k) is not None for k in needed)
+
+
+def output_kind(parsed):
+    """The kind of output the file says it has: "embedding" (a feature vector), else "logits"."""
+    return "embedding" if (parsed.get("output") or {}).get("meaning") == "embedding" else "logits"
 
 
 def read_contract(text_by_key, what):
@@ -83,6 +112,8 @@ class InterchangeRunner:
 
     def _setup(self, path):
         self.labels = self.contract["labels"]
+        self.output_kind = output_kind(self.contract)
+        self.contract_in_file = contract_complete(self.contract)
         static = self.input_shape[1:3]
         if self.contract["input"] is not None:
             self.image_size = tuple(int(d) for d in self.contract["input"]["image_size"])
@@ -117,21 +148,25 @@ class InterchangeRunner:
         return _median_ms(lambda: self.run(x1), runs, warmup)
 
 
-def write(fmt, model, labels, image_size, staging, num_threads=1):
+def write(fmt, model, labels, image_size, staging, num_threads=1, embedding=None, name=None):
     """Converts `model` to `fmt` ("onnx" or "openvino"), writes its file(s) into the staging directory and opens
-    them with the format's runtime; returns (name, bytes written, runner)."""
+    them with the format's runtime; returns (name, bytes written, runner). `embedding`: see `contract`; `name`:
+    the file's name (default model.onnx / model.xml, the .bin beside it)."""
     if fmt == "onnx":
         from .onnx import NAME, OnnxRunner, convert
 
-        data = convert(model, labels, image_size)
-        commit.write_staged(staging / NAME, data)
-        return NAME, len(data), OnnxRunner(data, num_threads=num_threads)
-    from .openvino import NAME, WEIGHTS, OpenVINORunner, convert
+        name = name or NAME
+        data = convert(model, labels, image_size, embedding=embedding)
+        commit.write_staged(staging / name, data)
+        return name, len(data), OnnxRunner(data, num_threads=num_threads)
+    from .openvino import NAME, OpenVINORunner, convert
 
-    xml, weights = convert(model, labels, image_size)
-    commit.write_staged(staging / WEIGHTS, weights)  # the weights first: an .xml is never there without them
-    commit.write_staged(staging / NAME, xml)
-    return NAME, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
+    name = name or NAME
+    xml, weights = convert(model, labels, image_size, embedding=embedding)
+    # The weights first: an .xml is never there without them.
+    commit.write_staged(staging / (os.path.splitext(name)[0] + ".bin"), weights)
+    commit.write_staged(staging / name, xml)
+    return name, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
 
 
 def check(runner, x, reference, budget, dynamic_model=None):

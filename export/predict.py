@@ -87,14 +87,14 @@ def format_predictions(results):
 
 
 def similar(artifact, first, second, num_threads=1, background=DEFAULT_BACKGROUND):
-    """The cosine similarity of two images' vectors under an image embedder (a `.keras` head-less model or an
-    `embedder_<mode>.tflite`); image files or uint8 RGB arrays of any size."""
+    """The cosine similarity of two images' vectors under an image embedder (a `.keras` head-less model, an
+    `embedder_<mode>.tflite`, `embedder.onnx` or `embedder.xml`); image files or uint8 RGB arrays of any size."""
     check_count("num_threads", num_threads, 1, "--num-threads")
     runner = load_runner(artifact, num_threads=num_threads)
     if runner.output_kind != "embedding":
         raise ExportError(
             f"{str(artifact)!r} is a classifier ({runner.output_kind} out), not an image embedder. Pass a "
-            "num_classes=0 model (.keras) or an embedder_<mode>.tflite file."
+            "num_classes=0 model (.keras) or an embedder_<mode>.tflite, embedder.onnx or embedder.xml file."
         )
     arrays = [read_image(x, background) if isinstance(x, (str, Path)) else x for x in (first, second)]
     a, b = np.asarray(runner.outputs_from_images(arrays), np.float64)

@@ -277,6 +277,13 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     for key in ("train/float32+xla", "infer/b4+xla", "latency/b1+xla"):
         assert 0 < med[key]["keras-vit-jax"] < 1e6, key
     assert 0 <= med["input_wait/train"]["keras-vit"] < 1
+    # The inference phase's ONNX and OpenVINO rows (benchmarks/interchange.py): keras-vit's always, timm's with torch.
+    for key in ("onnxruntime/b4", "onnxruntime/b1", "openvino/b4", "openvino/b1"):
+        assert 0 < med[key]["keras-vit"] < 1e6, key
+        if expected["timm"]:
+            assert 0 < med[key]["timm"] < 1e6, key
+    for impl in ("keras-vit", "timm") if expected["timm"] else ("keras-vit",):
+        assert max(impls[impl]["interchange"]["max_rel_diff_vs_own"].values()) <= 1e-4, impls[impl]["interchange"]
     assert rep["fastest_keras_vit"]["train/float32"]["form"].startswith("keras-vit on ")
     assert rep["machine"]["cpu_model"] and rep["machine"]["usable_cpus"] >= 1
     phases = rep["phase_seconds"]

@@ -43,7 +43,8 @@ def keras_features(model, pixels):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A random head-less ViT (num_classes=0) exported once in FAST_MODES."""
+    """A random head-less ViT (num_classes=0) exported once in FAST_MODES (TFLite only: the ONNX and OpenVINO
+    embedders have their own module, tests/test_export_embedder_portable.py)."""
     import keras
 
     import keras_vit
@@ -58,7 +59,8 @@ def tiny(tmp_path_factory):
     report = export.export_model(
         export.ExportSource(model, representative_images=calibration, heldout=(pixels, None),
                             name=str(folder / "features.keras")),
-        folder / "export", export.ExportOptions(quantize=",".join(FAST_MODES), latency_runs=2),
+        folder / "export",
+        export.ExportOptions(formats="saved_model,tflite", quantize=",".join(FAST_MODES), latency_runs=2),
     )  # fmt: skip
     return model, pixels, folder, report
 
@@ -177,7 +179,7 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
     with np.load(workdir / "samples" / "heldout.npz") as held, np.load(workdir / "samples" / "calibration.npz") as c:
         pixels, calibration = held["images"], c["images"]
     source = export.ExportSource(model, representative_images=calibration, heldout=(pixels, None))
-    report = export.export_model(source, tmp_path / "out", export.ExportOptions(latency_runs=3))
+    report = export.export_model(source, tmp_path / "out", export.ExportOptions(formats="tflite", latency_runs=3))
     reference = keras_features(model, pixels)
     figures = {}
     for entry in report["artifacts"]:

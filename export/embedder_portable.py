@@ -1,0 +1,159 @@
+"""ONNX and OpenVINO image embedders: a head-less model (`num_classes=0`, its vector the pooled features or the
+`pre_logits` layer) as `embedder.onnx` and `embedder.xml` + `embedder.bin`.
+
+The conversion is the classifiers' (export/onnx.py, export/openvino.py: Keras' own `model.export`); the output is
+named `embedding`, and the file's output document (ONNX `metadata_props` `keras_vit.output`, OpenVINO rt_info
+`keras_vit/output`) says it is a feature vector: `"meaning": "embedding"`, its `dimensions`, `l2_normalized`, float32;
+there are no labels. Each file is run by its own runtime (onnxruntime; OpenVINO with the float32 precision hint)
+and compared with the Keras features: every image's cosine similarity and norm, held to the float32 TFLite
+embedder's budget (`embedder.BUDGETS["float32"]`), at batches 1 and 3 (the batch stays open) and, for a model
+built with `dynamic_image_size=True`, at a second image size.
+"""
+
+import numpy as np
+
+from . import portable
+
+NAMES = {"onnx": "embedder.onnx", "openvino": "embedder.xml"}
+MODE = "float32"
+
+
+def normalized_model(model):
+    """`model` with its vectors L2-normalised, as a functional model over the same layers (weights shared)."""
+    import keras
+
+    inputs = keras.Input(model.input_shape[1:], name=portable.INPUT_NAME)
+    return keras.Model(inputs, keras.ops.normalize(model(inputs), axis=-1, order=2), name=f"{model.name}_l2")
+
+
+def write(fmt, model, image_size, staging, l2_normalize=False, num_threads=1):
+    """Converts a head-less `model` to `fmt`, writes it into `staging` and opens it; returns (name, bytes, runner)."""
+    embedding = {"dimensions": int(model.output_shape[-1]), "l2_normalized": bool(l2_normalize)}
+    source = normalized_model(model) if l2_normalize else model
+    return portable.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
+
+
+def expected_vectors(vectors, l2_normalize):
+    vectors = np.asarray(vectors, np.float64)
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True) if l2_normalize else vectors
+
+
+def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, num_threads=1, runs=50, warmup=5,
+             dynamic_model=None):  # fmt: skip
+    """Writes and verifies one embedder file; returns its report entry.
+
+    `model` is what is converted (the `dynamic_image_size=True` model where there is one), `x` the model-space
+    verification images at `image_size` and `reference` the Keras features on them (not normalised).
+    """
+    from .embedder import BUDGETS, check_budget, compare
+
+    name, size, runner = write(fmt, model, image_size, staging, l2_normalize, num_threads)
+    expected = expected_vectors(reference, l2_normalize)
+    budget = BUDGETS[MODE]
+    figures = compare(runner.outputs(x), expected)
+    entry = {"name": name, "format": fmt, "kind": "embedder", "quantization": MODE, "path": str(staging / name),
+             "file_bytes": int(size), **figures, "latency_ms": runner.latency_ms(x[:1], runs, warmup),
+             "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
+             "dimensions": int(expected.shape[-1]), "l2_normalized": bool(l2_normalize)}  # fmt: skip
+    entry["input_shape"] = [n if d is None else d for n, d in zip(("batch", "height", "width", "channels"),
+                                                                    runner.input_shape)]  # fmt: skip
+    entry["dynamic_batch"] = _batches(runner, x, expected, budget, entry["failures"])
+    entry["dynamic_image_size"] = None
+    if dynamic_model is not None:
+        entry["dynamic_image_size"] = _other_size(runner, x, dynamic_model, l2_normalize, budget, entry["failures"])
+    entry["output_contract"] = runner.contract["output"]
+    entry["contract_in_file"] = runner.contract_in_file
+    entry["failures"] += _contract_failures(runner, entry)
+    entry.update(_details(runner, x, expected))
+    entry["passed"] = not entry["failures"]
+    return entry
+
+
+def _batches(runner, x, expected, budget, failures):
+    from .embedder import check_budget, compare
+
+    if not runner.dynamic_batch:
+        failures.append(f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open")
+        return None
+    worst = 1.0
+    for batch in portable.DYNAMIC_BATCHES:
+        if len(x) < batch:
+            continue
+        n = batch * (len(x) // batch)
+        figures = compare(np.concatenate([runner.run(x[i : i + batch]) for i in range(0, n, batch)]), expected[:n])
+        worst = min(worst, figures["min_cosine"])
+        failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
+    return {"batches": list(portable.DYNAMIC_BATCHES), "min_cosine": worst}
+
+
+def _other_size(runner, x, dynamic_model, l2_normalize, budget, failures):
+    """The first images two patches taller and one wider, against the dynamic Keras model at that size."""
+    import tensorflow as tf
+
+    from .embedder import check_budget, compare
+
+    if not runner.dynamic_image_size:
+        failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
+        return None
+    patch = int(dynamic_model.config.patch_size) * int(dynamic_model.config.feature_stride)
+    size = (runner.image_size[0] + 2 * patch, runner.image_size[1] + patch)
+    bigger = tf.clip_by_value(tf.image.resize(x[: portable.DYNAMIC_SIZE_IMAGES], size), -1.0, 1.0).numpy()
+    expected = expected_vectors(dynamic_model(bigger, training=False), l2_normalize)
+    figures = compare(runner.run(bigger), expected)
+    failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(figures, budget)]
+    return {"size": list(size), "images": len(bigger), "min_cosine": figures["min_cosine"],
+            "max_rel_norm_diff": figures["max_rel_norm_diff"]}  # fmt: skip
+
+
+def _contract_failures(runner, entry):
+    out = runner.contract["output"] or {}
+    if not runner.contract_in_file or runner.output_kind != "embedding":
+        return ["the input contract and the feature-vector output document are missing from the file"]
+    said = (out.get("dimensions"), out.get("l2_normalized"))
+    if said != (entry["dimensions"], entry["l2_normalized"]):
+        return [f"the file says {said[0]} values, l2_normalized={said[1]}; the vectors have {entry['dimensions']}, "
+                f"l2_normalized={entry['l2_normalized']}"]  # fmt: skip
+    return []
+
+
+def _details(runner, x, expected):
+    """The runtime, op set and ops; for OpenVINO also the plugin's default precision's figures (not budgeted)."""
+    if runner.kind == "onnx":
+        from .onnx import inspect
+
+        return {"runtime_version": runner.runtime_version, **inspect(runner.data)}
+    from .embedder import compare
+    from .openvino import OpenVINORunner
+
+    default = OpenVINORunner(*runner._files, num_threads=runner.num_threads, precision=None)
+    figures = compare(default.outputs(x), expected)
+    return {"runtime_version": runner.runtime_version, "device": runner.device,
+            "inference_precision": runner.inference_precision, "ops": runner.ops(),
+            "default_precision": {"inference_precision": default.inference_precision,
+                                  **{k: figures[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip
+
+
+def describe(entry):
+    """The report table's lines for an ONNX or OpenVINO embedder."""
+    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
+    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
+    lines = [
+        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
+        f"values, {norm}; dynamic batch: "
+        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
+    ]
+    if size:
+        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
+                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
+    if entry["format"] == "onnx":
+        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
+    else:
+        default = entry["default_precision"]
+        lines.append(
+            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
+            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): min cosine "
+            f"{default['min_cosine']:.6f} (not budgeted)"
+        )
+    lines.append(f"  ops ({sum(entry['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in entry['ops'].items())}")
+    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
+    return lines
