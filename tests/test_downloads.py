@@ -371,7 +371,7 @@ def test_catalogue_entries_are_consistent():
         assert entry.gs_url == f"gs://{entry.bucket}/{entry.object}" and entry.object.endswith(".npz")
         assert entry.bucket in ("vit_models", "big_vision")
         if entry.bucket == "vit_models":
-            assert entry.object.split("/")[0] in ("imagenet21k", "imagenet21k+imagenet2012", "augreg")
+            assert entry.object.split("/")[0] in ("imagenet21k", "imagenet21k+imagenet2012", "augreg", "sam")
         assert catalogue.LABEL_SPACES[entry.label_space] == entry.num_classes
         # Fine-tuned on ImageNet-1k <=> a 1000-class head; timm's tag says which.
         assert (name.endswith("in1k") or "_in1k_" in name) == (entry.label_space == catalogue.IMAGENET1K), name
@@ -417,6 +417,27 @@ def test_catalogue_corrections_of_issue_29():
         assert ("21k head is all zeros" in entry.note) == (stem in ("ViT-L_32", "ViT-H_14"))
     assert catalogue.get("imagenet21k+imagenet2012/ViT-B_32.npz").top1 == 81.652
     assert catalogue.get("imagenet21k+imagenet2012/ViT-L_16.npz").top1 == 85.158
+
+
+def test_catalogue_entries_added_from_the_notebook_and_timm():
+    b8 = catalogue.get("imagenet21k/ViT-B_8.npz")  # vit_jax.ipynb's bucket listing
+    assert (b8.name, b8.variant, b8.num_classes, b8.size_mib) == (
+        "vit_base_patch8_224.orig_in21k",
+        "B/8",
+        21843,
+        393.72,
+    )
+    assert "fa9697fc" in b8.size_source and b8.hf_hub_id is None and "pre_logits is not published" in b8.note
+    for stem, variant in (("ViT-B_16", "B/16"), ("ViT-B_32", "B/32")):  # timm's sam_in1k tags
+        sam = catalogue.get(f"gs://vit_models/sam/{stem}.npz")
+        assert (sam.variant, sam.num_classes, sam.image_size, sam.crop_pct) == (variant, 1000, 224, 0.9)
+        assert sam.hf_hub_id == f"timm/{sam.name}" and sam.name.endswith("_224.sam_in1k") and "timm" in sam.note
+    # Every vit_jax file the notebook lists has its size; GiB figures are kept in MiB and say how they were listed.
+    sizes = {e.object: e.size_mib for e in catalogue.CATALOGUE.values() if e.family == "vit_jax" and e.size_mib}
+    assert sizes["imagenet21k+imagenet2012/ViT-B_16.npz"] == 331.4 and sizes["imagenet21k/R50+ViT-B_16.npz"] == 439.85
+    assert sizes["imagenet21k/ViT-H_14.npz"] == 2519.04  # 2.46 GiB
+    assert "listed as 2.46 GiB" in catalogue.get("ViT-H_14").size_source
+    assert len(sizes) == 14  # the 15 listed minus the B/8 fine-tune, whose resolution no source gives
 
 
 def test_catalogue_url_respects_the_endpoint_variable(monkeypatch):

@@ -472,7 +472,7 @@ def test_timm_tensors_without_counterpart_are_named(tmp_path):
         ("rope.freqs", "rotary position embeddings"),
         ("blocks.0.attn.norm.weight", "a LayerNorm inside attention"),
         ("blocks.0.mlp.norm.weight", "a LayerNorm inside the MLP"),
-        ("patch_embed.backbone.stem.conv.weight", "timm's hybrid layout"),
+        ("patch_embed.backbone.conv1.0.weight", "a timm ResNet-D backbone"),  # timm's hybrids load: test_interop_hybrid
     ],
 )
 def test_timm_features_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, tensor, feature):

@@ -32,6 +32,8 @@ LAYERS = [
     L.MlpBlock(32, gelu="quick"),
     L.EncoderBlock(2, 32, layer_scale=1e-6),
     L.TokenPooling("distillation", 2),
+    L.StdConv2D(8, 3, padding="same", use_bias=False, ws_epsilon=1e-8, ws_form="var"),
+    L.ResNetStage(1, 32, strides=2, norm="timm"),
 ]
 
 

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.position_embedding import RESIZE_METHODS
+from keras_vit.layers.resnet import RESNET_NORMS
 
 POOLINGS = ("token", "gap", "map")
 
@@ -142,6 +143,10 @@ def validate_family(config):
     if config.no_embed_class and config.position_embedding != "learned":
         raise ValueError(
             "no_embed_class=True applies to learned position embeddings; use position_embedding='learned'."
+        )
+    if config.resnet_norm not in RESNET_NORMS:
+        raise ValueError(
+            f"resnet_norm must be one of {tuple(RESNET_NORMS)}. Received: resnet_norm={config.resnet_norm!r}"
         )
     if not config.patch_bias and config.resnet_layers is not None:
         raise ValueError("patch_bias=False is for plain ViTs (CLIP); a hybrid's patch embedding has a bias.")

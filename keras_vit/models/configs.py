@@ -25,6 +25,7 @@ FAMILY_DEFAULTS = dict(
     pre_norm=False,
     patch_bias=True,
     fc_norm=False,
+    resnet_norm="vit_jax",
 )
 
 
@@ -51,6 +52,9 @@ class ViTConfig:
         head_bias_init: initial bias of the head (-6.9 for sigmoid cross-entropy, AugReg).
         resnet_layers: stage depths of a hybrid's ResNet stem, e.g. (3, 4, 9); None for a plain ViT.
         resnet_width: width factor of the ResNet stem.
+        resnet_norm: the stem's normalisation constants, as each library computes them: "vit_jax" (the
+            released `.npz` code: kernels divided by their std + 1e-5, GroupNorm epsilon 1e-6) or "timm"
+            (timm's hybrids: kernels divided by sqrt(variance + 1e-8), GroupNorm epsilon 1e-5).
         dtype: a Keras dtype policy name such as "mixed_bfloat16"; None for the global policy.
         dynamic_image_size: take images of any size whose sides are multiples of the patch (the input is
             (None, None, C)); the position embeddings, stored for `image_size`, are interpolated to each input's
@@ -106,6 +110,7 @@ class ViTConfig:
     pre_norm: bool = False
     patch_bias: bool = True
     fc_norm: bool = False
+    resnet_norm: str = "vit_jax"
 
     def __post_init__(self):
         size = self.image_size
@@ -139,7 +144,7 @@ class ViTConfig:
         """Pixels per feature-map cell before patching: 1 for a plain ViT, the ResNet's output stride for a hybrid."""
         if self.resnet_layers is None:
             return 1
-        return 4 * 2 ** (len(self.resnet_layers) - 1)
+        return 4 * 2 ** max(len(self.resnet_layers) - 1, 0)  # the root's conv and pool: 4; stages after the first: 2
 
     @property
     def grid_size(self):

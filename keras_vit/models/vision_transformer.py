@@ -10,7 +10,7 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
-from keras_vit.layers.resnet import ResNetStage, StdConv2D
+from keras_vit.layers.resnet import ResNetStage, group_norm, std_conv
 from keras_vit.models.checks import check_class_names, check_images, validate
 from keras_vit.models.configs import ViTConfig, get_variant
 
@@ -67,6 +67,7 @@ class VisionTransformer(keras.Model):
         pre_norm=False,
         patch_bias=True,
         fc_norm=False,
+        resnet_norm="vit_jax",
         class_names=None,
         name="vit",
         **kwargs,
@@ -84,7 +85,7 @@ class VisionTransformer(keras.Model):
             dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method, remat=remat,
             layer_scale=layer_scale, num_registers=int(num_registers), distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), pre_norm=bool(pre_norm), patch_bias=bool(patch_bias),
-            fc_norm=bool(fc_norm),
+            fc_norm=bool(fc_norm), resnet_norm=resnet_norm,
         )  # fmt: skip
         validate(config)
         class_names = check_class_names(class_names, config.num_classes)
@@ -217,13 +218,15 @@ def _head(x, config, policy):
 
 
 def _resnet_stem(x, config, policy):
-    width = 64 * config.resnet_width
-    x = StdConv2D(width, 7, strides=2, padding="same", use_bias=False, name="conv_root", dtype=policy)(x)
-    x = keras.layers.GroupNormalization(groups=32, epsilon=1e-6, name="gn_root", dtype=policy)(x)
+    width, norm = 64 * config.resnet_width, config.resnet_norm
+    x = std_conv(width, 7, 2, "conv_root", policy, norm)(x)
+    x = group_norm("gn_root", policy, norm)(x)
     x = keras.layers.ReLU(name="root_relu", dtype=policy)(x)
     x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="root_pool", dtype=policy)(x)
-    for i, units in enumerate(config.resnet_layers):
-        x = ResNetStage(units, width * 2**i, strides=1 if i == 0 else 2, name=f"block{i + 1}", dtype=policy)(x)
+    for i, units in enumerate(config.resnet_layers):  # none: the root alone (timm's vit_tiny_r_s16_p8_*)
+        x = ResNetStage(units, width * 2**i, strides=1 if i == 0 else 2, norm=norm, name=f"block{i + 1}", dtype=policy)(
+            x
+        )
     return x
 
 

@@ -23,8 +23,11 @@ Sources of the figures (read late 2026; nothing here was downloaded):
   embedding, rep_size=True; eval pre-processing resize_small(256)|central_crop(224)|value_range(-1,1); "reach 76.5%"
   after 90 epochs) and the `i1k-s16-{90,150,300}ep` -> `gs://big_vision/vit_s16_i1k_*.npz` names of its loaders;
   `big_vision/pp/ops_image.py`: `resize_small` resizes with `method="area"` by default.
-- [NB] vision_transformer `vit_jax.ipynb`: the sizes of the vit_jax files in MiB (only ViT-B_16's 393.69, as
-  keras-vit issue 29 quotes it, is used here).
+- [NB] vision_transformer `vit_jax.ipynb` @ fa9697fc: the output of its `gsutil ls -lh gs://vit_models/imagenet*`
+  cell gives every vit_jax file's size (MiB, GiB for the large ones) and lists `imagenet21k/ViT-B_8.npz`
+  (catalogue_extra.py holds those figures).
+- [SAM] timm's default_cfgs name two SAM checkpoints (`vit_base_patch{16,32}_224.sam_in1k`,
+  `gs://vit_models/sam/ViT-B_{16,32}.npz`); vision_transformer's README names the bucket only.
 No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
 download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB.
 """
@@ -33,6 +36,8 @@ import dataclasses
 import difflib
 import os
 import urllib.parse
+
+from keras_vit.weights import catalogue_extra as extra
 
 GCS_HTTPS = "https://storage.googleapis.com"
 # Tests (and mirrors) point the bucket's https form elsewhere; the gs:// form and the cache paths do not change.
@@ -143,9 +148,6 @@ _VT_README = "vision_transformer README, update of 29.10.2020 (expected top-1 of
 _VT_AUGREG = "vision_transformer README, recommended AugReg checkpoints"
 _TIMM_CSV = "timm results-imagenet.csv @ 049b1332 (2023-05-24), timm's evaluation"
 _TIMM_CSV_2021 = "timm results-imagenet.csv of 2021-04-17, timm's evaluation"
-_VT_NOTEBOOK = "vision_transformer vit_jax.ipynb, as quoted in keras-vit issue 29"
-# The vit_jax files' sizes in MiB (two decimals), by object.
-_VIT_JAX_MIB = {"imagenet21k/ViT-B_16.npz": 393.69}
 
 
 _HUB_HEADLESS = (
@@ -172,10 +174,12 @@ def _vit_jax():
         ("L/32", "ViT-L_32", "timm/vit_large_patch32_224.orig_in21k"),
         ("H/14", "ViT-H_14", "timm/vit_huge_patch14_224.orig_in21k"),
         ("R50+B/16", "R50+ViT-B_16", "timm/vit_base_r50_s16_224.orig_in21k"),
+        ("B/8", "ViT-B_8", None),
     ]:
         hidden = _HIDDEN[variant.split("+")[-1].split("/")[0]]
         zeroed = "the 21k head is all zeros in this file (timm's note); use it for fine-tuning. "
-        note = (zeroed if stem in ("ViT-H_14", "ViT-L_32") else "") + _HUB_HEADLESS
+        note = (zeroed if stem in ("ViT-H_14", "ViT-L_32") else "") + (_HUB_HEADLESS if hub else extra.B8_NOTE)
+        mib, size_source = extra.listed_size(f"imagenet21k/{stem}.npz")
         out.append(
             Checkpoint(
                 name=_name(variant, 224, "orig_in21k"),
@@ -183,14 +187,14 @@ def _vit_jax():
                 image_size=224,
                 label_space=IMAGENET21K,
                 num_classes=21843,
-                representation_size=hidden,
+                representation_size=hidden if hub else None,  # timm's *_in21k builders state it for those it has
                 bucket="vit_models",
                 object=f"imagenet21k/{stem}.npz",
                 top1=None,
                 top1_source=None,
                 family="vit_jax",
-                size_mib=_VIT_JAX_MIB.get(f"imagenet21k/{stem}.npz"),
-                size_source=_VT_NOTEBOOK if f"imagenet21k/{stem}.npz" in _VIT_JAX_MIB else None,
+                size_mib=mib,
+                size_source=size_source,
                 crop_pct=0.9,
                 hf_hub_id=hub,
                 note=note,
@@ -209,6 +213,7 @@ def _vit_jax():
     ]:
         folder = "imagenet21k+imagenet2012"
         aliases = (f"{folder}/{stem}", f"{folder}/{stem}.npz") + ((stem, f"{stem}.npz") if "-224" in stem else ())
+        mib, size_source = extra.listed_size(f"{folder}/{stem}.npz")
         out.append(
             Checkpoint(
                 name=_name(variant, size, "orig_in21k_ft_in1k"),
@@ -222,11 +227,30 @@ def _vit_jax():
                 top1=top1,
                 top1_source=source,
                 family="vit_jax",
+                size_mib=mib,
+                size_source=size_source,
                 crop_pct=_crop(size),
                 hf_hub_id=hub,
                 aliases=aliases,
             )
         )
+    return out + _sam()
+
+
+def _sam():
+    """The SAM checkpoints (arXiv 2106.01548) a source names: timm's two, trained on ImageNet-1k."""
+    out = []
+    for variant, obj in extra.SAM:
+        name = _name(variant, 224, "sam_in1k")
+        stem = obj.rsplit("/", 1)[-1][: -len(".npz")]
+        out.append(
+            Checkpoint(
+                name=name, variant=variant, image_size=224, label_space=IMAGENET1K, num_classes=1000,
+                representation_size=None, bucket="vit_models", object=obj, top1=None, top1_source=None,
+                family="vit_jax", crop_pct=0.9, hf_hub_id=f"timm/{name}", note=f"{extra.SAM_NOTE} [{extra.TIMM_SAM}]",
+                aliases=(f"sam/{stem}", obj),
+            )
+        )  # fmt: skip
     return out
 
 
@@ -267,44 +291,6 @@ _RECOMMENDED = {
     "S/32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", 118, "0.01", 79.58),
 }
 
-# timm's augreg tags (its default_cfgs), named VARIANT_SIZE.augreg_in21k[_ft_in1k]: variant, size, pre-training run,
-# and for the fine-tunes the fine-tuning learning rate and timm's top-1 (results-imagenet.csv).
-_TIMM_AUGREG = """
-Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0
-S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
-S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
-B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0
-B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
-B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
-L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1
-R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0
-"""
-_TIMM_AUGREG_FT = """
-Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  75.454
-Ti/16     384  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  78.424
-S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  75.994
-S/32      384  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  80.486
-S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  81.384
-S/16      384  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  83.802
-B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0       0.03  80.716
-B/32      384  B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0         0.03  83.350
-B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  84.532
-B/16      384  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  85.996
-B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0         0.01  85.798
-L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  85.834
-L/16      384  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  87.084
-R26+S/32  384  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0   0.03  84.048
-"""
-# timm's fine-tunes without a top-1 here (variant, size, the file's stem): the R26+S/32 fine-tune at 224 (another
-# pre-training run than the 384 one) and the AugReg runs pre-trained on ImageNet-1k only (timm's `augreg_in1k`).
-_TIMM_AUGREG_FT_ONLY = """
-R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224
-B/32      224  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
-B/32      384  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
-B/16      224  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
-B/16      384  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
-"""
-
 
 def _rows(table):
     return [line.split() for line in table.strip().splitlines()]
@@ -312,13 +298,13 @@ def _rows(table):
 
 def _augreg_all():
     by_stem = {}
-    for variant, size, stem in _rows(_TIMM_AUGREG):
+    for variant, size, stem in _rows(extra.TIMM_AUGREG):
         by_stem[stem] = _augreg(_name(variant, size, "augreg_in21k"), variant, int(size), stem, hub=True)
-    for variant, size, pre, lr, top1 in _rows(_TIMM_AUGREG_FT):
+    for variant, size, pre, lr, top1 in _rows(extra.TIMM_AUGREG_FT):
         stem = pre + _FT.format(lr=lr, res=size)
         name = _name(variant, size, "augreg_in21k_ft_in1k")
         by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_TIMM_CSV, hub=True)
-    for variant, size, stem in _rows(_TIMM_AUGREG_FT_ONLY):
+    for variant, size, stem in _rows(extra.TIMM_AUGREG_FT_ONLY):
         tag = "augreg_in1k" if "-i1k-" in stem else "augreg_in21k_ft_in1k"
         by_stem[stem] = _augreg(_name(variant, size, tag), variant, int(size), stem, hub=True)
     for variant, (pre, mib, lr, top1) in _RECOMMENDED.items():

@@ -63,7 +63,8 @@ def infer_options(params, *, source="checkpoint", grid=None):
             stages.append(len({k.split("/")[1] for k in params if k.startswith(prefix)}))
         options["resnet_layers"] = tuple(stages)
         options["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
-        stride = 4 * 2 ** (len(stages) - 1)
+        options["channels"] = int(params["conv_root/kernel"].shape[2])  # the image's, not the feature map's
+        stride = 4 * 2 ** max(len(stages) - 1, 0)  # no stage: the root alone (stride 4)
     step = stride * options["patch_size"]
     if POSEMB_KEY not in params:
         # big_vision's fixed 2-D sin-cos embedding is computed, not stored: any grid fits it exactly, so the image

@@ -16,7 +16,7 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.models import ViTConfig
-from keras_vit.weights import timm_layout
+from keras_vit.weights import timm_hybrid, timm_layout
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -73,6 +73,8 @@ def read(folder):
     params = timm_layout.to_original(state, _num_heads(args, arch, hidden, folder), source=folder)
     grid = _grid(args, pretrained, params, state, folder)
     options = infer_options(params, source=folder, grid=grid)
+    if "conv_root/kernel" in params:
+        options["resnet_norm"] = "timm"  # timm's StdConv2dSame(eps=1e-8) and GroupNormAct (1e-5)
     _check_prefix_rows(params, options, args, folder)
     pool = args.get("global_pool", cfg.get("global_pool", "token"))
     if pool not in _POOLS:
@@ -132,6 +134,9 @@ def _num_heads(args, arch, hidden, folder):
 
 def _grid(args, pretrained, params, state, folder):
     patch = int(state["patch_embed.proj.weight"].shape[-1])
+    if "conv_root/kernel" in params:  # a hybrid: patches of the ResNet's map, stride 4 x 2 per stage after the first
+        stages = len({k.split("/")[0] for k in params if k.startswith("block")})
+        patch *= 4 * 2 ** max(stages - 1, 0)
     size = pretrained.get("input_size", [None, *np.broadcast_to(args.get("img_size", 0), (2,))])[1:]
     grid = (int(size[0]) // patch, int(size[1]) // patch) if size[0] else None
     rows = params[POSEMB_KEY].shape[1]
@@ -155,6 +160,12 @@ def write(folder, params, config, class_names=None):
         warnings.warn(
             f"timm's {what} uses LayerNorm epsilon {stated}; this model uses {config.layer_norm_epsilon:g}. "
             f"Outputs in timm will differ by about that much relative to the activations' variance.",
+            stacklevel=3,
+        )
+    if config.resnet_layers is not None and config.resnet_norm != "timm":
+        warnings.warn(
+            "timm's hybrids standardise their ResNet kernels by sqrt(var + 1e-8) and use GroupNorm epsilon 1e-5; "
+            "this model uses vit_jax's (std + 1e-5, 1e-6), so timm's outputs will differ slightly from keras-vit's.",
             stacklevel=3,
         )
     height, width = config.image_size
@@ -188,9 +199,11 @@ def write(folder, params, config, class_names=None):
         std=list(CONTRACT_STD),
         num_classes=config.num_classes,
         pool_size=None,
-        first_conv="patch_embed.proj",
+        first_conv="patch_embed.proj" if config.resnet_layers is None else timm_hybrid.first_conv(config),
         classifier=["head", "head_dist"] if config.distillation_token else "head",
     )
+    if config.resnet_layers is not None:
+        pretrained_cfg["custom_load"] = False  # the registry's augreg hybrids load .npz files; this is safetensors
     cfg = dict(
         architecture=architecture,
         num_classes=config.num_classes,
@@ -211,7 +224,7 @@ def write(folder, params, config, class_names=None):
 def _check_writable(config):
     """One line for a model timm's `VisionTransformer` cannot hold."""
     if config.resnet_layers is not None:
-        raise CheckpointError("save_pretrained(format='timm') writes plain ViTs only; save a hybrid as 'npz'.")
+        timm_hybrid.architecture(config)  # raises for a ResNet timm does not register
     if config.representation_size:
         raise CheckpointError(
             "timm's ViT has no pre_logits (representation) layer; save this model as 'npz', or as 'transformers' "
@@ -249,6 +262,8 @@ _WORDS = {192: "tiny", 384: "small", 768: "base"}
 
 def _architecture(config):
     """(a registered timm name whose model class and LayerNorm epsilon are this model's, that epsilon)."""
+    if config.resnet_layers is not None:
+        return timm_hybrid.architecture(config), 1e-6
     if config.distillation_token:
         return f"deit_{_WORDS.get(config.hidden_size, 'tiny')}_distilled_patch16_224", 1e-6
     if config.pre_norm or abs(config.layer_norm_epsilon - 1e-5) < 1e-9:

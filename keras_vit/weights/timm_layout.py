@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from keras_vit.weights import timm_hybrid
 from keras_vit.weights.checkpoint import conv_to_hwio, hwio_to_conv, leftover_error, linear_to_kernel, split_heads
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError
 
@@ -32,7 +33,8 @@ UNSUPPORTED = {
     ".fc1_x.": "a SwiGLU MLP",
     ".w12.": "a SwiGLU MLP",
     "rope": "rotary position embeddings",
-    "patch_embed.backbone.": "timm's hybrid layout (a CNN stem in patch_embed.backbone)",
+    "patch_embed.backbone.conv1.": "a timm ResNet-D backbone (vit_*_resnet*d_*: BatchNorm, no standardisation)",
+    "patch_embed.backbone.layer1.": "a timm ResNet-D backbone (vit_*_resnet*d_*: BatchNorm, no standardisation)",
     "head.fc.": "a head with its own hidden layer",
 }
 
@@ -72,6 +74,8 @@ def to_original(state, num_heads, *, source):
         out[f"{dst}/bias"] = take(f"{src}.bias")
 
     try:
+        if timm_hybrid.is_hybrid(state):
+            timm_hybrid.to_original(state, take, out)
         out["embedding/kernel"] = conv_to_hwio(take("patch_embed.proj.weight"))
         hidden = out["embedding/kernel"].shape[-1]
         if "patch_embed.proj.bias" in state:
@@ -142,6 +146,8 @@ def _fused(params, src, parts):
 def from_original(params, num_heads):
     """Original-layout params -> timm state dict (numpy), the inverse of `to_original`."""
     state = {}
+    if "conv_root/kernel" in params:
+        timm_hybrid.from_original(params, state)
 
     def linear(src, dst):
         state[f"{dst}.weight"] = np.asarray(params[f"{src}/kernel"]).T

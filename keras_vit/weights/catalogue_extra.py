@@ -1,0 +1,91 @@
+"""Published facts the catalogue (catalogue.py) is built from: timm's AugReg tags, the vit_jax files' sizes, ViT-B/8's
+ImageNet-21k original and the SAM checkpoints (each with the source it was read from; see catalogue.py's sources)."""
+
+# timm's augreg tags (its default_cfgs), named VARIANT_SIZE.augreg_in21k[_ft_in1k]: variant, size, pre-training run,
+# and for the fine-tunes the fine-tuning learning rate and timm's top-1 (results-imagenet.csv).
+TIMM_AUGREG = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1
+R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0
+"""
+TIMM_AUGREG_FT = """
+Ti/16     224  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  75.454
+Ti/16     384  Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0          0.03  78.424
+S/32      224  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  75.994
+S/32      384  S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  80.486
+S/16      224  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  81.384
+S/16      384  S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0        0.03  83.802
+B/32      224  B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0       0.03  80.716
+B/32      384  B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0         0.03  83.350
+B/16      224  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  84.532
+B/16      384  B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0        0.01  85.996
+B/8       224  B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0         0.01  85.798
+L/16      224  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  85.834
+L/16      384  L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1        0.01  87.084
+R26+S/32  384  R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0   0.03  84.048
+"""
+# timm's fine-tunes without a top-1 here (variant, size, the file's stem): the R26+S/32 fine-tune at 224 (another
+# pre-training run than the 384 one) and the AugReg runs pre-trained on ImageNet-1k only (timm's `augreg_in1k`).
+TIMM_AUGREG_FT_ONLY = """
+R26+S/32  224  R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224
+B/32      224  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
+B/32      384  B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
+B/16      224  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224
+B/16      384  B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384
+"""
+
+# vision_transformer `vit_jax.ipynb` at revision fa9697fc: the output of its `gsutil ls -lh gs://vit_models/imagenet*`
+# cell, object -> the size as listed (MiB, or GiB for the large files).
+NOTEBOOK = "vision_transformer vit_jax.ipynb @ fa9697fc, output of `gsutil ls -lh gs://vit_models/imagenet*`"
+_LISTED = {
+    "imagenet21k+imagenet2012/R50+ViT-B_16.npz": "377.57 MiB",
+    "imagenet21k+imagenet2012/ViT-B_16-224.npz": "330.29 MiB",
+    "imagenet21k+imagenet2012/ViT-B_16.npz": "331.4 MiB",
+    "imagenet21k+imagenet2012/ViT-B_32.npz": "336.89 MiB",
+    "imagenet21k+imagenet2012/ViT-B_8.npz": "334.78 MiB",
+    "imagenet21k+imagenet2012/ViT-L_16-224.npz": "1.13 GiB",
+    "imagenet21k+imagenet2012/ViT-L_16.npz": "1.14 GiB",
+    "imagenet21k+imagenet2012/ViT-L_32.npz": "1.14 GiB",
+    "imagenet21k/R50+ViT-B_16.npz": "439.85 MiB",
+    "imagenet21k/ViT-B_16.npz": "393.69 MiB",
+    "imagenet21k/ViT-B_32.npz": "400.01 MiB",
+    "imagenet21k/ViT-B_8.npz": "393.72 MiB",
+    "imagenet21k/ViT-H_14.npz": "2.46 GiB",
+    "imagenet21k/ViT-L_16.npz": "1.22 GiB",
+    "imagenet21k/ViT-L_32.npz": "1.23 GiB",
+}
+
+
+def listed_size(obj):
+    """(size in MiB, its source) of a vit_jax object as the notebook lists it, or (None, None)."""
+    text = _LISTED.get(obj)
+    if text is None:
+        return None, None
+    value, unit = text.split()
+    if unit == "MiB":
+        return float(value), NOTEBOOK
+    # GiB with two decimals: within 0.5 % of the file, inside the download's 1 % size check.
+    return round(float(value) * 1024, 2), f"{NOTEBOOK} (listed as {text})"
+
+
+TIMM_SAM = (
+    "timm vision_transformer.py default_cfgs (`vit_base_patch{16,32}_224.sam_in1k`: url gs://vit_models/sam/..., "
+    "hf_hub_id timm/, timm's ViT _cfg otherwise: 1000 classes, 224 px, crop_pct 0.9, bicubic, mean = std = 0.5)"
+)
+# The SAM checkpoints a source read here names (variant, object): timm's two. vision_transformer's README says only
+# that gs://vit_models/sam holds "Models pre-trained on ImageNet with SAM"; no other file name was found.
+SAM = (("B/16", "sam/ViT-B_16.npz"), ("B/32", "sam/ViT-B_32.npz"))
+SAM_NOTE = (
+    "trained from scratch on ImageNet-1k with SAM (arXiv 2106.01548); whether the file holds pre_logits is not "
+    "published: from_pretrained builds what the file holds"
+)
+B8_NOTE = (
+    "listed in vit_jax.ipynb's bucket listing (2021-03-10); whether it holds pre_logits is not published: "
+    "from_pretrained builds what the file holds. Its ImageNet fine-tune (imagenet21k+imagenet2012/ViT-B_8.npz, "
+    "334.78 MiB) is not listed here: no source read gives its resolution"
+)
