@@ -9,16 +9,12 @@ Examples:
 """
 
 import argparse
+import os
 import sys
 
 from keras_vit import _startup
 
-# `python -m export` in a checkout; the installed wheel's `keras-vit export` (or `python -m keras_vit.export`).
-PROG, PREDICT_PROG = (
-    ("python -m export", "python -m export predict")
-    if __package__ == "export"
-    else ("keras-vit export", "keras-vit predict")
-)
+PROG, PREDICT_PROG = _startup.command_names(__package__, "export", "predict")
 
 
 def _export_parser():
@@ -138,9 +134,21 @@ def _similar_parser():
     return p
 
 
+def _tensorflow_backend():
+    """Export converts with TensorFlow, so its command line runs Keras' TensorFlow backend whatever KERAS_BACKEND
+    says: a shell that trained with `KERAS_BACKEND=jax` can export right away (the `.keras` file is backend-neutral).
+    Keras reads the variable when first imported, which a command line has not done yet; `import export` in a JAX
+    session changes nothing, and `export.export_model` then says that it needs the TensorFlow backend."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if "keras" not in sys.modules and backend != "tensorflow":
+        print(f"[export] KERAS_BACKEND={backend} -> tensorflow: export converts with TensorFlow", file=sys.stderr)
+        os.environ["KERAS_BACKEND"] = "tensorflow"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     _startup.configure(argv)
+    _tensorflow_backend()
     # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
     from .errors import ExportError
 
@@ -158,9 +166,8 @@ def main(argv=None):
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _startup.import_tensorflow()
     export = sys.modules[__package__]  # this package: `export` in a checkout, `keras_vit.export` installed
-    export._load()
-    _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
         if argv[:1] == ["similar"]:
             from .predict import similar

@@ -15,12 +15,7 @@ from keras_vit import _startup
 
 from . import config as config_module
 
-# `python -m training` in a checkout; the installed wheel's `keras-vit train` (or `python -m keras_vit.training`).
-PROG, EVALUATE_PROG = (
-    ("python -m training", "python -m training evaluate")
-    if __package__ == "training"
-    else ("keras-vit train", "keras-vit evaluate")
-)
+PROG, EVALUATE_PROG = _startup.command_names(__package__, "train", "evaluate")
 
 
 def _train_parser():
@@ -93,9 +88,8 @@ def main(argv=None):
         run = _parse(argv)
     except (ValueError, KeyError) as err:
         return _error(err)
+    _startup.import_tensorflow()
     training = sys.modules[__package__]  # this package: `training` in a checkout, `keras_vit.training` installed
-    training._load()
-    _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
         run(training)
         return 0

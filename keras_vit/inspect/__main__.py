@@ -7,8 +7,9 @@ python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
 """
 
 import argparse
-import os
 import sys
+
+from keras_vit import _startup
 
 NUM_HELDOUT_USED = 64  # the attention distance averages over these; the rollout shows --max-images of them
 
@@ -63,7 +64,7 @@ def main(argv=None):
     )
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _startup.configure(sys.argv[1:] if argv is None else argv)
     from keras_vit import files
     from keras_vit.inspect.inputs import heldout_labels, load_images, load_model, synthetic_images, workdir_class_names
     from keras_vit.inspect.layout import token_layout
