@@ -66,7 +66,7 @@ class KerasBench:
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
         self._pipeline, self._wait_state = None, {}
-        self._peak_state, self._split_state = {}, {}
+        self._peak_state = {}
         self.tflite_info = {}
 
     def float_model(self):
@@ -219,16 +219,6 @@ class KerasBench:
         from benchmarks.pipeline import input_wait
 
         return input_wait(folder, steps, threads, self.spec, self._wait_state)
-
-    def step_split(self, reps):
-        """The training step's matmul and non-matmul time in float32 and mixed_bfloat16 (benchmarks/step_split.py)."""
-        from benchmarks.step_split import split
-
-        if self.backend != "tensorflow":
-            raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {self.backend}")
-        # This worker's own training models and the traced matmuls serve every round: only the first compiles.
-        return split(self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps,
-                     self.spec.get("overrides"), bench=self, state=self._split_state)  # fmt: skip
 
     def sizes(self):
         model = self.float_model()

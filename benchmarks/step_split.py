@@ -20,6 +20,9 @@ import os
 import statistics
 import time
 
+from benchmarks.keras_impl import KerasBench
+from keras_vit.models import get_variant
+
 
 def matmul_shapes(batch, image_size, patch, width, layers, heads, mlp, classes):
     """(count, batch dims, m, k, n) of the forward products of one training step (count: how many per step)."""
@@ -108,9 +111,6 @@ def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None, ben
     `bench` (a keras-vit `KerasBench` of the same model) and `state` (a dict) are kept between calls by the
     benchmark's worker, so its later rounds reuse the compiled steps and the traced matmuls.
     """
-    from benchmarks.keras_impl import KerasBench
-    from keras_vit.models import get_variant
-
     if bench is None:
         spec = {"variant": variant, "image_size": image_size, "batch": batch, "num_classes": 1000,
                 "overrides": overrides or {}}  # fmt: skip
@@ -136,6 +136,16 @@ def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None, ben
     out["bf16_rest_speedup"] = f32["rest_ms"] / bf16["rest_ms"]
     out["bf16_bound_if_rest_took_no_time"] = f32["step_ms"] / bf16["matmul_ms"]
     return out
+
+
+def measure(bench, reps, state):
+    """The split of a benchmark worker's keras-vit model (`KerasBench`): its compiled training steps and the
+    matmuls traced into `state` (a dict the worker keeps) serve every round, so only the first compiles."""
+    if bench.backend != "tensorflow":
+        raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {bench.backend}")
+    spec = bench.spec
+    return split(spec["variant"], spec["image_size"], spec["batch"], reps, spec.get("overrides"), bench=bench,
+                 state=state)  # fmt: skip
 
 
 def main(argv=None):
