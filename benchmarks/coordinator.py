@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks import provenance
 from benchmarks.summary import judge, spread, summarise
 from benchmarks.worker import PREFIX
 from keras_vit.models import flops
@@ -157,6 +158,7 @@ def run(options, progress=print):
         "implementations": {},
         "rounds": [{} for _ in range(options.rounds)],
         "phase_seconds": {},
+        "commits": {},  # phase -> the commit its workers imported (benchmarks/provenance.py)
     }
     tasks = task_list(options)
     if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
@@ -172,7 +174,8 @@ def run(options, progress=print):
         impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
         if not impls:
             continue
-        progress(f"[{phase}] starting workers: {', '.join(impls)}")
+        commit = report["commits"][phase] = provenance.source_commit()
+        progress(f"[{phase}] starting workers: {', '.join(impls)} (commit {provenance.label(commit)})")
         phase_start = time.time()
         workers = _start_workers(impls, spec, options, report, unavailable, progress, phase)
         # Where the run's time goes, for trimming it: the first round also builds, compiles and converts.
@@ -216,6 +219,8 @@ def run_memory(options, progress=print):
 
     start = time.time()
     machine = {**describe_machine(), "loadavg_start": os.getloadavg()}
+    commit = provenance.source_commit()
+    progress(f"[memory] commit {provenance.label(commit)}")
     settings = []
     for size in options.memory_sizes:
         progress(f"[memory] {options.memory_variant} at {size} px, batch {options.memory_batch}: "
@@ -236,7 +241,7 @@ def run_memory(options, progress=print):
     backends = {r["backend"] for r in settings if "backend" in r}
     return {"variant": options.memory_variant, "batch": options.memory_batch, "image_sizes": list(options.memory_sizes),
             "backend": ", ".join(sorted(backends)) or "tensorflow", "settings": settings, "recipes": recipes,
-            "machine": machine, "seconds": time.time() - start}  # fmt: skip
+            "machine": machine, "seconds": time.time() - start, "commit": commit}  # fmt: skip
 
 
 # Each phase starts its own workers and closes them when its rounds are done, so the machine holds only one

@@ -1,5 +1,7 @@
 """The printed summary of a benchmark report."""
 
+from benchmarks import provenance
+
 
 def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
@@ -129,6 +131,7 @@ def table(report):
             + "; ".join(f"{p} {t['workers']:.0f} + " + "/".join(f"{r:.0f}" for r in t["rounds"])
                         for p, t in phases.items())
         )  # fmt: skip
+    lines.append(f"commit measured: {provenance.describe(report.get('commits', {}))}")
     lines.append(f"wall time {report['wall_seconds'] / 60:.1f} min; load average start/end "
                  f"{report['machine']['loadavg_start'][0]:.1f}/{report['machine']['loadavg_end'][0]:.1f}")  # fmt: skip
     return "\n".join(lines)

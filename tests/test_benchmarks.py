@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchmarks import coordinator, report, summary
+from benchmarks import coordinator, provenance, report, summary
 from keras_vit.models import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -282,6 +282,9 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     phases = rep["phase_seconds"]
     assert {"train/float32", "infer", "tflite", "pipeline", "input_wait"} <= set(phases)
     assert all(len(t["rounds"]) == 1 and t["total"] >= t["workers"] + sum(t["rounds"]) for t in phases.values())
+    # Each phase names the code it measured: this checkout's HEAD ("unknown" in a copy without git).
+    head = provenance.source_commit()["commit"]
+    assert set(rep["commits"]) == set(phases) and all(c["commit"] == head for c in rep["commits"].values())
     for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
         assert 0 < med[f"tflite/{mode}"]["keras-vit"] < 1000
         info = impls["keras-vit"]["tflite"][mode]
