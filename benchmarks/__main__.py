@@ -28,6 +28,9 @@ import sys
 from benchmarks import coordinator, readme, report
 from benchmarks.worker import IMPLS
 from keras_vit.files import atomic_write_text
+from training import advice
+from training.advice import read_cpuinfo
+from training.config import get_config
 
 
 def parse_args(argv=None):
@@ -123,8 +126,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.model_overrides = {}
     if args.recipe:
-        from training.config import get_config
-
         recipe = get_config(args.recipe)
         args.variant, args.image_size, args.batch = recipe.variant, recipe.image_size, recipe.batch_size
         args.model_overrides = dict(recipe.model)
@@ -164,8 +165,6 @@ def native_bf16(cpuinfo="/proc/cpuinfo", nvidia="/proc/driver/nvidia/gpus"):
     """(measure mixed_bfloat16?, why): yes where bfloat16 matmuls are native, a CPU with AVX512-BF16 or AMX or an
     NVIDIA GPU; no elsewhere, where TensorFlow emulates them and the bfloat16 phase would time the emulation
     (several times slower than float32) and double the run's length."""
-    from training.advice import read_cpuinfo
-
     _, flags = read_cpuinfo(cpuinfo)
     native = sorted(flags & {"avx512_bf16", "amx_bf16"})
     if native:
@@ -177,8 +176,6 @@ def native_bf16(cpuinfo="/proc/cpuinfo", nvidia="/proc/driver/nvidia/gpus"):
 
 def record_advice(path, result):
     """Merges the run's keras-vit training medians per form into the trainer's advice file (training/advice.py)."""
-    from training import advice
-
     prefix = "keras-vit on "
     medians = {
         dtype: {

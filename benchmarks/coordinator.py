@@ -5,6 +5,7 @@ benchmarks/summary.py turns those into medians, per-round ratios with their spre
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from benchmarks.summary import judge, spread, summarise
 from benchmarks.worker import PREFIX
 from keras_vit.models import flops
 from keras_vit.models.configs import get_variant
+from training.advice import read_cpuinfo
 
 KERAS_IMPLS = ("keras-vit", "keras-hub")  # the TensorFlow-backend workers: TFLite conversion, XLA on and off
 BACKENDS = {"keras-vit": "tensorflow", "keras-vit-jax": "jax", "keras-vit-torch": "torch", "keras-hub": "tensorflow"}
@@ -339,10 +341,6 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
 
 def describe_machine(cpuinfo="/proc/cpuinfo"):
     """CPU model, the ISA extensions that decide the kernels (AVX-512, VNNI, BF16, AMX) and the usable cores."""
-    import platform
-
-    from training.advice import read_cpuinfo
-
     model, flags = read_cpuinfo(cpuinfo)  # not Linux: the report says "unknown" rather than guessing
 
     return {

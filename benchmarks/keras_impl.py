@@ -11,13 +11,12 @@ import time
 
 import numpy as np
 
+import keras_vit
 from keras_vit.files import atomic_write_bytes
 from keras_vit.preprocessing import scale_pixels
 
 
 def _build_keras_vit(spec, dtype):
-    import keras_vit
-
     return keras_vit.create_model(
         spec["variant"], image_size=spec["image_size"], num_classes=spec["num_classes"], dtype=dtype,
         **spec.get("overrides", {}),
@@ -177,7 +176,6 @@ class KerasBench:
         """
         import keras
 
-        import keras_vit  # noqa: F401  (registers the model's classes for loading)
         from benchmarks import tflite
 
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"), compile=False)

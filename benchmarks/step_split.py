@@ -21,6 +21,7 @@ import statistics
 import time
 
 from benchmarks.keras_impl import KerasBench
+from keras_vit.files import atomic_write_text
 from keras_vit.models import get_variant
 
 
@@ -168,8 +169,6 @@ def main(argv=None):
           f"rest {out['bf16_rest_speedup']:.2f}x; bound if the rest took no time: "
           f"{out['bf16_bound_if_rest_took_no_time']:.2f}x")  # fmt: skip
     if args.out:
-        from keras_vit.files import atomic_write_text
-
         atomic_write_text(args.out, json.dumps(out, indent=1))
     return 0
 

@@ -6,6 +6,7 @@ stdin and use no CPU, so only the implementation being measured runs.
 """
 
 import argparse
+import importlib.metadata as md
 import json
 import os
 import resource
@@ -107,8 +108,6 @@ def main(argv=None):
 
 
 def _versions(impl):
-    import importlib.metadata as md
-
     names = ["numpy"] + (["torch", "timm"] if impl == "timm" else ["tensorflow", "keras", "ai-edge-litert"])
     names += {"keras-vit-jax": ["jax", "jaxlib"], "keras-vit-torch": ["torch"]}.get(impl, [])
     if impl == "keras-hub":

@@ -13,6 +13,10 @@ import os
 import sys
 
 from keras_vit import _startup
+from keras_vit.files import describe_os_error, describe_storage_error
+
+from .errors import ExportError
+from .predict import similar
 
 PROG, PREDICT_PROG = _startup.command_names(__package__, "export", "predict")
 
@@ -150,8 +154,6 @@ def main(argv=None):
     _startup.configure(argv)
     _tensorflow_backend()
     # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
-    from .errors import ExportError
-
     try:
         if argv[:1] == ["predict"]:
             args = _predict_parser().parse_args(argv[1:])
@@ -170,8 +172,6 @@ def main(argv=None):
     export = sys.modules[__package__]  # this package: `export` in a checkout, `keras_vit.export` installed
     try:
         if argv[:1] == ["similar"]:
-            from .predict import similar
-
             value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
             print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
             return 0
@@ -216,8 +216,6 @@ def main(argv=None):
         print(f"error: {_os_error_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # TensorFlow's file errors: a gs:// URL out of reach or unreadable
-        from keras_vit.files import describe_storage_error
-
         line = describe_storage_error(exc)
         if line is None:
             raise
@@ -232,8 +230,6 @@ def main(argv=None):
 
 
 def _os_error_line(err):
-    from keras_vit.files import describe_os_error
-
     return describe_os_error(
         err,
         "Pass a writable --out directory (or make this one writable) and export again.",

@@ -12,6 +12,7 @@ import os
 import sys
 
 from keras_vit import _startup
+from keras_vit.files import describe_os_error, describe_storage_error
 
 from . import config as config_module
 
@@ -113,8 +114,6 @@ def main(argv=None):
 
 
 def _storage_error_line(err):
-    from keras_vit.files import describe_storage_error
-
     return describe_storage_error(err)
 
 
@@ -165,8 +164,6 @@ def _check_workdir(workdir):
 
 
 def _os_error_line(err):
-    from keras_vit.files import describe_os_error
-
     return describe_os_error(
         err,
         "Use a writable --workdir (or make this one writable) and run the same command again.",
