@@ -47,7 +47,7 @@ def measure(variant, image_size, batch, remat, accum):
     return {
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
-        "step_mib": round(after - before), "per_image_mib": round((after - before) / micro, 1),
+        "step_mib": round(after) - round(before), "per_image_mib": round((after - before) / micro, 1),
         "parameters": model.count_params(), "backend": keras.backend.backend(),
     }  # fmt: skip
 
