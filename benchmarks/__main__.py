@@ -28,10 +28,25 @@ import sys
 from benchmarks import coordinator, readme, report
 from benchmarks.worker import IMPLS
 from keras_vit.files import atomic_write_text
+from training import advice
+from training.advice import read_cpuinfo
+from training.configs import get_config
 
 
 def parse_args(argv=None):
+    """The options, checked: a bad value or a file without the table markers fails now, not after the run."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    for add in (_model_arguments, _timing_arguments, _input_arguments, _output_arguments, _memory_arguments,
+                _phase_arguments):  # fmt: skip
+        add(p)
+    args = p.parse_args(argv)
+    _resolve(p, args)
+    _check_memory_and_files(p, args)
+    return args
+
+
+def _model_arguments(p):
+    """What is measured: the model and its batch."""
     p.add_argument(
         "--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing"
     )
@@ -44,6 +59,10 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=32, help="training and throughput batch size")
+
+
+def _timing_arguments(p):
+    """How long each measurement runs, on how many threads, for which implementations."""
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds per phase; ratios are taken per round and reported as median (min-max), "
                         "and a target is met only when every round meets it")  # fmt: skip
@@ -69,6 +88,10 @@ def parse_args(argv=None):
         help="comma-separated subset of " + ",".join(IMPLS) + " (keras-vit-jax and "
         "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)",
     )
+
+
+def _input_arguments(p):
+    """The input-pipeline and input-wait measurements."""
     p.add_argument(
         "--pipeline-batches",
         type=int,
@@ -79,6 +102,10 @@ def parse_args(argv=None):
     p.add_argument("--input-wait-steps", type=int, default=4,
                    help="timed steps of a training run on the recipe's input stream (a keras-vit worker of its own) "
                         "that measures the share of step time spent waiting for input; 0 skips it")  # fmt: skip
+
+
+def _output_arguments(p):
+    """Where the results go besides report.json."""
     p.add_argument("--readme", default=None,
                    help="rewrite the performance table between the benchmark-table markers of this Markdown file "
                         "(e.g. docs/performance.md) from the run's report")  # fmt: skip
@@ -86,6 +113,11 @@ def parse_args(argv=None):
                    help="merge this run's training figures per keras-vit form into this advice file (the trainer "
                         "reads training/backend_advice.json to recommend a backend and resolve jit_compile='auto' "
                         "on a CPU of the measured class)")  # fmt: skip
+    p.add_argument("--out", default="benchmark_results", help="directory for report.json, .tflite files, worker logs")
+
+
+def _memory_arguments(p):
+    """The optional memory phase."""
     p.add_argument(
         "--memory",
         action="store_true",
@@ -102,6 +134,10 @@ def parse_args(argv=None):
         default=8,
         help="the memory phase's batch of one optimiser step (divisible by its accum_steps, 4)",
     )
+
+
+def _phase_arguments(p):
+    """Settings and phases that can be left out, and the TFLite and digits checks."""
     p.add_argument("--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True settings")
     bf16 = p.add_mutually_exclusive_group()
     bf16.add_argument("--bf16", dest="bf16", action="store_true", default=None,
@@ -122,12 +158,12 @@ def parse_args(argv=None):
     p.add_argument("--digits-workdir", default=None,
                    help="a training workdir (python -m training) of a digits model: adds its held-out accuracy as "
                         "Keras float32 and as each TFLite mode (the int8 accuracy-drop target)")  # fmt: skip
-    p.add_argument("--out", default="benchmark_results", help="directory for report.json, .tflite files, worker logs")
-    args = p.parse_args(argv)
+
+
+def _resolve(p, args):
+    """The recipe's model, the implementation list, the ranges and the bfloat16 decision."""
     args.model_overrides = {}
     if args.recipe:
-        from training.config import get_config
-
         recipe = get_config(args.recipe)
         args.variant, args.image_size, args.batch = recipe.variant, recipe.image_size, recipe.batch_size
         args.model_overrides = dict(recipe.model)
@@ -143,6 +179,10 @@ def parse_args(argv=None):
         args.bf16, args.bf16_reason = native_bf16()
     else:
         args.bf16_reason = "--bf16" if args.bf16 else "--no-bf16"
+
+
+def _check_memory_and_files(p, args):
+    """The memory phase's sizes and batch, and the Markdown file's markers."""
     args.memory = args.memory or args.memory_only
     try:
         args.memory_sizes = [int(size) for size in args.memory_sizes.split(",") if size.strip()]
@@ -160,15 +200,12 @@ def parse_args(argv=None):
             readme.check_markers(args.readme)
         if args.memory:
             readme.check_markers(args.readme, readme.MEMORY_START, readme.MEMORY_END)
-    return args
 
 
 def native_bf16(cpuinfo="/proc/cpuinfo", nvidia="/proc/driver/nvidia/gpus"):
     """(measure mixed_bfloat16?, why): yes where bfloat16 matmuls are native, a CPU with AVX512-BF16 or AMX or an
     NVIDIA GPU; no elsewhere, where TensorFlow emulates them and the bfloat16 phase would time the emulation
     (several times slower than float32) and double the run's length."""
-    from training.advice import read_cpuinfo
-
     _, flags = read_cpuinfo(cpuinfo)
     native = sorted(flags & {"avx512_bf16", "amx_bf16"})
     if native:
@@ -180,8 +217,6 @@ def native_bf16(cpuinfo="/proc/cpuinfo", nvidia="/proc/driver/nvidia/gpus"):
 
 def record_advice(path, result):
     """Merges the run's keras-vit training medians per form into the trainer's advice file (training/advice.py)."""
-    from training import advice
-
     prefix = "keras-vit on "
     medians = {
         dtype: {

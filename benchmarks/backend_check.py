@@ -21,12 +21,12 @@ import time
 
 import numpy as np
 
+import keras_vit
+
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures")
 
 
 def golden_model(gelu="tanh", image_size=None):
-    import keras_vit
-
     with open(os.path.join(FIXTURES, "vit_tiny_config.json")) as f:
         c = json.load(f)
     model = keras_vit.create_model(
@@ -54,8 +54,6 @@ def golden_parity():
 
 def train_throughput(variant, image_size, batch, dtype, steps, warmup):
     import keras
-
-    import keras_vit
 
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, dtype=dtype)

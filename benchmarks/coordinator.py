@@ -5,14 +5,17 @@ benchmarks/summary.py turns those into medians, per-round ratios with their spre
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
 
+from benchmarks import provenance
 from benchmarks.summary import judge, spread, summarise
 from benchmarks.worker import PREFIX
 from keras_vit.models import flops
 from keras_vit.models.configs import get_variant
+from training.advice import read_cpuinfo
 
 KERAS_IMPLS = ("keras-vit", "keras-hub")  # the TensorFlow-backend workers: TFLite conversion, XLA on and off
 BACKENDS = {"keras-vit": "tensorflow", "keras-vit-jax": "jax", "keras-vit-torch": "torch", "keras-hub": "tensorflow"}
@@ -181,6 +184,7 @@ def run(options, progress=print):
         "implementations": {},
         "rounds": [{} for _ in range(options.rounds)],
         "phase_seconds": {},
+        "commits": {},  # phase -> the commit its workers imported (benchmarks/provenance.py)
     }
     tasks = task_list(options)
     if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
@@ -196,7 +200,8 @@ def run(options, progress=print):
         impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
         if not impls:
             continue
-        progress(f"[{phase}] starting workers: {', '.join(impls)}")
+        commit = report["commits"][phase] = provenance.source_commit()
+        progress(f"[{phase}] starting workers: {', '.join(impls)} (commit {provenance.label(commit)})")
         phase_start = time.time()
         workers = _start_workers(impls, spec, options, report, unavailable, progress, phase)
         # Where the run's time goes, for trimming it: the first round also builds, compiles and converts.
@@ -241,6 +246,8 @@ def run_memory(options, progress=print):
 
     start = time.time()
     machine = {**describe_machine(), "loadavg_start": os.getloadavg()}
+    commit = provenance.source_commit()
+    progress(f"[memory] commit {provenance.label(commit)}")
     settings = []
     for size in options.memory_sizes:
         progress(f"[memory] {options.memory_variant} at {size} px, batch {options.memory_batch}: "
@@ -261,7 +268,7 @@ def run_memory(options, progress=print):
     backends = {r["backend"] for r in settings if "backend" in r}
     return {"variant": options.memory_variant, "batch": options.memory_batch, "image_sizes": list(options.memory_sizes),
             "backend": ", ".join(sorted(backends)) or "tensorflow", "settings": settings, "recipes": recipes,
-            "machine": machine, "seconds": time.time() - start}  # fmt: skip
+            "machine": machine, "seconds": time.time() - start, "commit": commit}  # fmt: skip
 
 
 # Each phase starts its own workers and closes them when its rounds are done, so the machine holds only one
@@ -373,10 +380,6 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
 
 def describe_machine(cpuinfo="/proc/cpuinfo"):
     """CPU model, the ISA extensions that decide the kernels (AVX-512, VNNI, BF16, AMX) and the usable cores."""
-    import platform
-
-    from training.advice import read_cpuinfo
-
     model, flags = read_cpuinfo(cpuinfo)  # not Linux: the report says "unknown" rather than guessing
 
     return {

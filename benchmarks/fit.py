@@ -12,6 +12,10 @@ mixed_bfloat16, and XLA on an accelerator fuses and reuses buffers, so a device 
 is an upper estimate for choosing `accum_steps` and `remat`, not a measurement on an accelerator.
 """
 
+import keras_vit
+from keras_vit.labels import LABEL_SPACES
+from training.configs import get_config
+
 MIB = 2**20
 BYTES_PER_VALUE = 4  # float32 weights, gradients, optimiser slots and accumulators
 
@@ -84,10 +88,6 @@ def activation_mib_per_image(record):
 def recipe_spec(name):
     """What the fit needs of a training recipe: batch, image size, optimiser slots and its model's parameters."""
     import keras
-
-    import keras_vit
-    from keras_vit.labels import LABEL_SPACES
-    from training.config import get_config
 
     classes = {"tfds:imagenet2012": LABEL_SPACES["imagenet1k"], "tfds:imagenet21k": LABEL_SPACES["imagenet21k"],
                "tfds:cifar10": 10}  # fmt: skip

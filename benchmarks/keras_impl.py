@@ -11,13 +11,12 @@ import time
 
 import numpy as np
 
+import keras_vit
 from keras_vit.files import atomic_write_bytes
 from keras_vit.preprocessing import scale_pixels
 
 
 def _build_keras_vit(spec, dtype):
-    import keras_vit
-
     return keras_vit.create_model(
         spec["variant"], image_size=spec["image_size"], num_classes=spec["num_classes"], dtype=dtype,
         **spec.get("overrides", {}),
@@ -66,7 +65,7 @@ class KerasBench:
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
         self._pipeline, self._wait_state = None, {}
-        self._peak_state, self._split_state = {}, {}
+        self._peak_state = {}
         self.tflite_info = {}
 
     def float_model(self):
@@ -177,7 +176,6 @@ class KerasBench:
         """
         import keras
 
-        import keras_vit  # noqa: F401  (registers the model's classes for loading)
         from benchmarks import tflite
 
         model = keras.saving.load_model(os.path.join(workdir, "model.keras"), compile=False)
@@ -219,16 +217,6 @@ class KerasBench:
         from benchmarks.pipeline import input_wait
 
         return input_wait(folder, steps, threads, self.spec, self._wait_state)
-
-    def step_split(self, reps):
-        """The training step's matmul and non-matmul time in float32 and mixed_bfloat16 (benchmarks/step_split.py)."""
-        from benchmarks.step_split import split
-
-        if self.backend != "tensorflow":
-            raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {self.backend}")
-        # This worker's own training models and the traced matmuls serve every round: only the first compiles.
-        return split(self.spec["variant"], self.spec["image_size"], self.spec["batch"], reps,
-                     self.spec.get("overrides"), bench=self, state=self._split_state)  # fmt: skip
 
     def sizes(self):
         model = self.float_model()

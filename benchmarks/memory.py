@@ -19,6 +19,8 @@ import resource
 import subprocess
 import sys
 
+import keras_vit
+
 SETTINGS = ((False, 1), (True, 1), (False, 4), (True, 4))  # (remat, accum_steps)
 
 
@@ -30,8 +32,6 @@ def measure(variant, image_size, batch, remat, accum):
     """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}."""
     import keras
     import numpy as np
-
-    import keras_vit
 
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat)
@@ -47,7 +47,7 @@ def measure(variant, image_size, batch, remat, accum):
     return {
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
-        "step_mib": round(after - before), "per_image_mib": round((after - before) / micro, 1),
+        "step_mib": round(after) - round(before), "per_image_mib": round((after - before) / micro, 1),
         "parameters": model.count_params(), "backend": keras.backend.backend(),
     }  # fmt: skip
 

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+import keras_vit
 from keras_vit.files import atomic_write_bytes
 
 CROP_AREA = (0.05, 1.0)  # the imagenet1k_s16 recipe's crop_area
@@ -84,10 +85,10 @@ class KerasPipeline:
     def __init__(self, folder, batch, threads, size=224):
         import tensorflow as tf
 
-        from training import config as train_config
+        from training import configs as train_configs
         from training import data
 
-        self.config = train_config.get_config("imagenet1k_s16").replace(
+        self.config = train_configs.get_config("imagenet1k_s16").replace(
             dataset=f"folder:{folder}", batch_size=batch, shuffle_buffer=None, image_size=size, extra_evals={}
         )
         self.source = data.load_source(self.config.dataset, holdout_fraction=0.25)
@@ -112,8 +113,6 @@ def input_wait(folder, steps, threads, spec, state=None):
     `state` (a dict) keeps the compiled model and the pipeline between calls, so later rounds skip compilation.
     """
     import keras
-
-    import keras_vit
 
     state = {} if state is None else state
     # A fresh iterator's first batch waits for the pipeline to start, once per run in the trainer: not timed.

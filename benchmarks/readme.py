@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from benchmarks import fit, interchange
+from benchmarks import fit, interchange, provenance
 from benchmarks.report import target_state, with_spread
 from keras_vit.files import atomic_write_text
 
@@ -47,7 +47,8 @@ def render(report):
     s, m, batch = report["settings"], report["machine"], report["spec"]["batch"]
     lines = [
         f"Measured by `{report.get('command', 'python -m benchmarks')}`: ViT {s['variant']} at {s['image_size']} px, "
-        f"batch {batch}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, on "
+        f"batch {batch}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, at commit "
+        f"{provenance.describe(report.get('commits', {}))}, on "
         f"{m.get('cpu_model', 'unknown')} ({m.get('usable_cpus', m.get('cpus'))} cores usable, {m['threads']} threads; "
         f"ISA {', '.join(m.get('isa_flags', [])) or 'none of note'}); load average {m['loadavg_start'][0]:.1f} at "
         f"the start, {m['loadavg_end'][0]:.1f} at the end. Each ratio is taken within a round and shown as the "
@@ -136,7 +137,8 @@ def render_memory(report):
         f"Measured by `{report.get('command', 'python -m benchmarks --memory-only')}` "
         f"(`benchmarks/memory.py`, one fresh process per setting, Keras' {memory['backend']} backend without XLA, on "
         f"{m.get('cpu_model', 'unknown')}, {m.get('usable_cpus', m.get('cpus'))} cores usable; "
-        f"{memory['seconds'] / 60:.1f} min): ViT {memory['variant']}, one AdamW step of a batch of {memory['batch']}; "
+        f"{memory['seconds'] / 60:.1f} min; commit {provenance.label(memory.get('commit', {}))}): ViT "
+        f"{memory['variant']}, one AdamW step of a batch of {memory['batch']}; "
         f"the step's MiB is the growth of the process's peak RSS over that step (activations, one gradient, "
         f"workspace), above the weights and optimiser state already built. Per image divides it by the micro-batch; "
         f"activations per image first takes off one gradient (4 bytes per parameter). Accumulated "

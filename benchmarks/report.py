@@ -1,5 +1,7 @@
 """The printed summary of a benchmark report."""
 
+from benchmarks import interchange, provenance
+
 
 def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
@@ -29,6 +31,11 @@ def target_state(target):
 
 def table(report):
     """Returns the human-readable summary: medians per implementation, ratios, and targets."""
+    return "\n".join([*_medians(report), *_comparisons(report), *_targets(report), *_run_facts(report)])
+
+
+def _medians(report):
+    """The settings line, then one row of medians per implementation, and the matmul peaks."""
     med, mfu = report["median"], report.get("mfu", {})
     b = report["spec"]["batch"]
     columns = [
@@ -69,6 +76,12 @@ def table(report):
         + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items() if v)
         + f"; forward {report['flops']['forward_per_image'] / 1e9:.2f} GFLOP/image, training 3x"
     )
+    return lines
+
+
+def _comparisons(report):
+    """The per-round ratios, the fastest keras-vit form per measurement, the input wait and the machine."""
+    med, lines = report["median"], []
     lines.append("")
     lines.append(
         "per-round ratios keras-vit form / baseline, median (min-max); >1 is faster for img/s, <1 is faster for ms:"
@@ -93,6 +106,12 @@ def table(report):
     lines.append(
         f"machine: {m.get('cpu_model')}, {m.get('usable_cpus')} usable cores; ISA: {', '.join(m.get('isa_flags', []))}"
     )
+    return lines
+
+
+def _targets(report):
+    """Each target with its state, then the TFLite models' sizes and agreement and the digits accuracy."""
+    lines = []
     lines.append("")
     lines.append("targets (issue 14; met only when every round meets the bound):")
     for name, t in report["targets"].items():
@@ -116,9 +135,13 @@ def table(report):
         )  # fmt: skip
     elif digits:
         lines.append(f"  digits int8 check failed: {digits['error'][:200]}")
-    from benchmarks.interchange import table_lines
+    lines += interchange.table_lines(report)
+    return lines
 
-    lines += table_lines(report)
+
+def _run_facts(report):
+    """Peak memory, seconds per phase, the commit measured, the wall time and the load."""
+    lines = []
     mem = ", ".join(
         f"{i} {v['peak_rss_mb_train_float32']:.0f} MB"
         for i, v in report["implementations"].items()
@@ -132,6 +155,7 @@ def table(report):
             + "; ".join(f"{p} {t['workers']:.0f} + " + "/".join(f"{r:.0f}" for r in t["rounds"])
                         for p, t in phases.items())
         )  # fmt: skip
+    lines.append(f"commit measured: {provenance.describe(report.get('commits', {}))}")
     lines.append(f"wall time {report['wall_seconds'] / 60:.1f} min; load average start/end "
                  f"{report['machine']['loadavg_start'][0]:.1f}/{report['machine']['loadavg_end'][0]:.1f}")  # fmt: skip
-    return "\n".join(lines)
+    return lines

@@ -20,6 +20,10 @@ import os
 import statistics
 import time
 
+from benchmarks.keras_impl import KerasBench
+from keras_vit.files import atomic_write_text
+from keras_vit.models import get_variant
+
 
 def matmul_shapes(batch, image_size, patch, width, layers, heads, mlp, classes):
     """(count, batch dims, m, k, n) of the forward products of one training step (count: how many per step)."""
@@ -108,9 +112,6 @@ def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None, ben
     `bench` (a keras-vit `KerasBench` of the same model) and `state` (a dict) are kept between calls by the
     benchmark's worker, so its later rounds reuse the compiled steps and the traced matmuls.
     """
-    from benchmarks.keras_impl import KerasBench
-    from keras_vit.models import get_variant
-
     if bench is None:
         spec = {"variant": variant, "image_size": image_size, "batch": batch, "num_classes": 1000,
                 "overrides": overrides or {}}  # fmt: skip
@@ -138,6 +139,16 @@ def split(variant="Ti/16", image_size=224, batch=32, reps=5, overrides=None, ben
     return out
 
 
+def measure(bench, reps, state):
+    """The split of a benchmark worker's keras-vit model (`KerasBench`): its compiled training steps and the
+    matmuls traced into `state` (a dict the worker keeps) serve every round, so only the first compiles."""
+    if bench.backend != "tensorflow":
+        raise ValueError(f"step_split runs on the TensorFlow backend; this worker runs {bench.backend}")
+    spec = bench.spec
+    return split(spec["variant"], spec["image_size"], spec["batch"], reps, spec.get("overrides"), bench=bench,
+                 state=state)  # fmt: skip
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.step_split", description=__doc__.splitlines()[0])
     p.add_argument("--variant", default="Ti/16")
@@ -158,8 +169,6 @@ def main(argv=None):
           f"rest {out['bf16_rest_speedup']:.2f}x; bound if the rest took no time: "
           f"{out['bf16_bound_if_rest_took_no_time']:.2f}x")  # fmt: skip
     if args.out:
-        from keras_vit.files import atomic_write_text
-
         atomic_write_text(args.out, json.dumps(out, indent=1))
     return 0
 

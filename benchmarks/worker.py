@@ -6,6 +6,7 @@ stdin and use no CPU, so only the implementation being measured runs.
 """
 
 import argparse
+import importlib.metadata as md
 import json
 import os
 import resource
@@ -35,6 +36,46 @@ def _make_bench(impl, spec, threads):
     return KerasBench("keras-hub" if impl == "keras-hub" else "keras-vit", spec, threads)
 
 
+def _step_split(bench, state, reps):
+    from benchmarks import step_split  # TensorFlow's: only the keras-vit worker measures it
+
+    return step_split.measure(bench, reps, state.setdefault("step_split", {}))
+
+
+def _matmul_peak(bench, state, **args):
+    from benchmarks.peak import matmul_peak  # TensorFlow's: not imported by the timm worker
+
+    return matmul_peak(**args)
+
+
+def _method(name):
+    """The task answered by the bench's method `name` (KerasBench, TimmBench)."""
+
+    def task(bench, state, **args):
+        return getattr(bench, name)(**args)
+
+    task.method = name
+    return task
+
+
+# What a worker answers: the coordinator's task name -> f(bench, the worker's state between rounds, **args).
+TASKS = {
+    "train": _method("train"),
+    "infer": _method("infer"),
+    "sizes": _method("sizes"),
+    "pipeline": _method("pipeline"),
+    "input_wait": _method("input_wait"),
+    "tflite_setup": _method("tflite_setup"),
+    "tflite_latency": _method("tflite_latency"),
+    "tflite_peak": _method("tflite_peak"),
+    "digits_int8": _method("digits_int8"),
+    "interchange": _method("interchange"),
+    "interchange_info": _method("interchange_info"),
+    "peak": _matmul_peak,
+    "step_split": _step_split,
+}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", required=True, choices=IMPLS)
@@ -52,18 +93,16 @@ def main(argv=None):
     except Exception as error:  # the coordinator reports the implementation as unavailable and goes on
         _reply({"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()})
         return 1
+    state = {}
     for line in sys.stdin:
         request = json.loads(line)
         if request["task"] == "exit":
             break
         try:
             start = time.perf_counter()
-            if request["task"] == "peak":
-                from benchmarks.peak import matmul_peak
-
-                result = matmul_peak(**request["args"])
-            else:
-                result = getattr(bench, request["task"])(**request["args"])
+            if request["task"] not in TASKS:
+                raise ValueError(f"unknown task {request['task']!r}; the worker answers {', '.join(TASKS)}")
+            result = TASKS[request["task"]](bench, state, **request["args"])
             _reply({"ok": True, "result": result, "seconds": time.perf_counter() - start})
         except Exception as error:
             _reply({"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()})
@@ -71,8 +110,6 @@ def main(argv=None):
 
 
 def _versions(impl):
-    import importlib.metadata as md
-
     names = ["numpy"] + (["torch", "timm"] if impl == "timm" else ["tensorflow", "keras", "ai-edge-litert"])
     names += {"keras-vit-jax": ["jax", "jaxlib"], "keras-vit-torch": ["torch"]}.get(impl, [])
     if impl == "keras-hub":

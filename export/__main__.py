@@ -9,16 +9,16 @@ Examples:
 """
 
 import argparse
+import os
 import sys
 
 from keras_vit import _startup
+from keras_vit.files import describe_os_error, describe_storage_error
 
-# `python -m export` in a checkout; the installed wheel's `keras-vit export` (or `python -m keras_vit.export`).
-PROG, PREDICT_PROG = (
-    ("python -m export", "python -m export predict")
-    if __package__ == "export"
-    else ("keras-vit export", "keras-vit predict")
-)
+from .errors import ExportError
+from .predict import similar
+
+PROG, PREDICT_PROG = _startup.command_names(__package__, "export", "predict")
 
 
 def _export_parser():
@@ -143,21 +143,30 @@ def _similar_parser():
     return p
 
 
+def _tensorflow_backend():
+    """Export converts with TensorFlow, so its command line runs Keras' TensorFlow backend whatever KERAS_BACKEND
+    says: a shell that trained with `KERAS_BACKEND=jax` can export right away (the `.keras` file is backend-neutral).
+    Keras reads the variable when first imported, which a command line has not done yet; `import export` in a JAX
+    session changes nothing, and `export.export_model` then says that it needs the TensorFlow backend."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if "keras" not in sys.modules and backend != "tensorflow":
+        print(f"[export] KERAS_BACKEND={backend} -> tensorflow: export converts with TensorFlow", file=sys.stderr)
+        os.environ["KERAS_BACKEND"] = "tensorflow"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     _startup.configure(argv)
+    _tensorflow_backend()
     # Arguments are checked before Keras and TensorFlow load (seconds), so --help and typos answer at once.
-    from .errors import ExportError
-
     command = argv[0] if argv[:1] in (["predict"], ["similar"]) else "export"
     try:
         args = _parse(command, argv)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _startup.import_tensorflow()
     export = sys.modules[__package__]  # this package: `export` in a checkout, `keras_vit.export` installed
-    export._load()
-    _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
         return _RUN[command](export, args)
     except ExportError as exc:  # VerificationError included: its message holds the table
@@ -167,8 +176,6 @@ def main(argv=None):
         print(f"error: {_os_error_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # TensorFlow's file errors: a gs:// URL out of reach or unreadable
-        from keras_vit.files import describe_storage_error
-
         line = describe_storage_error(exc)
         if line is None:
             raise
@@ -191,8 +198,6 @@ def _parse(command, argv):
 
 
 def _similar(export, args):
-    from .predict import similar
-
     value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
     print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
     return 0
@@ -234,8 +239,6 @@ _RUN = {"export": _export, "predict": _predict, "similar": _similar}
 
 
 def _os_error_line(err):
-    from keras_vit.files import describe_os_error
-
     return describe_os_error(
         err,
         "Pass a writable --out directory (or make this one writable) and export again.",

@@ -8,56 +8,52 @@ keras_vit.load_npz(model, "ViT-B_16.npz")
 """
 
 import importlib
-import sys
 
-from keras_vit import _startup, _tpu_runtime
+from keras_vit import _lazy, _tpu_runtime
 
-# A command line of this project is starting (`python -m keras_vit.inspect`, `python -m training`, ...): its quiet
-# defaults (keras_vit/_startup.py) must be in place before Keras imports TensorFlow below. Imports never do this.
-if _startup.command_line() is not None:
-    _startup.configure(sys.argv[1:])
-# Before Keras imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
-# (keras_vit/_tpu_runtime.py). `python -m keras_vit.inspect` comes through here first too.
+# Before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
+# (keras_vit/_tpu_runtime.py). Every way into keras-vit (training/, export/, the command lines) comes through here.
 _tpu_runtime.disable_libtpu_without_tpu()
 
 __version__ = "0.1.0"
 
+# The public API, imported on first use (keras_vit/_lazy.py): `import keras_vit` itself imports no Keras, so
+# `python -m training --help` answers at once.
+__all__, __getattr__, __dir__ = _lazy.lazy_names(
+    __name__,
+    {
+        "layers": "keras_vit.layers",
+        "decode_predictions": "keras_vit.labels",
+        "imagenet_class_names": "keras_vit.labels",
+        "imagenet_synsets": "keras_vit.labels",
+        "VARIANTS": "keras_vit.models",
+        "ViTConfig": "keras_vit.models",
+        "get_variant": "keras_vit.models",
+        "VisionTransformer": "keras_vit.models",
+        "create_model": "keras_vit.models",
+        "feature_model": "keras_vit.models.features",
+        "CheckpointError": "keras_vit.weights",
+        "load_npz": "keras_vit.weights",
+        "from_pretrained": "keras_vit.weights",
+        "load_weights": "keras_vit.weights",
+        "save_pretrained": "keras_vit.weights",
+    },
+)
 
-def _load():
-    """Imports the public API (and with it Keras); registers the layers for `keras.saving.load_model`."""
-    global layers, decode_predictions, imagenet_class_names, imagenet_synsets  # noqa: PLW0603 (the lazy API's binding)
-    global VARIANTS, VisionTransformer, ViTConfig, create_model, feature_model, get_variant  # noqa: PLW0603
-    global CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained  # noqa: PLW0603
-    # import_module, not `from keras_vit import layers`, which would ask __getattr__ below first.
-    layers = importlib.import_module("keras_vit.layers")
-    from keras_vit.labels import decode_predictions, imagenet_class_names, imagenet_synsets
-    from keras_vit.models import VARIANTS, VisionTransformer, ViTConfig, create_model, get_variant
-    from keras_vit.models.features import feature_model
-    from keras_vit.weights import CheckpointError, from_pretrained, load_npz, load_weights, save_pretrained
+
+def _register_serializables():
+    # `keras.saving.load_model` finds keras-vit's classes ("keras_vit>PatchEmbedding", ...) only once their modules
+    # have run their `register_keras_serializable` decorators; it never imports them itself.
+    importlib.import_module("keras_vit.layers")  # imports nothing else of keras_vit: never circular
+    try:
+        importlib.import_module("keras_vit.models.vision_transformer")
+    except ImportError:
+        # A keras_vit module that imported Keras first, and that the model needs, is half-run (a direct import
+        # of keras_vit.models.checks, say); it completes once this returns, and the model class registers when
+        # something imports it. The packages import Keras before their modules, so their imports never get here.
+        if not _lazy.importing(__name__):
+            raise
 
 
-# `python -m training`, `python -m export` and `python -m keras_vit.weights` parse their arguments before Keras loads
-# (keras_vit/_startup.py) and load it after, if at all; every other import loads it all now.
-if not _startup.parses_first():
-    _load()
-
-
-__all__ = [
-    "VARIANTS",
-    "CheckpointError",
-    "ViTConfig",
-    "VisionTransformer",
-    "create_model",
-    "decode_predictions",
-    "feature_model",
-    "from_pretrained",
-    "get_variant",
-    "imagenet_class_names",
-    "imagenet_synsets",
-    "layers",
-    "load_npz",
-    "load_weights",
-    "save_pretrained",
-]
-
-__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)
+# So they are registered as soon as both keras_vit and Keras are imported, in either order.
+_lazy.when_imported("keras", _register_serializables)

@@ -1,27 +1,22 @@
 """How the command lines start: arguments parsed before Keras loads, native logs quiet, warnings on one line.
 
 `python -m training --help` should answer at once, but importing Keras (and with it TensorFlow) takes seconds.
-Python imports a `-m` module's packages before running it, with `sys.argv[0] == "-m"` while it locates the module
-(`sys.orig_argv` holds the whole command line), so `command_line()` tells a package's `__init__` that a command
-line is starting and which one. The packages named in PARSE_FIRST then leave their heavy imports until their
-`__main__` has parsed the arguments. Only the standard library is imported here.
+The packages import their public names on first use (keras_vit/_lazy.py), so a command line's `__main__` parses
+its arguments first, then calls `configure` and `import_tensorflow` (or whatever it needs). Only the standard
+library is imported here.
 """
 
 import contextlib
-import functools
+import importlib
 import os
 import sys
 import tempfile
 import warnings
 
-# The `-m` entry points (and their submodules) whose __main__ parses its arguments before importing Keras;
-# keras_vit/__init__ (which their own modules import first) defers its layers and models for these only.
-PARSE_FIRST = ("training", "export", "keras_vit.training", "keras_vit.export", "keras_vit.weights", "keras_vit.cli")
-# The console command the wheel installs (pyproject.toml [project.scripts]): `keras-vit train|export|weights|inspect`.
-CONSOLE_COMMAND = "keras-vit"
-
 # TensorFlow's C++ logging (TF_CPP_MIN_LOG_LEVEL): 0 everything, 1 hides INFO, 2 hides WARNING too, 3 hides ERROR.
 QUIET_LOG_LEVEL = "2"
+# The console command the wheel installs (pyproject.toml [project.scripts]): `keras-vit train|export|weights|inspect`.
+CONSOLE_COMMAND = "keras-vit"
 # Without this device file there is no NVIDIA GPU, and the `failed call to cuInit` ERROR line of TensorFlow's CUDA
 # build says nothing (CUDA_VISIBLE_DEVICES="" does not stop it: measured with TF 2.20).
 NVIDIA_DEVICE = "/dev/nvidiactl"
@@ -31,32 +26,15 @@ VERBOSE_FLAGS = ("-v", "--verbose")
 LITERT_NOTICES = ("Created TensorFlow Lite XNNPACK delegate",)
 
 
-def command_line():
-    """The module `python -m` is starting (e.g. "training" or "keras_vit.inspect"), or None.
+def command_names(package, command, subcommand):
+    """The `prog` of a command line and of its subcommand, as the user typed them.
 
-    Only true while Python is locating that module, i.e. during its packages' imports; for the installed
-    `keras-vit` console command, "keras_vit.cli" throughout.
+    `python -m training` / `python -m training evaluate` in a checkout (the top-level package); the installed
+    wheel's `keras-vit train` / `keras-vit evaluate` (its `keras_vit.training`, also `python -m keras_vit.training`).
     """
-    if sys.argv[:1] and os.path.basename(sys.argv[0]) == CONSOLE_COMMAND:
-        return "keras_vit.cli"
-    if sys.argv[:1] != ["-m"]:
-        return None
-    argv = getattr(sys, "orig_argv", [])
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-m":
-            return argv[i + 1]
-    return None
-
-
-@functools.cache
-def parses_first():
-    """Whether this process is a command line that parses its arguments before importing Keras.
-
-    Decided once, by the first call (keras_vit/__init__, while `-m` locates the module), and remembered: the
-    packages imported later, from the command line's __main__, defer the same way until it loads them.
-    """
-    name = command_line()
-    return name is not None and any(name == entry or name.startswith(entry + ".") for entry in PARSE_FIRST)
+    if "." not in package:
+        return f"python -m {package}", f"python -m {package} {subcommand}"
+    return f"{CONSOLE_COMMAND} {command}", f"{CONSOLE_COMMAND} {subcommand}"
 
 
 def verbose_requested(argv):
@@ -142,17 +120,8 @@ def find_devices_quietly(tf):
         tf.config.list_physical_devices()
 
 
-def deferred_getattr(package, names, load):
-    """The `__getattr__` of a package that leaves `names` unimported while a parse-first command line starts.
-
-    The first use of one of them runs `load()`, which binds them all in the package (a plain import runs it at once).
-    """
-    module = sys.modules[package]
-
-    def __getattr__(name):
-        if name in names:
-            load()
-            return vars(module)[name]
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-
-    return __getattr__
+def import_tensorflow():
+    """Imports TensorFlow for a command line that has parsed its arguments; lists its devices quietly (below)."""
+    tf = importlib.import_module("tensorflow")
+    find_devices_quietly(tf)
+    return tf

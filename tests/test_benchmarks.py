@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchmarks import coordinator, report, summary
+from benchmarks import coordinator, provenance, report, summary
 from keras_vit.models import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -244,7 +244,7 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
         "--pipeline-batches", "1", "--pipeline-images", "16", "--input-wait-steps", "1",
         "--no-bf16", "--out", str(out), "--readme", str(readme_path), "--advice", str(tmp_path / "advice.json"),
     ]  # fmt: skip
-    start = time.time()
+    start, head_before = time.time(), provenance.source_commit()["commit"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -289,6 +289,10 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
     phases = rep["phase_seconds"]
     assert {"train/float32", "infer", "tflite", "pipeline", "input_wait"} <= set(phases)
     assert all(len(t["rounds"]) == 1 and t["total"] >= t["workers"] + sum(t["rounds"]) for t in phases.values())
+    # Each phase names the code it measured: this checkout's HEAD ("unknown" in a copy without git), the one
+    # before or after the run should a commit land meanwhile.
+    heads = {head_before, provenance.source_commit()["commit"]}
+    assert set(rep["commits"]) == set(phases) and all(c["commit"] in heads for c in rep["commits"].values())
     for mode in ("float32", "dynamic_int8", "full_int8", "int8_matmul"):
         assert 0 < med[f"tflite/{mode}"]["keras-vit"] < 1000
         info = impls["keras-vit"]["tflite"][mode]

@@ -143,6 +143,8 @@ def test_memory_phase_runs_each_setting_in_its_own_process_on_tensorflow(monkeyp
         return subprocess.CompletedProcess(command, 0, "noise\nRESULT" + __import__("json").dumps(record), "")
 
     monkeypatch.setattr(memory.subprocess, "run", fake_run)
+    # The phase's commit (benchmarks/provenance.py) runs git through the same subprocess.run: not a setting.
+    monkeypatch.setattr(coordinator.provenance, "source_commit", lambda: {"commit": "c" * 40, "dirty": False})
     monkeypatch.setattr(fit, "recipe_spec", lambda name: {"name": name})
     options = types.SimpleNamespace(memory_variant="B/16", memory_sizes=[224, 384], memory_batch=8)
     lines = []
@@ -155,6 +157,7 @@ def test_memory_phase_runs_each_setting_in_its_own_process_on_tensorflow(monkeyp
     assert section["settings"][3]["error"].startswith("exit code -9")
     assert [r["name"] for r in section["recipes"]] == list(fit.RECIPES)
     assert section["backend"] == "tensorflow" and section["machine"]["usable_cpus"] >= 1
+    assert section["commit"] == {"commit": "c" * 40, "dirty": False} and "[memory] commit cccccccccccc" in lines
     assert any("FAILED" in line for line in lines)
 
 

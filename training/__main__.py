@@ -12,17 +12,13 @@ import os
 import sys
 
 from keras_vit import _startup
+from keras_vit.files import describe_os_error, describe_storage_error
 
 from .config import option_choices
 from .configs import available_configs, check_config_name
 from .overrides import parse_overrides
 
-# `python -m training` in a checkout; the installed wheel's `keras-vit train` (or `python -m keras_vit.training`).
-PROG, EVALUATE_PROG = (
-    ("python -m training", "python -m training evaluate")
-    if __package__ == "training"
-    else ("keras-vit train", "keras-vit evaluate")
-)
+PROG, EVALUATE_PROG = _startup.command_names(__package__, "train", "evaluate")
 
 
 def _train_parser():
@@ -95,9 +91,8 @@ def main(argv=None):
         run = _parse(argv)
     except (ValueError, KeyError) as err:
         return _error(err)
+    _startup.import_tensorflow()
     training = sys.modules[__package__]  # this package: `training` in a checkout, `keras_vit.training` installed
-    training._load()
-    _startup.find_devices_quietly(sys.modules["tensorflow"])
     try:
         run(training)
         return 0
@@ -124,8 +119,6 @@ def main(argv=None):
 
 
 def _storage_error_line(err):
-    from keras_vit.files import describe_storage_error
-
     return describe_storage_error(err)
 
 
@@ -181,8 +174,6 @@ def _check_workdir(workdir):
 
 
 def _os_error_line(err):
-    from keras_vit.files import describe_os_error
-
     return describe_os_error(
         err,
         "Use a writable --workdir (or make this one writable) and run the same command again.",

@@ -23,16 +23,10 @@ from keras_vit.files import atomic_write
 from . import checkpoint_file
 from .checkpoint_file import CheckpointError, NonFiniteStateError, listing, pair_by_path
 
-# The callback and what a stopped run raises live in `training.fault_tolerance`; the exceptions stay importable from
-# here for `training/__init__.py`.
-from .fault_tolerance import NonFiniteLossError, Preempted
-
 __all__ = [
     "CheckpointError",
     "CheckpointManager",
-    "NonFiniteLossError",
     "NonFiniteStateError",
-    "Preempted",
     "Resume",
     "find_resume",
 ]

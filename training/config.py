@@ -257,14 +257,3 @@ def _divisor_below(number, limit):
 def option_choices(name):
     """The values `TrainConfig` field `name` lists in its annotation (e.g. the command line's `--strategy` choices)."""
     return choices(typing.get_type_hints(TrainConfig)[name])
-
-
-def __getattr__(name):
-    # The recipe registry lives with the recipes (`training.configs`); these names stay importable from here for
-    # the callers that import them so (`training/__init__.py`, benchmarks/), without this module importing the
-    # recipes, which import it.
-    if name in ("available_configs", "check_config_name", "get_config"):
-        from . import configs
-
-        return getattr(configs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

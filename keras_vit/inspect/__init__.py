@@ -17,32 +17,27 @@ Command line: `python -m keras_vit.inspect model.keras image.jpg --out plots/`. 
 matplotlib is imported only by the figure functions.
 """
 
-from keras_vit.inspect.attention import Rollout, attention_rollout, attention_weights, rollout, upsample
-from keras_vit.inspect.distance import attention_distance, mean_attention_distance, patch_distances
-from keras_vit.inspect.embeddings import (
-    embedding_similarity,
-    filter_components,
-    patch_embedding_components,
-    position_embedding_similarity,
-)
-from keras_vit.inspect.layout import TokenLayout, token_layout
-from keras_vit.inspect.plots import FIGURES, save_figures
+from keras_vit import _lazy
 
-__all__ = [
-    "FIGURES",
-    "Rollout",
-    "TokenLayout",
-    "attention_distance",
-    "attention_rollout",
-    "attention_weights",
-    "embedding_similarity",
-    "filter_components",
-    "mean_attention_distance",
-    "patch_distances",
-    "patch_embedding_components",
-    "position_embedding_similarity",
-    "rollout",
-    "save_figures",
-    "token_layout",
-    "upsample",
-]
+# Imported on first use (keras_vit/_lazy.py), so that `python -m keras_vit.inspect` parses before Keras loads.
+__all__, __getattr__, __dir__ = _lazy.lazy_names(
+    __name__,
+    {
+        "Rollout": ".attention",
+        "attention_rollout": ".attention",
+        "attention_weights": ".attention",
+        "rollout": ".attention",
+        "upsample": ".attention",
+        "attention_distance": ".distance",
+        "mean_attention_distance": ".distance",
+        "patch_distances": ".distance",
+        "embedding_similarity": ".embeddings",
+        "filter_components": ".embeddings",
+        "patch_embedding_components": ".embeddings",
+        "position_embedding_similarity": ".embeddings",
+        "TokenLayout": ".layout",
+        "token_layout": ".layout",
+        "FIGURES": ".plots",
+        "save_figures": ".plots",
+    },
+)

@@ -7,8 +7,9 @@ python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
 """
 
 import argparse
-import os
 import sys
+
+from keras_vit import _startup, files
 
 NUM_HELDOUT_USED = 64  # the attention distance averages over these; the rollout shows --max-images of them
 
@@ -63,8 +64,7 @@ def main(argv=None):
     )
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_vit import files
+    _startup.configure(sys.argv[1:] if argv is None else argv)
     from keras_vit.inspect.inputs import heldout_labels, load_images, load_model, synthetic_images, workdir_class_names
     from keras_vit.inspect.layout import token_layout
     from keras_vit.inspect.plots import save_figures
@@ -119,8 +119,6 @@ def main(argv=None):
 def _file_error_line(err):
     """One line for a file error (a read-only, full or misplaced --out; a URL TensorFlow cannot reach);
     anything else is re-raised."""
-    from keras_vit import files
-
     if isinstance(err, OSError):
         return files.describe_os_error(err, "Pass a writable --out directory (or make this one writable).")
     line = files.describe_storage_error(err)

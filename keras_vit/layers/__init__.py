@@ -1,5 +1,9 @@
 """Keras 3 layers of the Vision Transformer; every layer is registered for `.keras` saving."""
 
+# Keras before any layer module: importing Keras registers keras_vit's classes (keras_vit/__init__.py), the model's
+# among them, which needs every layer module whole, not one half-run at its own `import keras`.
+import keras  # noqa: F401
+
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath

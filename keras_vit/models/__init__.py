@@ -1,21 +1,15 @@
 """Model configurations and the model builder."""
 
-from keras_vit import _startup
-from keras_vit.models.configs import VARIANTS, ViTConfig, get_variant
+from keras_vit import _lazy
 
-__all__ = ["VARIANTS", "ViTConfig", "VisionTransformer", "create_model", "get_variant"]
-
-
-def _load():
-    """Imports the model builder (and with it Keras)."""
-    from keras_vit.models.vision_transformer import VisionTransformer, create_model
-
-    globals().update(VisionTransformer=VisionTransformer, create_model=create_model)
-
-
-# The configs need no Keras: a command line that parses first checks variant and option names without it.
-if not _startup.parses_first():
-    _load()
-
-
-__getattr__ = _startup.deferred_getattr(__name__, ("VisionTransformer", "create_model"), _load)
+# The configs need no Keras: a command line checks variant and option names without it.
+__all__, __getattr__, __dir__ = _lazy.lazy_names(
+    __name__,
+    {
+        "VARIANTS": "keras_vit.models.configs",
+        "ViTConfig": "keras_vit.models.configs",
+        "get_variant": "keras_vit.models.configs",
+        "VisionTransformer": "keras_vit.models.vision_transformer",
+        "create_model": "keras_vit.models.vision_transformer",
+    },
+)

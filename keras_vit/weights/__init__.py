@@ -8,35 +8,22 @@
 local caches, and `content.py` checks that what was downloaded is the file it claims to be before it is cached.
 """
 
-from keras_vit import _startup
+from keras_vit import _lazy
 
-__all__ = [
-    "POSEMB_KEY",
-    "CheckpointError",
-    "LoadReport",
-    "checkpoint_variables",
-    "from_pretrained",
-    "load_npz",
-    "load_params",
-    "load_weights",
-    "read_npz",
-    "save_pretrained",
-    "to_original_layout",
-]
-
-
-def _load():
-    """Imports the loaders (and with them Keras' model code); the catalogue and downloads need neither."""
-    global POSEMB_KEY, CheckpointError, LoadReport, checkpoint_variables, load_params  # noqa: PLW0603 (lazy API)
-    global load_npz, read_npz, to_original_layout, from_pretrained, load_weights, save_pretrained  # noqa: PLW0603
-    from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, LoadReport, checkpoint_variables, load_params
-    from keras_vit.weights.npz import load_npz, read_npz, to_original_layout
-    from keras_vit.weights.pretrained import from_pretrained, load_weights, save_pretrained
-
-
-# `python -m keras_vit.weights list|info|download` needs no Keras (keras_vit/_startup.py); everything else loads now.
-if not _startup.parses_first():
-    _load()
-
-
-__getattr__ = _startup.deferred_getattr(__name__, __all__, _load)
+# `python -m keras_vit.weights list|info|download` needs no Keras: the loaders are imported on first use.
+__all__, __getattr__, __dir__ = _lazy.lazy_names(
+    __name__,
+    {
+        "POSEMB_KEY": "keras_vit.weights.loading",
+        "CheckpointError": "keras_vit.weights.loading",
+        "LoadReport": "keras_vit.weights.loading",
+        "checkpoint_variables": "keras_vit.weights.loading",
+        "load_params": "keras_vit.weights.loading",
+        "load_npz": "keras_vit.weights.npz",
+        "read_npz": "keras_vit.weights.npz",
+        "to_original_layout": "keras_vit.weights.npz",
+        "from_pretrained": "keras_vit.weights.pretrained",
+        "load_weights": "keras_vit.weights.pretrained",
+        "save_pretrained": "keras_vit.weights.pretrained",
+    },
+)

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from keras_vit import _startup
 from keras_vit.weights import catalogue, download, sources
 
 
@@ -74,13 +75,14 @@ def _info(entry):
 
 
 def main(argv=None):
+    _startup.configure(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.weights",
         description="List the released ViT checkpoints and download them (or any URL or Hub repo) into the cache.",
         epilog=f"Cache: {download.CACHE_ENV} (default {download.cache_dir()}); Hub files: the huggingface_hub cache "
         f"(HF_HOME). Offline: place a file by hand at the path `info NAME` prints.",
     )
-    # Read by keras_vit/_startup.py before this parser runs; declared so that argparse accepts it.
+    # Read by _startup.configure above, before this parser runs; declared so that argparse accepts it.
     parser.add_argument("-v", "--verbose", action="store_true", help="show TensorFlow's own log lines too")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the catalogue as a table")
