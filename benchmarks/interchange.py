@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from benchmarks.spread import with_spread
 from keras_vit.files import atomic_write_bytes
 
 RUNTIMES = ("onnxruntime", "openvino")
@@ -168,8 +169,6 @@ def _context(report):
 
 def rows(report):
     """The performance table's Markdown rows of the ONNX and OpenVINO measurements (none when not measured)."""
-    from benchmarks.report import with_spread
-
     versions, threads = _context(report)
     out = []
     for runtime, batch, key in _keys(report):
@@ -186,8 +185,6 @@ def rows(report):
 
 def table_lines(report):
     """The printed summary's lines: each measurement's medians and per-round ratio, and each file's check."""
-    from benchmarks.report import with_spread
-
     keys = _keys(report)
     if not keys:
         return []

@@ -13,7 +13,7 @@ import json
 import sys
 
 from benchmarks import fit, interchange, provenance
-from benchmarks.report import target_state, with_spread
+from benchmarks.spread import target_state, with_spread
 from keras_vit.files import atomic_write_text
 
 START = "<!-- benchmark-table:start -->"

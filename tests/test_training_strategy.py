@@ -111,7 +111,9 @@ def test_libtpu_disabled_only_without_tpu_evidence_and_user_setting(tmp_path):
     assert _tpu_runtime.disable_libtpu_without_tpu(environ) is None and environ == {}
 
 
-# Records TPU_LOAD_LIBRARY at the moment something first imports tensorflow, then stops that import (fast).
+# Records TPU_LOAD_LIBRARY at the moment something first imports tensorflow, then stops that import (fast). The
+# packages import TensorFlow only when a name that needs it is first used (keras_vit/_lazy.py), so after importing
+# the package the probe imports it itself, as that first use would: the guard must have run by then.
 _IMPORT_PROBE = """
 import os, sys
 class Probe:
@@ -122,6 +124,7 @@ class Probe:
 sys.meta_path.insert(0, Probe())
 try:
     import {module}
+    import tensorflow
 except ImportError:
     pass
 """
