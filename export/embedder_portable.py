@@ -72,32 +72,21 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
 def _batches(runner, x, expected, budget, failures):
     from .embedder import check_budget, compare
 
-    if not runner.dynamic_batch:
-        failures.append(f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open")
+    runs, found = portable.batch_runs(runner, x, expected, budget, compare, check_budget)
+    failures += found
+    if runs is None:
         return None
-    worst = 1.0
-    for batch in portable.DYNAMIC_BATCHES:
-        if len(x) < batch:
-            continue
-        n = batch * (len(x) // batch)
-        figures = compare(np.concatenate([runner.run(x[i : i + batch]) for i in range(0, n, batch)]), expected[:n])
-        worst = min(worst, figures["min_cosine"])
-        failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
-    return {"batches": list(portable.DYNAMIC_BATCHES), "min_cosine": worst}
+    return {"batches": list(portable.DYNAMIC_BATCHES), "min_cosine": min((f["min_cosine"] for f in runs), default=1.0)}
 
 
 def _other_size(runner, x, dynamic_model, l2_normalize, budget, failures):
-    """The first images two patches taller and one wider, against the dynamic Keras model at that size."""
-    import tensorflow as tf
-
+    """The first images at `portable.second_size`, against the dynamic Keras model at that size."""
     from .embedder import check_budget, compare
 
     if not runner.dynamic_image_size:
         failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
         return None
-    patch = int(dynamic_model.config.patch_size) * int(dynamic_model.config.feature_stride)
-    size = (runner.image_size[0] + 2 * patch, runner.image_size[1] + patch)
-    bigger = tf.clip_by_value(tf.image.resize(x[: portable.DYNAMIC_SIZE_IMAGES], size), -1.0, 1.0).numpy()
+    size, bigger = portable.second_size(runner, x[: portable.DYNAMIC_SIZE_IMAGES], dynamic_model)
     expected = expected_vectors(dynamic_model(bigger, training=False), l2_normalize)
     figures = compare(runner.run(bigger), expected)
     failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(figures, budget)]

@@ -198,27 +198,42 @@ def check(runner, x, reference, budget, dynamic_model=None):
     return fields, failures
 
 
-def _batches(runner, x, reference, budget):
+def batch_runs(runner, x, reference, budget, compare=compare, check_budget=check_budget):
+    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference`: (the figures of each
+    size, failures), or (None, the failure) when the file's batch is fixed. `compare` and `check_budget` are the
+    artifact's own (logits here; cosine and norm for an embedder)."""
     if not runner.dynamic_batch:
         return None, [f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open"]
-    worst, failures = 0.0, []
+    runs, failures = [], []
     for batch in DYNAMIC_BATCHES:
         if len(x) < batch:
             continue
         out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
-        figures = compare(out, reference[: len(out)])
-        worst = max(worst, figures["max_rel_logit_diff"])
-        failures += [f"batch {batch}: {f}" for f in check_budget(figures, budget)]
+        runs.append(compare(out, reference[: len(out)]))
+        failures += [f"batch {batch}: {f}" for f in check_budget(runs[-1], budget)]
+    return runs, failures
+
+
+def _batches(runner, x, reference, budget):
+    runs, failures = batch_runs(runner, x, reference, budget)
+    if runs is None:
+        return None, failures
+    worst = max((f["max_rel_logit_diff"] for f in runs), default=0.0)
     return {"batches": list(DYNAMIC_BATCHES), "max_rel_logit_diff": worst}, failures
 
 
-def _other_size(runner, x, dynamic_model):
+def second_size(runner, x, dynamic_model):
+    """`x` resized to a second image size, two patches taller and one wider than the file's: (size, images)."""
     import tensorflow as tf
 
     patch = int(dynamic_model.config.patch_size) * int(dynamic_model.config.feature_stride)
     size = (runner.image_size[0] + 2 * patch, runner.image_size[1] + patch)
     # Model-space images resized again: any float32 images in [-1, 1] at the new size serve the comparison.
-    bigger = tf.clip_by_value(tf.image.resize(x, size, method="bilinear"), -1.0, 1.0).numpy()
+    return size, tf.clip_by_value(tf.image.resize(x, size, method="bilinear"), -1.0, 1.0).numpy()
+
+
+def _other_size(runner, x, dynamic_model):
+    size, bigger = second_size(runner, x, dynamic_model)
     expected = np.concatenate([np.asarray(dynamic_model(bigger[i : i + 16], training=False))
                                for i in range(0, len(bigger), 16)])  # fmt: skip
     figures = compare(np.concatenate([runner.run(bigger[i : i + 16]) for i in range(0, len(bigger), 16)]), expected)
