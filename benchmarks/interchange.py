@@ -129,6 +129,11 @@ class Interchange:
                 "max_rel_diff_vs_own": dict(self.parity), "opset": OPSET}  # fmt: skip
 
 
+def build(bench, out_dir, threads):
+    """The Interchange of a worker's bench: timm's for a TimmBench (the one that carries torch), else a KerasBench's."""
+    return timm(bench, out_dir, threads) if hasattr(bench, "torch") else keras_vit(bench, out_dir, threads)
+
+
 def keras_vit(bench, out_dir, threads):
     """The Interchange of a KerasBench's float model (benchmarks/keras_impl.py)."""
     model = bench.float_model()

@@ -225,15 +225,3 @@ class KerasBench:
             model.save(path)
             keras_bytes = os.path.getsize(path)
         return {"parameters": int(model.count_params()), "keras_file_bytes": keras_bytes}
-
-    def interchange(self, runtime, batch, reps, warmup, out_dir, threads):
-        """The float model as the exporter's ONNX (onnxruntime) or OpenVINO file (benchmarks/interchange.py)."""
-        from benchmarks import interchange
-
-        if getattr(self, "_interchange", None) is None:
-            self._interchange = interchange.keras_vit(self, out_dir, threads)
-        return self._interchange.measure(runtime, batch, reps, warmup)
-
-    def interchange_info(self):
-        state = getattr(self, "_interchange", None)
-        return state.info() if state is not None else {}

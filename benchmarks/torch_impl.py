@@ -100,15 +100,3 @@ class TimmBench:
         buffer = io.BytesIO()
         self.torch.save(model.state_dict(), buffer)
         return {"parameters": int(sum(p.numel() for p in model.parameters())), "state_dict_bytes": buffer.tell()}
-
-    def interchange(self, runtime, batch, reps, warmup, out_dir, threads):
-        """timm's ViT through torch.onnx.export, under onnxruntime or OpenVINO (benchmarks/interchange.py)."""
-        from benchmarks import interchange
-
-        if getattr(self, "_interchange", None) is None:
-            self._interchange = interchange.timm(self, out_dir, threads)
-        return self._interchange.measure(runtime, batch, reps, warmup)
-
-    def interchange_info(self):
-        state = getattr(self, "_interchange", None)
-        return state.info() if state is not None else {}

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from benchmarks import coordinator, interchange, readme, report, summary
+from benchmarks import coordinator, interchange, readme, report, summary, worker
 from keras_vit.models.configs import get_variant
 
 BATCH = 4
@@ -37,13 +37,16 @@ def openvino_outputs(path, x):
 
 
 def check_rows(bench, own_outputs, tmp_path, layout):
-    """Measures every row of one implementation and checks its files against `own_outputs` (the framework's)."""
+    """Measures every row of one implementation, as its worker does, and checks its files against `own_outputs`
+    (the framework's)."""
+    state = {}  # the worker's state between requests
     for runtime in interchange.RUNTIMES:
         for batch in (BATCH, 1):
-            result = bench.interchange(runtime, batch, reps=2, warmup=0, out_dir=str(tmp_path), threads=1)
+            result = worker.TASKS["interchange"](bench, state, runtime, batch, reps=2, warmup=0, out_dir=str(tmp_path),
+                                                 threads=1)  # fmt: skip
             assert result["threads"] == 1 and result["latency_ms"] > 0
             assert result["images_per_second"] == pytest.approx(batch / result["latency_ms"] * 1e3)
-    info = bench.interchange_info()
+    info = worker.TASKS["interchange_info"](bench, state)
     assert info["threads"] == 1 and set(info["files"]) == set(interchange.RUNTIMES)
     assert all(d <= 1e-4 for d in info["max_rel_diff_vs_own"].values()), info
     x = np.random.default_rng(5).uniform(-1, 1, (3, 32, 32, 3)).astype(np.float32)
