@@ -126,6 +126,31 @@ def test_layer_norm_matches_numpy_and_keras():
     assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
 
 
+@pytest.mark.parametrize("gelu", ["tanh", "exact", "quick"])
+def test_mlp_gelu_under_bfloat16_is_computed_in_float32(gelu):
+    """Under mixed_bfloat16 the activation is float32 maths on the bfloat16 pre-activation, rounded once."""
+    import math
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 9, 8)).astype("float32") * 3
+    mlp = L.MlpBlock(64, gelu=gelu, dtype="mixed_bfloat16")
+    mlp.build(x.shape)
+    h = mlp.dense_0(keras.ops.cast(x, "bfloat16"))
+    got = np.asarray(keras.ops.cast(mlp._activate(h), "float32"))
+    assert keras.backend.standardize_dtype(mlp._activate(h).dtype) == "bfloat16"
+    z = np.asarray(keras.ops.cast(h, "float32")).astype(np.float64)
+    if gelu == "tanh":
+        y = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    elif gelu == "exact":
+        y = 0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+    else:
+        y = z / (1 + np.exp(-1.702 * z))
+    expected = np.asarray(keras.ops.cast(keras.ops.cast(y.astype("float32"), "bfloat16"), "float32"))
+    # One rounding of the float32 result to bfloat16: at most one bfloat16 step (2^-8 relative) from numpy's value
+    # rounded the same way, where bfloat16 arithmetic throughout drifts by several.
+    np.testing.assert_allclose(got, expected, rtol=2**-8, atol=1e-6)
+
+
 # ----- the ViT family's building blocks, against numpy -----
 
 
