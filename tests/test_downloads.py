@@ -437,7 +437,38 @@ def test_catalogue_entries_added_from_the_notebook_and_timm():
     assert sizes["imagenet21k+imagenet2012/ViT-B_16.npz"] == 331.4 and sizes["imagenet21k/R50+ViT-B_16.npz"] == 439.85
     assert sizes["imagenet21k/ViT-H_14.npz"] == 2519.04  # 2.46 GiB
     assert "listed as 2.46 GiB" in catalogue.get("ViT-H_14").size_source
-    assert len(sizes) == 14  # the 15 listed minus the B/8 fine-tune, whose resolution no source gives
+    assert len(sizes) == 15  # every file the notebook lists
+
+
+def test_b8_fine_tune_resolution_follows_from_the_listed_sizes():
+    """No source publishes it; the listed sizes do: the 21k file less the fine-tune, against B/16's pair."""
+    mib = 2**20
+    ft = catalogue.get("imagenet21k+imagenet2012/ViT-B_8.npz")
+    assert (ft.name, ft.image_size, ft.num_classes) == ("vit_base_patch8_384.orig_in21k_ft_in1k", 384, 1000)
+    assert ft.size_mib == 334.78
+    assert "derived" in ft.note and ft.top1 is None and ft.hf_hub_id is None
+    width = 768
+    heads = (width * width + width) + (width * 21843 + 21843) - (width * 1000 + 1000)  # pre_logits + 21k - 1k head
+    b16 = catalogue.get("imagenet21k/ViT-B_16.npz").size_mib - catalogue.get("ViT-B_16-224").size_mib
+    assert abs(b16 - heads * 4 / mib) < 0.01  # the method on a pair whose resolutions are known (both 224)
+    b8 = catalogue.get("imagenet21k/ViT-B_8.npz").size_mib - ft.size_mib
+    extra_tokens = (heads * 4 / mib - b8) * mib / (4 * width)
+    tokens = 1 + (224 // 8) ** 2 + extra_tokens
+    rounding = 2 * 0.005 * mib / (4 * width)  # both sizes are rounded to 0.01 MiB
+    fits = [n for n in range(8, 1024, 8) if abs(1 + (n // 8) ** 2 - tokens) <= rounding]
+    assert fits == [384], (tokens, fits)
+
+
+def test_sam_checkpoints_other_sources_name():
+    for stem, variant in (("ViT-S_16", "S/16"), ("ViT-L_16", "L/16"), ("ViT-L_32", "L/32")):
+        sam = catalogue.get(f"gs://vit_models/sam/{stem}.npz")
+        assert (sam.variant, sam.num_classes, sam.image_size, sam.name) == (
+            variant,
+            1000,
+            224,
+            f"{catalogue._TIMM_NAMES[variant]}_224.sam_in1k",
+        )
+        assert sam.hf_hub_id is None and "timm does not publish" in sam.note and "README" in sam.note
 
 
 def test_catalogue_url_respects_the_endpoint_variable(monkeypatch):

@@ -27,7 +27,8 @@ Sources of the figures (read late 2026; nothing here was downloaded):
   cell gives every vit_jax file's size (MiB, GiB for the large ones) and lists `imagenet21k/ViT-B_8.npz`
   (catalogue_extra.py holds those figures).
 - [SAM] timm's default_cfgs name two SAM checkpoints (`vit_base_patch{16,32}_224.sam_in1k`,
-  `gs://vit_models/sam/ViT-B_{16,32}.npz`); vision_transformer's README names the bucket only.
+  `gs://vit_models/sam/ViT-B_{16,32}.npz`); vision_transformer's README names the bucket only; two papers' READMEs
+  name three more files in it (S/16, L/16, L/32; catalogue_extra.SAM gives each source).
 No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
 download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB.
 """
@@ -210,6 +211,7 @@ def _vit_jax():
         ("L/16", 224, "ViT-L_16-224", 82.7, _VT_README, None),
         ("L/32", 384, "ViT-L_32", 81.510, _TIMM_CSV, "timm/vit_large_patch32_384.orig_in21k_ft_in1k"),
         ("R50+B/16", 384, "R50+ViT-B_16", 84.976, _TIMM_CSV, "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k"),
+        ("B/8", 384, "ViT-B_8", None, None, None),
     ]:
         folder = "imagenet21k+imagenet2012"
         aliases = (f"{folder}/{stem}", f"{folder}/{stem}.npz") + ((stem, f"{stem}.npz") if "-224" in stem else ())
@@ -231,6 +233,7 @@ def _vit_jax():
                 size_source=size_source,
                 crop_pct=_crop(size),
                 hf_hub_id=hub,
+                note=extra.B8_FT_NOTE if stem == "ViT-B_8" else "",
                 aliases=aliases,
             )
         )
@@ -238,16 +241,17 @@ def _vit_jax():
 
 
 def _sam():
-    """The SAM checkpoints (arXiv 2106.01548) a source names: timm's two, trained on ImageNet-1k."""
+    """The SAM checkpoints (arXiv 2106.01548) a source names, trained on ImageNet-1k (two of them in timm)."""
     out = []
-    for variant, obj in extra.SAM:
+    for variant, obj, in_timm, source in extra.SAM:
         name = _name(variant, 224, "sam_in1k")
         stem = obj.rsplit("/", 1)[-1][: -len(".npz")]
+        note = extra.SAM_NOTE + ("" if in_timm else f"; {extra.SAM_NOT_TIMM}") + f" [{source}]"
         out.append(
             Checkpoint(
                 name=name, variant=variant, image_size=224, label_space=IMAGENET1K, num_classes=1000,
                 representation_size=None, bucket="vit_models", object=obj, top1=None, top1_source=None,
-                family="vit_jax", crop_pct=0.9, hf_hub_id=f"timm/{name}", note=f"{extra.SAM_NOTE} [{extra.TIMM_SAM}]",
+                family="vit_jax", crop_pct=0.9, hf_hub_id=f"timm/{name}" if in_timm else None, note=note,
                 aliases=(f"sam/{stem}", obj),
             )
         )  # fmt: skip

@@ -77,15 +77,39 @@ TIMM_SAM = (
     "timm vision_transformer.py default_cfgs (`vit_base_patch{16,32}_224.sam_in1k`: url gs://vit_models/sam/..., "
     "hf_hub_id timm/, timm's ViT _cfg otherwise: 1000 classes, 224 px, crop_pct 0.9, bicubic, mean = std = 0.5)"
 )
-# The SAM checkpoints a source read here names (variant, object): timm's two. vision_transformer's README says only
-# that gs://vit_models/sam holds "Models pre-trained on ImageNet with SAM"; no other file name was found.
-SAM = (("B/16", "sam/ViT-B_16.npz"), ("B/32", "sam/ViT-B_32.npz"))
+# The SAM checkpoints (arXiv 2106.01548) a source read here names: (variant, object, timm publishes it, source).
+# vision_transformer's README says only that gs://vit_models/sam holds "Models pre-trained on ImageNet with SAM".
+SAM_LOW_RANK = (
+    "tml-epfl/sam-low-rank-features README.md (Andriushchenko et al. 2023, arXiv 2305.16292): its ImageNet-1k "
+    "evaluation commands read gs://vit_models/sam/ViT-{B_16,B_32,L_16,L_32}.npz"
+)
+DCMM = "Shawey94/DCMM-Transformer README.md: downloads storage.googleapis.com/vit_models/sam/ViT-S_16.npz"
+SAM = (
+    ("B/16", "sam/ViT-B_16.npz", True, TIMM_SAM),
+    ("B/32", "sam/ViT-B_32.npz", True, TIMM_SAM),
+    ("S/16", "sam/ViT-S_16.npz", False, DCMM),
+    ("L/16", "sam/ViT-L_16.npz", False, SAM_LOW_RANK),
+    ("L/32", "sam/ViT-L_32.npz", False, SAM_LOW_RANK),
+)
 SAM_NOTE = (
     "trained from scratch on ImageNet-1k with SAM (arXiv 2106.01548); whether the file holds pre_logits is not "
     "published: from_pretrained builds what the file holds"
 )
+SAM_NOT_TIMM = (
+    "timm does not publish this one (no hf_hub_id); 224 px and crop_pct 0.9 follow timm's two SAM entries, "
+    "the resolution the SAM paper trains at"
+)
 B8_NOTE = (
     "listed in vit_jax.ipynb's bucket listing (2021-03-10); whether it holds pre_logits is not published: "
-    "from_pretrained builds what the file holds. Its ImageNet fine-tune (imagenet21k+imagenet2012/ViT-B_8.npz, "
-    "334.78 MiB) is not listed here: no source read gives its resolution"
+    "from_pretrained builds what the file holds"
+)
+# The B/8 ImageNet fine-tune's resolution is published by no source read here; the two listed sizes give it. The
+# 21k file minus the fine-tune is 58.94 MiB; at equal resolution the difference would be pre_logits (768 x 768 + 768)
+# plus the 21843-class head less the 1000-class one, 16,618,859 float32 = 63.40 MiB (B/16's listed 21k and -224
+# files differ by exactly that, 63.40 MiB). The fine-tune's position embedding is therefore 4.46 MiB (1521 +- 4
+# tokens of 768 float32) longer than the 785 tokens at 224 px: 2306 +- 4 tokens, and the only 1 + (n / 8)^2 in that
+# range is 2305, n = 384 (B/16's listed 384 px and -224 fine-tunes differ by 1.11 MiB, its 380 extra tokens).
+B8_FT_NOTE = (
+    "its resolution, 384 px, is derived from the sizes vit_jax.ipynb lists (catalogue_extra.py shows the "
+    "arithmetic), not published; from_pretrained reads the image size from the file's position embedding"
 )
