@@ -195,3 +195,30 @@ def test_inspection_layout_counts_every_prefix_token():
     layout = inspect.token_layout(model)
     assert layout.num_prefix_tokens == model.config.num_prefix_tokens == 3
     assert inspect.position_embedding_similarity(model).shape == (4, 4, 4, 4)
+
+
+@pytest.mark.slow
+def test_every_family_exports_to_tflite_and_passes_the_exports_verification(tmp_path):
+    """Each fixture through `export.export_model` (float32 TFLite): a classifier or, head-less, an image embedder."""
+    import numpy as np
+
+    import export
+
+    kinds = {}
+    for name in sorted(EXPECTED):
+        model = keras_vit.from_pretrained(os.path.join(FAMILIES, name))
+        size = model.input_shape[1]
+        images = np.random.default_rng(0).integers(0, 256, (6, size, size, 3), dtype=np.uint8)
+        report = export.export_model(
+            export.ExportSource(model, heldout=(images, None)), tmp_path / name,
+            export.ExportOptions(formats=("tflite",), quantize=("float32",), latency_runs=1, latency_warmup=0,
+                                 gpu_check="off"),
+        )  # fmt: skip
+        assert report["passed"], name
+        (artifact,) = report["artifacts"]
+        assert artifact["passed"] and artifact["non_builtin_ops"] == [], name
+        kinds[name] = artifact["name"]
+    assert set(kinds) == set(EXPECTED)
+    heads = {name for name, file in kinds.items() if file.startswith("model_")}
+    embedders = {name for name, file in kinds.items() if file.startswith("embedder_")}
+    assert heads and embedders and heads | embedders == set(EXPECTED), kinds
