@@ -55,6 +55,31 @@ def summarise(report):
         k: {i: _median([r.get(k, {}).get(i) for r in rounds]) for i in IMPLS if any(i in r.get(k, {}) for r in rounds)}
         for k in keys
     }
+    report["ratios"] = _form_ratios(rounds, keys)
+    report["fastest_keras_vit"], report["best_ratios"] = _fastest_and_best(rounds, keys)
+    report["peak_gflops"] = peaks = _peaks(rounds)
+    report["mfu"] = _mfu(rounds, peaks, report["flops"]["train_per_image"])
+    targets = _targets(rounds, peaks, report["flops"]["forward_per_image"])
+    targets.update(_digits_targets(report.get("digits_int8", {})))
+    report["targets"] = {name: judge(op, bound, measured) for name, (op, bound, measured) in targets.items()}
+
+
+def _per_round(rounds, fn):
+    """`fn` of every round where it is defined, as a spread; None where no round has it."""
+    out = [x for x in (fn(r) for r in rounds) if x is not None]
+    return spread(out) if out else None
+
+
+def _ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
+def _value(r, key, impl):
+    return r.get(key, {}).get(impl)
+
+
+def _form_ratios(rounds, keys):
+    """Every keras-vit form against keras-hub and timm, per measurement, as per-round ratios."""
     ratios = {}
     for k in keys:
         for form in KERAS_VIT_FORMS:
@@ -62,18 +87,12 @@ def summarise(report):
                 per_round = [r[k][form] / r[k][other] for r in rounds if form in r.get(k, {}) and other in r.get(k, {})]
                 if per_round:
                     ratios.setdefault(k, {})[f"{form}/{other}"] = spread(per_round)
-    report["ratios"] = ratios
+    return ratios
 
-    def per_round(fn):
-        out = [fn(r) for r in rounds]
-        out = [x for x in out if x is not None]
-        return spread(out) if out else None
 
-    def ratio(a, b):
-        return None if a is None or b is None else a / b
-
-    # Per measurement: the fastest keras-vit form (by its median over rounds), and the best keras-vit form
-    # against each baseline's best setting, as per-round ratios (the round's best form, whichever it is).
+def _fastest_and_best(rounds, keys):
+    """Per measurement: the fastest keras-vit form (by its median over rounds), and the best keras-vit form
+    against each baseline's best setting, as per-round ratios (the round's best form, whichever it is)."""
     fastest, best_ratios = {}, {}
     for group in measurement_groups(keys):
         if not group.startswith(("train/", "infer/", "latency/")):
@@ -90,91 +109,82 @@ def summarise(report):
         fastest[group] = {"form": form_name(*pick), "median": medians[pick],
                           "all": {form_name(*f): v for f, v in medians.items()}}  # fmt: skip
         for other in ("keras-hub", "timm"):
-            measured = per_round(
-                lambda r, group=group, other=other, higher=higher: ratio(
+            measured = _per_round(
+                rounds,
+                lambda r, group=group, other=other, higher=higher: _ratio(
                     _best(r, group, KERAS_VIT_FORMS, higher), _best(r, group, other, higher)
-                )
+                ),
             )
             if measured:
                 best_ratios.setdefault(group, {})[other] = measured
-    report["fastest_keras_vit"], report["best_ratios"] = fastest, best_ratios
+    return fastest, best_ratios
 
-    train_flops, forward = report["flops"]["train_per_image"], report["flops"]["forward_per_image"]
-    # The ceiling is the best probe of the whole run: a probe that ran while another process held a core
-    # measured the machine's bad moment, not its peak, and would inflate MFU past 100%.
-    peaks = {d: max((r.get(f"peak/{d}", {}).get("keras-vit") or 0 for r in rounds), default=0) or None
-             for d in ("float32", "bfloat16", "litert_float32")}  # fmt: skip
-    report["peak_gflops"] = peaks
+
+def _peaks(rounds):
+    """The ceiling is the best probe of the whole run: a probe that ran while another process held a core
+    measured the machine's bad moment, not its peak, and would inflate MFU past 100%."""
+    return {d: max((r.get(f"peak/{d}", {}).get("keras-vit") or 0 for r in rounds), default=0) or None
+            for d in ("float32", "bfloat16", "litert_float32")}  # fmt: skip
+
+
+def _mfu(rounds, peaks, train_flops):
+    """Median over rounds of each training setting's FLOP rate against its dtype's peak."""
     mfu = {}
     for r in rounds:
         for k, v in r.items():
-            if k.startswith("train/"):
-                peak = peaks["bfloat16" if "bfloat16" in k else "float32"]
+            peak = peaks["bfloat16" if "bfloat16" in k else "float32"]
+            if k.startswith("train/") and peak:
                 for impl, ips in v.items():
-                    if peak:
-                        mfu.setdefault(k, {}).setdefault(impl, []).append(ips * train_flops / (peak * 1e9))
-    report["mfu"] = {k: {i: statistics.median(x) for i, x in v.items()} for k, v in mfu.items()}
+                    mfu.setdefault(k, {}).setdefault(impl, []).append(ips * train_flops / (peak * 1e9))
+    return {k: {i: statistics.median(x) for i, x in v.items()} for k, v in mfu.items()}
 
+
+def _targets(rounds, peaks, forward):
+    """The issue's speed targets: name -> (op, bound, per-round spread or None)."""
     forms = KERAS_VIT_FORMS
-    targets = {
-        "2_train_f32_vs_timm": (
-            ">=",
-            1.1,
-            per_round(lambda r: ratio(_best(r, "train/float32", forms), _best(r, "train/float32", "timm"))),
+
+    def own(r, key, impl="keras-vit"):
+        return _value(r, key, impl)
+
+    measured = {
+        "2_train_f32_vs_timm": lambda r: _ratio(_best(r, "train/float32", forms), _best(r, "train/float32", "timm")),
+        "2_train_bf16_vs_keras_hub_f32": lambda r: _ratio(
+            _best(r, "train/bfloat16", forms), _best(r, "train/float32", "keras-hub")
         ),
-        "2_train_bf16_vs_keras_hub_f32": (
-            ">=",
-            1.8,
-            per_round(lambda r: ratio(_best(r, "train/bfloat16", forms), _best(r, "train/float32", "keras-hub"))),
+        "4_pipeline_vs_timm_per_core": lambda r: _ratio(
+            own(r, "pipeline/imagenet"), own(r, "pipeline/imagenet", "timm")
         ),
-        "4_pipeline_vs_timm_per_core": (
-            ">=",
-            1.5,
-            per_round(
-                lambda r: ratio(
-                    r.get("pipeline/imagenet", {}).get("keras-vit"), r.get("pipeline/imagenet", {}).get("timm")
-                )
-            ),
+        "5_tflite_f32_vs_keras_hub": lambda r: _ratio(own(r, "tflite/float32"), own(r, "tflite/float32", "keras-hub")),
+        "5_tflite_f32_vs_matmul_bound": lambda r: _ratio(
+            own(r, "tflite/float32"), _bound_ms(forward, peaks["litert_float32"])
         ),
-        "5_tflite_f32_vs_keras_hub": (
-            "<=",
-            1.0,
-            per_round(
-                lambda r: ratio(
-                    r.get("tflite/float32", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-hub")
-                )
-            ),
-        ),
-        "5_tflite_f32_vs_matmul_bound": (
-            "<=",
-            1.10,
-            per_round(
-                lambda r: ratio(
-                    r.get("tflite/float32", {}).get("keras-vit"), _bound_ms(forward, peaks["litert_float32"])
-                )
-            ),
-        ),
-        "5_tflite_int8_matmul_vs_own_f32": (
-            "<=",
-            0.45,
-            per_round(
-                lambda r: ratio(
-                    r.get("tflite/int8_matmul", {}).get("keras-vit"), r.get("tflite/float32", {}).get("keras-vit")
-                )
-            ),
-        ),
+        "5_tflite_int8_matmul_vs_own_f32": lambda r: _ratio(own(r, "tflite/int8_matmul"), own(r, "tflite/float32")),
     }
+    bounds = {
+        "2_train_f32_vs_timm": (">=", 1.1),
+        "2_train_bf16_vs_keras_hub_f32": (">=", 1.8),
+        "4_pipeline_vs_timm_per_core": (">=", 1.5),
+        "5_tflite_f32_vs_keras_hub": ("<=", 1.0),
+        "5_tflite_f32_vs_matmul_bound": ("<=", 1.10),
+        "5_tflite_int8_matmul_vs_own_f32": ("<=", 0.45),
+    }
+    return {name: (*bounds[name], _per_round(rounds, fn)) for name, fn in measured.items()}
+
+
+def _digits_targets(digits):
+    """The trained digits model's int8 agreement and accuracy drop: one measurement, not one per round.
+
+    Agreement on random inputs through a random model (in the TFLite info) is not a target: its logits are nearly
+    tied, so any quantisation noise flips top-1. The trained digits model is the test.
+    """
+    targets = {}
     for mode in ("full_int8", "int8_matmul"):
-        # Agreement on random inputs through a random model (in the TFLite info) is not a target: its logits
-        # are nearly tied, so any quantisation noise flips top-1. The trained digits model is the test.
-        digits = report.get("digits_int8", {})
         if mode in digits:
             agreement = digits[mode]["agreement_with_keras"]
             drop = digits["keras_float32_top1"] - digits[mode]["top1"]
-            # One measurement of the trained model, not one per round.
             targets[f"5_{mode}_top1_agreement_digits"] = (">=", 0.99, spread([agreement]))
             targets[f"5_{mode}_accuracy_drop_digits"] = ("<=", 0.01, spread([drop]))
-    report["targets"] = {name: judge(op, bound, measured) for name, (op, bound, measured) in targets.items()}
+    return targets
 
 
 def spread(values):
