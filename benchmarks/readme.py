@@ -44,23 +44,39 @@ def _versions(report):
 
 def render(report):
     """Markdown: the machine, the fastest keras-vit form per measurement, the ratios with their spread, the targets."""
-    s, m, batch = report["settings"], report["machine"], report["spec"]["batch"]
-    lines = [
+    lines = [_header(report), "", "| measurement | fastest keras-vit form (median) | other keras-vit forms "
+             "| best keras-vit / keras-hub | best keras-vit / timm |", "|---|---|---|---|---|"]  # fmt: skip
+    lines += _measurement_rows(report)
+    lines += _other_rows(report.get("median", {}))
+    lines += interchange.rows(report)  # the ONNX and OpenVINO rows
+    lines += _step_split(report.get("step_split", []))
+    lines += _absent(report["implementations"])
+    lines += ["", "| target (issue 14) | bound | measured, median (min-max) | met (every round) |", "|---|---|---|---|"]
+    for name, t in report.get("targets", {}).items():
+        lines.append(f"| {name} | {t['target']} | {with_spread(t, 3, key='measured')} | {target_state(t)} |")
+    return "\n".join(lines)
+
+
+def _header(report):
+    s, m = report["settings"], report["machine"]
+    return (
         f"Measured by `{report.get('command', 'python -m benchmarks')}`: ViT {s['variant']} at {s['image_size']} px, "
-        f"batch {batch}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, at commit "
-        f"{provenance.describe(report.get('commits', {}))}, on "
+        f"batch {report['spec']['batch']}, {s['rounds']} interleaved round(s), {report['wall_seconds'] / 60:.1f} min, "
+        f"at commit {provenance.describe(report.get('commits', {}))}, on "
         f"{m.get('cpu_model', 'unknown')} ({m.get('usable_cpus', m.get('cpus'))} cores usable, {m['threads']} threads; "
         f"ISA {', '.join(m.get('isa_flags', [])) or 'none of note'}); load average {m['loadavg_start'][0]:.1f} at "
         f"the start, {m['loadavg_end'][0]:.1f} at the end. Each ratio is taken within a round and shown as the "
         f"median over the rounds with their min-max in brackets; a target is met only when every round meets it "
         f'("median only": the median does, some round does not). Read the ratios, not the absolute figures, on a '
-        f"shared machine. {_versions(report)}.",
-        "",
-        "| measurement | fastest keras-vit form (median) | other keras-vit forms | best keras-vit / keras-hub "
-        "| best keras-vit / timm |",
-        "|---|---|---|---|---|",
-    ]
+        f"shared machine. {_versions(report)}."
+    )
+
+
+def _measurement_rows(report):
+    """One row per training/inference measurement: the fastest form, the others, the best ratios."""
+    s, batch = report["settings"], report["spec"]["batch"]
     fastest, best = report.get("fastest_keras_vit", {}), report.get("best_ratios", {})
+    lines = []
     for key, title in MEASUREMENTS:
         key, title = key.format(batch=batch), title.format(batch=batch)
         if key not in fastest:
@@ -71,7 +87,12 @@ def render(report):
         others = ", ".join(f"{name} {_num(v, 1)}" for name, v in f["all"].items() if name != f["form"]) or "-"
         ratios = [with_spread(best.get(key, {}).get(o)) for o in ("keras-hub", "timm")]
         lines.append(f"| {title} | {f['form']} {_num(f['median'], 1)} | {others} | {ratios[0]} | {ratios[1]} |")
-    median = report.get("median", {})
+    return lines
+
+
+def _other_rows(median):
+    """The input pipeline, the input wait and the TFLite latencies."""
+    lines = []
     pipe = median.get("pipeline/imagenet", {})
     if pipe:
         lines.append(
@@ -86,29 +107,40 @@ def render(report):
         if ms:
             lines.append(f"| TFLite {mode} batch-1 latency, ms | {_num(ms.get('keras-vit'), 1)} | - | "
                          f"keras-hub {_num(ms.get('keras-hub'), 1)} | - |")  # fmt: skip
-    lines += interchange.rows(report)  # the ONNX and OpenVINO rows
-    splits = sorted(report.get("step_split", []), key=lambda split: split["bf16_speedup"])
-    for split in splits[(len(splits) - 1) // 2 :][:1]:  # the round of the median step speed-up, all its figures
-        f32, bf16 = split["float32"], split["mixed_bfloat16"]
-        lines += [
-            "",
-            f"Where keras-vit's training step goes (`benchmarks/step_split.py`, TensorFlow without XLA, the step's "
-            f"matmuls timed alone with its shapes): float32 {_num(f32['step_ms'], 0)} ms = matmuls "
-            f"{_num(f32['matmul_ms'], 0)} ms ({_num(f32['matmul_gflops'], 0)} GFLOP/s) + the rest "
-            f"{_num(f32['rest_ms'], 0)} ms; mixed_bfloat16 {_num(bf16['step_ms'], 0)} ms = matmuls "
-            f"{_num(bf16['matmul_ms'], 0)} ms ({_num(bf16['matmul_gflops'], 0)} GFLOP/s) + the rest "
-            f"{_num(bf16['rest_ms'], 0)} ms. bfloat16 speeds the matmuls up {_num(split['bf16_matmul_speedup'])}x and "
-            f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x"
-            + (
-                f" (the median round of {len(splits)}; the step's speed-up ranged "
-                f"{_num(splits[0]['bf16_speedup'])}-{_num(splits[-1]['bf16_speedup'])}x)."
-                if len(splits) > 1
-                else "."
-            ),
-        ]
-    missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in report["implementations"].items()
+    return lines
+
+
+def _step_split(splits):
+    """The paragraph of the round whose bfloat16 step speed-up is the median, with all its figures."""
+    splits = sorted(splits, key=lambda split: split["bf16_speedup"])
+    if not splits:
+        return []
+    split = splits[(len(splits) - 1) // 2]
+    f32, bf16 = split["float32"], split["mixed_bfloat16"]
+    spread_text = (
+        f" (the median round of {len(splits)}; the step's speed-up ranged "
+        f"{_num(splits[0]['bf16_speedup'])}-{_num(splits[-1]['bf16_speedup'])}x)."
+        if len(splits) > 1
+        else "."
+    )
+    return [
+        "",
+        f"Where keras-vit's training step goes (`benchmarks/step_split.py`, TensorFlow without XLA, the step's "
+        f"matmuls timed alone with its shapes): float32 {_num(f32['step_ms'], 0)} ms = matmuls "
+        f"{_num(f32['matmul_ms'], 0)} ms ({_num(f32['matmul_gflops'], 0)} GFLOP/s) + the rest "
+        f"{_num(f32['rest_ms'], 0)} ms; mixed_bfloat16 {_num(bf16['step_ms'], 0)} ms = matmuls "
+        f"{_num(bf16['matmul_ms'], 0)} ms ({_num(bf16['matmul_gflops'], 0)} GFLOP/s) + the rest "
+        f"{_num(bf16['rest_ms'], 0)} ms. bfloat16 speeds the matmuls up {_num(split['bf16_matmul_speedup'])}x and "
+        f"the rest {_num(split['bf16_rest_speedup'])}x: the step {_num(split['bf16_speedup'])}x" + spread_text,
+    ]
+
+
+def _absent(implementations):
+    """Lines for implementations not measured at all, and for workers that died mid-run."""
+    missing = [f"{impl} ({info.get('reason', '')[:120]})" for impl, info in implementations.items()
                if not info.get("available")]  # fmt: skip
-    died = [f"{impl} ({info['died']})" for impl, info in report["implementations"].items() if info.get("died")]
+    died = [f"{impl} ({info['died']})" for impl, info in implementations.items() if info.get("died")]
+    lines = []
     if missing:
         lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
     if died:
@@ -117,10 +149,7 @@ def render(report):
             "Worker(s) that died mid-run (killed for memory: exit code -9), measured only in the rounds "
             "before: " + "; ".join(died) + ".",
         ]
-    lines += ["", "| target (issue 14) | bound | measured, median (min-max) | met (every round) |", "|---|---|---|---|"]
-    for name, t in report.get("targets", {}).items():
-        lines.append(f"| {name} | {t['target']} | {with_spread(t, 3, key='measured')} | {target_state(t)} |")
-    return "\n".join(lines)
+    return lines
 
 
 def _setting_name(record):
