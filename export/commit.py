@@ -53,7 +53,7 @@ REPORT = "report.json"
 # (`.staging-*`: what an export killed before this module existed left inside `out`.)
 _OWNED = re.compile(
     r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|model\.(onnx|xml|bin)|embedder_[A-Za-z0-9_]+\.(tflite|json)"
-    r"|embedder\.(onnx|xml|bin)|\.staging-.*)$"
+    r"|embedder\.(onnx|xml|bin)|feature_maps_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$"
 )
 _points = itertools.count(1)  # fault points reached in this process
 
@@ -82,7 +82,8 @@ def check_target(out):
         raise ExportError(
             f"The output directory {out!r} holds files an export does not write ({shown}). An export replaces "
             "its output directory as a whole (report.json, saved_model/, model_*.tflite/.json, "
-            "model.onnx/.xml/.bin), so pass --out with a new or empty directory, or one an earlier export wrote."
+            "model.onnx/.xml/.bin, embedder_*, feature_maps_*), so pass --out with a new or empty directory, or one "
+            "an earlier export wrote."
         )
 
 

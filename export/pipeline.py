@@ -16,7 +16,7 @@ import numpy as np
 from keras_vit import _startup, files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, embedder, gpu, portable, preprocessing, tflite
+from . import commit, embedder, feature_maps, gpu, portable, preprocessing, tflite
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
@@ -69,13 +69,16 @@ def export_model(source, out, options=None):
 
     Raises:
         ExportError: invalid options or inputs (including an `out` that holds files an export does not
-            write), before anything is written. A `num_classes=0` model exports as an embedder (export/embedder.py).
+            write), before anything is written. A `num_classes=0` model exports as an embedder (export/embedder.py),
+            a `keras_vit.feature_model` as feature maps (export/feature_maps.py).
         VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
     """
     source = source if isinstance(source, ExportSource) else ExportSource(source)
     options = ExportOptions() if options is None else options
     _check_backend()
     out = os.fspath(out)
+    if feature_maps.is_feature_maps(source.model):  # keras_vit.feature_model: chosen blocks' outputs, by name
+        return feature_maps.export_feature_maps(source, out, options)
     plan = _plan(source, options)
     if plan.labels is None:  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
         return embedder.export_feature_model(

@@ -33,6 +33,10 @@ def format_table(report):
         from .embedder import format_table as embedder_table
 
         return embedder_table(report)
+    if report.get("kind") == "feature_maps":
+        from .feature_maps import format_table as feature_maps_table
+
+        return feature_maps_table(report)
     # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
     header = ("artifact", "size", "output", "max|diff|", "top1 agree", "top1 acc", "latency ms", "threads", "status")
     keras = report["keras"]

@@ -20,6 +20,12 @@ from . import preprocessing
 from .errors import ExportError
 from .io import load_keras_model, model_labels, read_labels
 
+# A feature-map file (export/feature_maps.py) has several named outputs and no classes: these runners refuse it.
+_FEATURE_MAPS = (
+    "{what} (several named outputs, no classes): predict and similar take classifiers and image embedders. Read "
+    "its outputs by name with export.feature_maps_artifacts (TFLiteFeatureMaps, SavedModelFeatureMaps)."
+)
+
 
 def _check_batch(x, image_size, what):
     x = np.asarray(x)
@@ -102,6 +108,8 @@ class SavedModelRunner:
             raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
         self.serving = self.loaded.signatures["serving_default"]
         self.model_space = self.loaded.signatures["model_space"]
+        if "logits" not in self.model_space.structured_outputs:
+            raise ExportError(_FEATURE_MAPS.format(what=f"{str(path)!r} is a feature-map SavedModel"))
         spec = self.model_space.structured_input_signature[1]["images"]
         self.image_size = tuple(int(d) for d in spec.shape[1:3])
         labels_file = files.join(path, "assets", "labels.txt")
@@ -159,6 +167,8 @@ class TFLiteRunner:
             sidecar = os.path.splitext(path)[0] + ".json"
             if files.isfile(sidecar):
                 info = json.loads(files.read_text(sidecar))
+                if info.get("kind") == "feature_maps":
+                    raise ExportError(_FEATURE_MAPS.format(what=f"{str(path)!r} is a feature-map file"))
                 labels = info.get("labels") if labels is None else labels
                 output_kind = (info.get("output") or {}).get("meaning")
         try:

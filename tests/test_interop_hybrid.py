@@ -302,3 +302,16 @@ def test_root_only_npz_hybrid_loads_with_vit_jax_maths(tmp_path):
     images = rng.uniform(-1, 1, (2, 64, 64, 3)).astype("float32")
     expected = numpy_vit.vit_forward(None, ckpt, num_layers=1, features=numpy_vit.resnet_stem(images, ckpt, ()))
     assert scaled_diff(model.predict(images, verbose=0), expected) < TOL
+
+
+def test_timm_hybrid_is_refused_as_npz_which_cannot_record_its_constants(tmp_path):
+    """A .npz holds arrays only, so reading it back would build the stem with vit_jax's constants (the test above
+    shows they give other outputs): refused in one line naming timm's layout, and nothing written."""
+    model = keras_vit.create_model("R26+S/32", image_size=32, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                                   num_classes=3, resnet_norm="timm")  # fmt: skip
+    with pytest.raises(keras_vit.CheckpointError, match=r"cannot record resnet_norm='timm'.*format='timm'") as err:
+        keras_vit.save_pretrained(model, tmp_path / "t.npz", format="npz")
+    assert "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+    vit_jax = keras_vit.VisionTransformer.from_config({**model.get_config(), "resnet_norm": "vit_jax"})
+    assert keras_vit.save_pretrained(vit_jax, tmp_path / "t.npz", format="npz").endswith("t.npz")

@@ -218,12 +218,17 @@ def save_pretrained(model, folder, format="timm"):
 
     Returns:
         The path written (the folder, or the `.npz` file).
+
+    Raises:
+        CheckpointError: a model the chosen layout cannot hold (e.g. "npz" for a hybrid with resnet_norm="timm").
     """
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}; use one of {FORMATS}.")
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
+    if format == "npz":
+        _check_npz_writable(config)
     params = model_params(model)
     folder = os.fspath(folder)
     class_names = getattr(model, "class_names", None)
@@ -239,3 +244,14 @@ def save_pretrained(model, folder, format="timm"):
         np.savez(f, **params)
 
     return files.atomic_write(path, write)
+
+
+def _check_npz_writable(config):
+    """One line for a model whose options the original `.npz` layout cannot record."""
+    if config.resnet_layers is not None and config.resnet_norm == "timm":
+        # The file holds arrays only: load_npz (and vit_jax itself) would build the stem with vit_jax's constants.
+        raise CheckpointError(
+            "The .npz layout cannot record resnet_norm='timm': read back (by load_npz or vit_jax), its ResNet stem "
+            "would use vit_jax's constants (kernels / (std + 1e-5), GroupNorm epsilon 1e-6) instead of timm's "
+            "(sqrt(var + 1e-8), 1e-5). Save it in timm's layout: save_pretrained(model, folder, format='timm')."
+        )

@@ -1,0 +1,282 @@
+"""The files of a feature-map export and the runtimes that read them back: the named outputs, the SavedModel and
+TFLite conversions, a runner for each, and the per-output comparison with Keras.
+
+Every output has a name that stays fixed from the Keras model to every file: `encoderblock_{i}` for block i's patch
+tokens (or map) and `encoderblock_{i}_prefix` for its prefix tokens, from the `TokenSplit` layer that gives it
+(`keras_vit.feature_model` names it `encoderblock_{i}_features`). Both files are built from one function that
+returns a dict keyed by those names, so the SavedModel's signatures and the TFLite signature `serving_default` hold
+them as output names. TFLite orders a subgraph's outputs by its own rule (the subgraph's output list need not follow
+the model's order), so the runners read every output through the signature's name -> tensor map, never by position.
+"""
+
+import numpy as np
+
+from keras_vit import _startup
+
+from . import preprocessing, tflite
+from .errors import ExportError
+from .runners import _median_ms
+
+SIGNATURE = "serving_default"
+MODEL_SPACE = "model_space"
+INPUT = "images"
+PREFIX_SUFFIX = "_prefix"
+
+
+def output_layers(model):
+    """(layer, index) of each of `model`'s outputs: the layer that computes it and which of its outputs it is."""
+    # `_keras_history` is how Keras' own Functional model finds its output layers (keras/src/models/functional.py).
+    return [(t._keras_history[0], t._keras_history[2]) for t in model.outputs]
+
+
+def output_names(model):
+    """The outputs' stable names, in the model's order: `encoderblock_{i}` and `encoderblock_{i}_prefix`."""
+    names = []
+    for layer, index in output_layers(model):
+        base = layer.name.removesuffix("_features")
+        names.append(base + PREFIX_SUFFIX if index else base)
+    if len(set(names)) != len(names):
+        raise ExportError(
+            f"The feature model's outputs do not have distinct names ({names}); build it with one "
+            "keras_vit.feature_model call, which names each block's outputs after the block."
+        )
+    return names
+
+
+def describe_outputs(model):
+    """{name: what it holds}: block, patch tokens or map, or prefix tokens, and the shape."""
+    described = {}
+    for name, (layer, index), tensor in zip(output_names(model), output_layers(model), model.outputs):
+        block = name.removesuffix(PREFIX_SUFFIX)
+        if index:
+            what = "prefix tokens (class, distillation, register)"
+        else:
+            what = "patch map (NHWC)" if layer.output_form == "NHWC" else "patch tokens"
+        shape = ", ".join("batch" if d is None else str(d) for d in tensor.shape)
+        described[name] = f"{what} of {block}, ({shape})"
+    return described
+
+
+def named_call(model, names):
+    """A function of float32 model-space images returning {name: output} (the TF graph both files are built from)."""
+
+    def call(images):
+        outputs = model(images, training=False)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return dict(zip(names, outputs))
+
+    return call
+
+
+def frozen_function(model, names, dynamic_batch=False):
+    """The model at batch 1 (or an open batch), variables frozen into constants, returning {name: output}."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    call = named_call(model, names)
+    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
+
+    spec = tf.TensorSpec(shape, tf.float32, name=INPUT)
+
+    @tf.function(input_signature=[spec])
+    def function(images):
+        return call(images)
+
+    # Freezing flattens the dict into a list (the signature would name its outputs output_0, output_1, ...), so
+    # the frozen function is wrapped in one that names them again, in the order tf.nest flattened them.
+    frozen = convert_variables_to_constants_v2(function.get_concrete_function())
+    flat_names = tf.nest.flatten({name: name for name in names})
+
+    @tf.function(input_signature=[spec])
+    def named(images):
+        return dict(zip(flat_names, frozen(images)))
+
+    return named.get_concrete_function()
+
+
+def convert(model, mode, representative_images=None, dynamic_batch=False):
+    """The feature model as a TFLite flatbuffer (bytes) in `mode`, builtin ops only, its outputs named by its
+    signature (`output_names`); no TFLite metadata (MediaPipe Tasks have no task that reads feature maps)."""
+    function = frozen_function(model, output_names(model), dynamic_batch)
+    return tflite.convert_function(model, function, mode, representative_images)
+
+
+def save_saved_model(model, path):
+    """Writes the feature model as a SavedModel at `path` (which must not exist; the export stages it).
+
+    `serving_default(images)`: uint8 RGB images (batch, any H, any W, 3), resized (bilinear) and scaled to [-1, 1]
+    inside, as the classifiers' SavedModel does; `model_space(images)`: float32 images in [-1, 1] at the model's
+    size. Both return {name: output} for every `output_names` entry.
+    """
+    import tensorflow as tf
+
+    names = output_names(model)
+    height, width, channels = model.input_shape[1:]
+    call = named_call(model, names)
+    module = tf.Module()
+    module.model = model
+
+    @tf.function(input_signature=[tf.TensorSpec((None, height, width, channels), tf.float32, name=INPUT)])
+    def model_space(images):
+        return call(images)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name=INPUT)])
+    def serving(images):
+        x = tf.image.resize(tf.cast(images, tf.float32), (height, width), method="bilinear")
+        return call((x - preprocessing.PIXEL_CENTER) / preprocessing.PIXEL_SCALE)
+
+    module.serving, module.model_space = serving, model_space
+    signatures = {SIGNATURE: serving.get_concrete_function(), MODEL_SPACE: model_space.get_concrete_function()}
+    tf.saved_model.save(module, str(path), signatures=signatures)
+    return path
+
+
+def _batches(x, step):
+    return [x[i : i + step] for i in range(0, len(x), step)]
+
+
+def _gather(batches):
+    """[{name: array}] -> {name: concatenated array}."""
+    return {name: np.concatenate([np.asarray(b[name]) for b in batches]) for name in batches[0]}
+
+
+class KerasFeatureMaps:
+    """The Keras reference: the feature model through one traced function, {name: array} per call."""
+
+    threads = "tf-default"
+
+    def __init__(self, model):
+        import tensorflow as tf
+
+        self.names = output_names(model)
+        self._call = tf.function(named_call(model, self.names))
+
+    def outputs(self, x, batch_size=64):
+        return _gather([{k: v.numpy() for k, v in self._call(b).items()} for b in _batches(x, batch_size)])
+
+    def latency_ms(self, x1, runs, warmup):
+        return _median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
+
+
+class SavedModelFeatureMaps:
+    """A written feature-map SavedModel, reloaded: `model_space` for model-space images, `serving_default` for
+    raw uint8 ones; outputs by signature name."""
+
+    threads = "tf-default"
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        self.loaded = tf.saved_model.load(str(path))  # held: the signatures' variables live with it
+        missing = {SIGNATURE, MODEL_SPACE} - set(self.loaded.signatures)
+        if missing:
+            raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
+        self.model_space = self.loaded.signatures[MODEL_SPACE]
+        self.serving = self.loaded.signatures[SIGNATURE]
+        self.names = sorted(self.model_space.structured_outputs)
+
+    def outputs(self, x, batch_size=64):
+        return _gather([{k: v.numpy() for k, v in self.model_space(images=b).items()} for b in _batches(x, batch_size)])
+
+    def outputs_from_images(self, images, batch_size=64):
+        """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
+        images = preprocessing.check_images(images)
+        one_size = len({image.shape for image in images}) == 1
+        batches = [np.stack(b) for b in _batches(images, batch_size)] if one_size else [i[None] for i in images]
+        return _gather([{k: v.numpy() for k, v in self.serving(images=b).items()} for b in batches])
+
+    def latency_ms(self, x1, runs, warmup):
+        return _median_ms(lambda: [v.numpy() for v in self.model_space(images=x1).values()], runs, warmup)
+
+
+class TFLiteFeatureMaps:
+    """A feature-map flatbuffer in LiteRT's interpreter; each output read through its signature name."""
+
+    def __init__(self, flatbuffer, num_threads=1):
+        from ai_edge_litert.interpreter import Interpreter
+
+        with _startup.native_lines_dropped(_startup.LITERT_NOTICES):
+            self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
+        self.threads = int(num_threads)
+        signatures = self.interpreter.get_signature_list()
+        if SIGNATURE not in signatures or signatures[SIGNATURE]["inputs"] != [INPUT]:
+            raise ExportError(
+                f"The TFLite model has no signature {SIGNATURE!r} with one input {INPUT!r} (found {signatures}); "
+                "feature-map files name their outputs through it. Re-export the model with export/."
+            )
+        runner = self.interpreter.get_signature_runner(SIGNATURE)
+        self.input = runner.get_input_details()[INPUT]
+        # name -> the output tensor's index in the interpreter: the mapping every read below goes through.
+        self.output_details = runner.get_output_details()
+        del runner  # it holds the interpreter's internals, and LiteRT refuses to run while anything else does
+        self.names = sorted(self.output_details)
+        if self.input["dtype"] != np.float32 or any(d["dtype"] != np.float32 for d in self.output_details.values()):
+            raise ExportError("Feature-map TFLite files have float32 input and outputs; this one does not.")
+        self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
+        self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
+        self.interpreter.allocate_tensors()
+        self._batch = int(self.input["shape"][0])
+
+    def positions(self):
+        """{name: position in the subgraph's output list}: where TFLite put each named output."""
+        order = [d["index"] for d in self.interpreter.get_output_details()]
+        return {name: order.index(d["index"]) for name, d in self.output_details.items()}
+
+    def _invoke(self, x):
+        if self.dynamic_batch and x.shape[0] != self._batch:
+            self.interpreter.resize_tensor_input(self.input["index"], x.shape)
+            self.interpreter.allocate_tensors()
+            self._batch = x.shape[0]
+        self.interpreter.set_tensor(self.input["index"], x)
+        self.interpreter.invoke()
+        return {name: self.interpreter.get_tensor(d["index"]) for name, d in self.output_details.items()}
+
+    def outputs(self, x, batch_size=64):
+        x = np.asarray(x, np.float32)
+        return _gather([self._invoke(b) for b in _batches(x, batch_size if self.dynamic_batch else 1)])
+
+    def latency_ms(self, x1, runs, warmup):
+        return _median_ms(lambda: self._invoke(np.asarray(x1, np.float32)), runs, warmup)
+
+
+def compare(outputs, reference):
+    """Per-output figures of an artifact's {name: array} against the Keras {name: array}, matched by name.
+
+    Differences are relative to max(1, max |Keras value|) of that output, as the classifiers' are to the logit
+    scale; cosines are of each token's (or map position's) width vector with Keras'.
+    """
+    figures = {}
+    for name, ref in reference.items():
+        if name not in outputs:
+            figures[name] = {"missing": True}
+            continue
+        got, ref = np.asarray(outputs[name], np.float64), np.asarray(ref, np.float64)
+        if got.shape != ref.shape:
+            figures[name] = {"shape": list(got.shape), "keras_shape": list(ref.shape)}
+            continue
+        a, b = got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1])
+        cosine = (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
+        scale = max(1.0, float(np.abs(ref).max()))
+        diff = float(np.abs(got - ref).max())
+        figures[name] = {"shape": list(ref.shape), "scale": scale, "max_abs_diff": diff, "max_rel_diff": diff / scale,
+                         "min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean())}  # fmt: skip
+    for name in sorted(set(outputs) - set(reference)):
+        figures[name] = {"unexpected": True}
+    return figures
+
+
+def check_budget(figures, budget):
+    """The budget misses of `compare`'s figures, one line each (empty when every output passes)."""
+    failures = []
+    for name, f in figures.items():
+        if f.get("missing") or f.get("unexpected"):
+            where = "the artifact lacks it" if f.get("missing") else "Keras has no output of that name"
+            failures.append(f"{name}: {where}")
+        elif "keras_shape" in f:
+            failures.append(f"{name}: shape {tuple(f['shape'])} != Keras {tuple(f['keras_shape'])}")
+        else:
+            if "max_rel_diff" in budget and not f["max_rel_diff"] <= budget["max_rel_diff"]:
+                failures.append(f"{name}: max relative diff {f['max_rel_diff']:.3g} > {budget['max_rel_diff']:g}")
+            if not f["min_cosine"] >= budget["min_cosine"]:
+                failures.append(f"{name}: min cosine {f['min_cosine']:.6f} < {budget['min_cosine']:g}")
+    return failures
