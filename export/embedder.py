@@ -67,7 +67,6 @@ def feature_model(model):
 def frozen_function(model, l2_normalize=False):
     """The model at batch 1, variables frozen, returning {"embedding": features} (L2-normalised if asked)."""
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     shape = (1, *model.input_shape[1:])
 
@@ -76,7 +75,7 @@ def frozen_function(model, l2_normalize=False):
         features = model(images, training=False)
         return {OUTPUT: tf.math.l2_normalize(features, axis=-1) if l2_normalize else features}
 
-    return convert_variables_to_constants_v2(function.get_concrete_function())
+    return tflite.freeze_named(function)
 
 
 def build_metadata(image_size, dim, quantize, l2_normalized, name="keras-vit image embedder", description=None,

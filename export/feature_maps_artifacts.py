@@ -71,27 +71,15 @@ def named_call(model, names):
 def frozen_function(model, names, dynamic_batch=False):
     """The model at batch 1 (or an open batch), variables frozen into constants, returning {name: output}."""
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     call = named_call(model, names)
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])
 
-    spec = tf.TensorSpec(shape, tf.float32, name=INPUT)
-
-    @tf.function(input_signature=[spec])
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name=INPUT)])
     def function(images):
         return call(images)
 
-    # Freezing flattens the dict into a list (the signature would name its outputs output_0, output_1, ...), so
-    # the frozen function is wrapped in one that names them again, in the order tf.nest flattened them.
-    frozen = convert_variables_to_constants_v2(function.get_concrete_function())
-    flat_names = tf.nest.flatten({name: name for name in names})
-
-    @tf.function(input_signature=[spec])
-    def named(images):
-        return dict(zip(flat_names, frozen(images)))
-
-    return named.get_concrete_function()
+    return tflite.freeze_named(function)
 
 
 def convert(model, mode, representative_images=None, dynamic_batch=False):

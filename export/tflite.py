@@ -61,7 +61,6 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
     model built with `dynamic_image_size=True` is traced at its stored `image_size` (`fixed_size_model`).
     """
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     model = _fixed_size(model)
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])
@@ -79,7 +78,28 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
             return {"probabilities": tf.nn.softmax(logits, axis=-1)}
         return {"logits": logits}
 
-    return convert_variables_to_constants_v2(function.get_concrete_function())
+    return freeze_named(function)
+
+
+def freeze_named(function):
+    """`function` (a tf.function of one input returning a dict) with its variables frozen into constants, its
+    outputs still named by the dict's keys in the TFLite signature.
+
+    Freezing flattens the dict into a list (the signature would call the outputs output_0, output_1, ...), so the
+    frozen function is wrapped in one that names them again, in the order tf.nest flattens the dict.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    concrete = function.get_concrete_function()
+    frozen = convert_variables_to_constants_v2(concrete)
+    names = tf.nest.flatten({name: name for name in concrete.structured_outputs})
+
+    @tf.function(input_signature=concrete.structured_input_signature[0])
+    def named(images):
+        return dict(zip(names, frozen(images)))
+
+    return named.get_concrete_function()
 
 
 def convert(

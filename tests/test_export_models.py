@@ -141,3 +141,26 @@ def test_op_reader_flags_custom_ops():
     ops = export.read_ops(flatbuffer)
     assert ops == {"ADD": 1, "CUSTOM:Erf": 1}
     assert export.non_builtin_ops(ops) == ["CUSTOM:Erf"]
+
+
+def test_tflite_signatures_name_their_outputs():
+    """The signature an app runs by name (LiteRT's signature runner, CompiledModel.run_by_name) says what comes out:
+    `probabilities` / `logits` for a classifier, `embedding` for an embedder, not the frozen graph's output_0."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export import embedder
+
+    model = fx.random_classifier("testing", head_scale=4.0)
+    x = export.to_model_space(random_images(2, 32), (32, 32))
+    for output in ("probabilities", "logits"):
+        interpreter = Interpreter(model_content=export.convert_tflite(model, "float32", output=output))
+        runner = interpreter.get_signature_runner("serving_default")
+        assert list(runner.get_output_details()) == [output]
+        got = runner(images=x[:1])[output]
+        expected = model.predict(x[:1], verbose=0)
+        np.testing.assert_allclose(got, softmax(expected) if output == "probabilities" else expected, atol=1e-5)
+    features = embedder.feature_model(model)
+    interpreter = Interpreter(model_content=embedder.convert(features))
+    runner = interpreter.get_signature_runner("serving_default")
+    assert list(runner.get_output_details()) == ["embedding"]
+    np.testing.assert_allclose(runner(images=x[:1])["embedding"], features.predict(x[:1], verbose=0), atol=1e-5)
