@@ -156,7 +156,9 @@ def test_predict_reads_labels_and_probabilities_from_metadata(tiny, tmp_path, ca
 def test_uint8_io_model_is_verified_on_raw_pixels(tmp_path, monkeypatch):
     # A random model's full-int8 version disagrees with it on noise (the digits model is checked below);
     # this test is about which figures are reported, so the budget is opened.
-    monkeypatch.setitem(export.verify.BUDGETS, "int8", {"max_accuracy_drop": 100.0})
+    from export import verify
+
+    monkeypatch.setitem(verify.BUDGETS, "int8", {"max_accuracy_drop": 100.0})
     model = fx.random_classifier("testing", head_scale=4.0)
     pixels = random_pixels(48, 32, seed=4)
     report = export.export_model(
