@@ -162,6 +162,34 @@ def _value(key, result):
 def run(options, progress=print):
     """Runs the benchmark; returns the JSON-ready report dict."""
     wall_start = time.time()
+    report = _new_report(options)
+    tasks = task_list(options)
+    if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
+        from benchmarks import pipeline
+
+        folder = os.path.join(os.path.abspath(options.out), "jpeg_folder")
+        progress(f"[setup] writing {options.pipeline_images} synthetic JPEGs to {folder}")
+        report["pipeline_folder"] = pipeline.make_jpeg_folder(folder, options.pipeline_images)
+        tasks = [(k, i, t, dict(a, folder=folder) if "folder" in a else a, u) for k, i, t, a, u in tasks]
+    unavailable = set()
+    for phase in PHASES:
+        phase_tasks = [t for t in tasks if phase_of(t[2], t[3]) == phase]
+        impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
+        if impls:
+            _run_phase(phase, phase_tasks, impls, options, report, unavailable, progress)
+    report["units"] = {key: unit for key, _, _, _, unit in task_list(options)}
+    summarise(report)
+    report["wall_seconds"] = time.time() - wall_start
+    # The 15-minute bound is the default run's; the optional memory phase after it is timed on its own.
+    report["targets"]["6_wall_minutes"] = judge("<=", 15, spread([report["wall_seconds"] / 60]))
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    if getattr(options, "memory", False):
+        report["memory"] = run_memory(options, progress)
+    return report
+
+
+def _new_report(options):
+    """The report before any phase: settings, the model's spec and FLOPs, the machine, empty rounds."""
     overrides = getattr(options, "model_overrides", None) or {}
     config = get_variant(options.variant).replace(
         image_size=options.image_size, num_classes=options.num_classes, **overrides
@@ -176,7 +204,7 @@ def run(options, progress=print):
     forward = flops.vit_forward_flops(config.image_size, config.patch_size, config.hidden_size, config.num_layers,
                                       config.mlp_dim, config.num_classes)  # fmt: skip
     os.makedirs(options.out, exist_ok=True)
-    report = {
+    return {
         "settings": dict(vars(options)),
         "spec": spec,
         "flops": {"forward_per_image": forward, "train_per_image": flops.training_flops(forward)},
@@ -186,57 +214,38 @@ def run(options, progress=print):
         "phase_seconds": {},
         "commits": {},  # phase -> the commit its workers imported (benchmarks/provenance.py)
     }
-    tasks = task_list(options)
-    if any(task in ("pipeline", "input_wait") for _, _, task, _, _ in tasks):
-        from benchmarks import pipeline
 
-        folder = os.path.join(os.path.abspath(options.out), "jpeg_folder")
-        progress(f"[setup] writing {options.pipeline_images} synthetic JPEGs to {folder}")
-        report["pipeline_folder"] = pipeline.make_jpeg_folder(folder, options.pipeline_images)
-        tasks = [(k, i, t, dict(a, folder=folder) if "folder" in a else a, u) for k, i, t, a, u in tasks]
-    unavailable = set()
-    for phase in PHASES:
-        phase_tasks = [t for t in tasks if phase_of(t[2], t[3]) == phase]
-        impls = [i for i in options.impls if i not in unavailable and any(i in t[1] for t in phase_tasks)]
-        if not impls:
-            continue
-        commit = report["commits"][phase] = provenance.source_commit()
-        progress(f"[{phase}] starting workers: {', '.join(impls)} (commit {provenance.label(commit)})")
-        phase_start = time.time()
-        workers = _start_workers(impls, spec, options, report, unavailable, progress, phase)
-        # Where the run's time goes, for trimming it: the first round also builds, compiles and converts.
-        timing = report["phase_seconds"][phase] = {"workers": time.time() - phase_start, "rounds": []}
-        try:
-            for r in range(options.rounds):
-                progress(f"[{phase}, round {r + 1}/{options.rounds}]")
-                round_start = time.time()
-                _run_round(r, phase_tasks, workers, options, report, progress)
-                timing["rounds"].append(time.time() - round_start)
-            if phase == "infer":
-                for impl, worker in workers.items():
-                    report["implementations"][impl].update(worker.request("sizes")["result"])
-                _interchange_info(workers, phase_tasks, report)
-            if phase == "tflite" and options.digits_workdir and "keras-vit" in workers:
-                progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
-                try:
-                    report["digits_int8"] = workers["keras-vit"].request(
-                        "digits_int8", workdir=os.path.abspath(options.digits_workdir), threads=options.threads
-                    )["result"]
-                except WorkerError as error:
-                    report["digits_int8"] = {"error": str(error)}
-        finally:
-            for worker in workers.values():
-                worker.close()
-            timing["total"] = time.time() - phase_start
-    report["units"] = {key: unit for key, _, _, _, unit in task_list(options)}
-    summarise(report)
-    report["wall_seconds"] = time.time() - wall_start
-    # The 15-minute bound is the default run's; the optional memory phase after it is timed on its own.
-    report["targets"]["6_wall_minutes"] = judge("<=", 15, spread([report["wall_seconds"] / 60]))
-    report["machine"]["loadavg_end"] = os.getloadavg()
-    if getattr(options, "memory", False):
-        report["memory"] = run_memory(options, progress)
-    return report
+
+def _run_phase(phase, phase_tasks, impls, options, report, unavailable, progress):
+    """One phase: fresh workers, its rounds, what it collects after them; the workers closed whatever happens."""
+    commit = report["commits"][phase] = provenance.source_commit()
+    progress(f"[{phase}] starting workers: {', '.join(impls)} (commit {provenance.label(commit)})")
+    phase_start = time.time()
+    workers = _start_workers(impls, report["spec"], options, report, unavailable, progress, phase)
+    # Where the run's time goes, for trimming it: the first round also builds, compiles and converts.
+    timing = report["phase_seconds"][phase] = {"workers": time.time() - phase_start, "rounds": []}
+    try:
+        for r in range(options.rounds):
+            progress(f"[{phase}, round {r + 1}/{options.rounds}]")
+            round_start = time.time()
+            _run_round(r, phase_tasks, workers, options, report, progress)
+            timing["rounds"].append(time.time() - round_start)
+        if phase == "infer":
+            for impl, worker in workers.items():
+                report["implementations"][impl].update(worker.request("sizes")["result"])
+            _interchange_info(workers, phase_tasks, report)
+        if phase == "tflite" and options.digits_workdir and "keras-vit" in workers:
+            progress(f"[digits] int8 accuracy of the trained model in {options.digits_workdir}")
+            try:
+                report["digits_int8"] = workers["keras-vit"].request(
+                    "digits_int8", workdir=os.path.abspath(options.digits_workdir), threads=options.threads
+                )["result"]
+            except WorkerError as error:
+                report["digits_int8"] = {"error": str(error)}
+    finally:
+        for worker in workers.values():
+            worker.close()
+        timing["total"] = time.time() - phase_start
 
 
 def run_memory(options, progress=print):
