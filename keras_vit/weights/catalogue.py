@@ -166,6 +166,11 @@ def _crop(size):
 
 def _vit_jax():
     """The paper's release: ImageNet-21k pre-training (with pre_logits) and 21k + ImageNet-2012 fine-tunes."""
+    return _vit_jax_in21k() + _vit_jax_fine_tunes() + _sam()
+
+
+def _vit_jax_in21k():
+    """The ImageNet-21k originals (`imagenet21k/`), with pre_logits where timm's builders say so."""
     out = []
     # (variant, file stem, hf_hub_id in timm, note)
     for variant, stem, hub in [
@@ -202,6 +207,12 @@ def _vit_jax():
                 aliases=(stem, f"{stem}.npz", f"imagenet21k/{stem}", f"imagenet21k/{stem}.npz"),
             )
         )
+    return out
+
+
+def _vit_jax_fine_tunes():
+    """The ImageNet-21k + ImageNet-2012 fine-tunes (`imagenet21k+imagenet2012/`)."""
+    out = []
     # (variant, size, file stem, top-1, source, hf_hub_id)
     for variant, size, stem, top1, source, hub in [
         ("B/16", 384, "ViT-B_16", 84.200, _TIMM_CSV, "timm/vit_base_patch16_384.orig_in21k_ft_in1k"),
@@ -237,7 +248,7 @@ def _vit_jax():
                 aliases=aliases,
             )
         )
-    return out + _sam()
+    return out
 
 
 def _sam():
