@@ -24,6 +24,45 @@ def _background(text):
 
 
 def main(argv=None):
+    parser = _parser()
+    args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
+
+    _startup.configure(sys.argv[1:] if argv is None else argv)
+    from keras_vit.inspect.inputs import load_model, workdir_class_names
+    from keras_vit.inspect.layout import token_layout
+    from keras_vit.inspect.plots import save_figures
+
+    try:
+        workdir = args.model if files.isdir(args.model) else None
+    except Exception as err:  # noqa: BLE001  (an s3:// or unreachable gs:// MODEL)
+        print(f"error: {_file_error_line(err)}", file=sys.stderr)
+        return 2
+    out = args.out or (files.join(workdir, "plots") if workdir else None)
+    if out is None:
+        parser.error("--out DIR is required (it defaults to WORKDIR/plots only when MODEL is a training workdir)")
+    image_size = None
+    if args.image_size:
+        if len(args.image_size) > 2:
+            parser.error(f"--image-size takes one or two values; received {args.image_size}")
+        image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    try:
+        model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
+        layout = token_layout(model)
+        images, labels = _images(args, layout, workdir)
+        class_names = workdir_class_names(workdir) if workdir and getattr(model, "class_names", None) is None else None
+        paths = save_figures(model, images, out, labels=labels, class_names=class_names, max_images=args.max_images)
+    except (FileNotFoundError, ValueError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # noqa: BLE001  (_file_error_line re-raises what it cannot name)
+        print(f"error: {_file_error_line(err)}", file=sys.stderr)
+        return 2
+    for path in paths.values():
+        print(path)
+    return 0
+
+
+def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m keras_vit.inspect",
         description="Write attention-rollout, position-embedding, attention-distance and filter figures (PNG).",
@@ -62,58 +101,32 @@ def main(argv=None):
         action="store_true",
         help="show TensorFlow's own log lines and Python's full warnings (hidden by default)",
     )
-    args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
+    return parser
 
-    _startup.configure(sys.argv[1:] if argv is None else argv)
-    from keras_vit.inspect.inputs import heldout_labels, load_images, load_model, synthetic_images, workdir_class_names
-    from keras_vit.inspect.layout import token_layout
-    from keras_vit.inspect.plots import save_figures
 
-    try:
-        workdir = args.model if files.isdir(args.model) else None
-    except Exception as err:  # noqa: BLE001  (an s3:// or unreachable gs:// MODEL)
-        print(f"error: {_file_error_line(err)}", file=sys.stderr)
-        return 2
-    out = args.out or (files.join(workdir, "plots") if workdir else None)
-    if out is None:
-        parser.error("--out DIR is required (it defaults to WORKDIR/plots only when MODEL is a training workdir)")
-    image_size = None
-    if args.image_size:
-        if len(args.image_size) > 2:
-            parser.error(f"--image-size takes one or two values; received {args.image_size}")
-        image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
-    try:
-        model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
-        layout = token_layout(model)
-        heldout = files.join(workdir, "samples", "heldout.npz") if workdir else None
-        labels = None
-        if args.images:
-            images = load_images(args.images, layout, resize=not args.no_resize, background=args.background)
-        elif heldout and files.exists(heldout):
-            images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_USED]
-            labels = heldout_labels(heldout, len(images))
-            print(
-                f"Using the first {len(images)} held-out images of {heldout} (the rollout shows {args.max_images}).",
-                file=sys.stderr,
-            )
-        else:
-            images = synthetic_images(layout)
-            print(
-                f"No images given: using {len(images)} synthetic pictures (gradient, checkerboard, disc, blobs); "
-                f"the attention figures show more on real images.",
-                file=sys.stderr,
-            )
-        class_names = workdir_class_names(workdir) if workdir and getattr(model, "class_names", None) is None else None
-        paths = save_figures(model, images, out, labels=labels, class_names=class_names, max_images=args.max_images)
-    except (FileNotFoundError, ValueError, ImportError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # noqa: BLE001  (_file_error_line re-raises what it cannot name)
-        print(f"error: {_file_error_line(err)}", file=sys.stderr)
-        return 2
-    for path in paths.values():
-        print(path)
-    return 0
+def _images(args, layout, workdir):
+    """The images to show (and their labels): those given, else a workdir's held-out samples, else synthetic."""
+    from keras_vit.inspect.inputs import heldout_labels, load_images, synthetic_images
+
+    heldout = files.join(workdir, "samples", "heldout.npz") if workdir else None
+    labels = None
+    if args.images:
+        images = load_images(args.images, layout, resize=not args.no_resize, background=args.background)
+    elif heldout and files.exists(heldout):
+        images = load_images([heldout], layout, resize=not args.no_resize)[:NUM_HELDOUT_USED]
+        labels = heldout_labels(heldout, len(images))
+        print(
+            f"Using the first {len(images)} held-out images of {heldout} (the rollout shows {args.max_images}).",
+            file=sys.stderr,
+        )
+    else:
+        images = synthetic_images(layout)
+        print(
+            f"No images given: using {len(images)} synthetic pictures (gradient, checkerboard, disc, blobs); "
+            f"the attention figures show more on real images.",
+            file=sys.stderr,
+        )
+    return images, labels
 
 
 def _file_error_line(err):
