@@ -5,8 +5,6 @@ reference); that an array is a view of the file is read from its flags (read-onl
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ from safetensors.numpy import load as safetensors_load
 
 from keras_vit.weights import checkpoint, npz
 from keras_vit.weights.loading import CheckpointError
-from tests.conftest import ROOT
 
 
 def _arrays():
@@ -92,20 +89,6 @@ def test_a_truncated_safetensors_file_is_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"as safetensors \(a safetensors file whose tensors end at byte") as err:
         checkpoint.read_safetensors(path)
     assert "\n" not in str(err.value) and "download it again" in str(err.value)
-
-
-@pytest.mark.slow
-def test_the_loading_benchmark_runs_on_a_tiny_model():
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.loading", "--variant", "testing", "--rounds", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=900,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("testing: weights 0.2 MiB (float32), 1 rounds")
-    for fmt, stage in [("npz", "read"), ("safetensors", "read, previous way"), ("safetensors", "model")]:
-        assert any(line.startswith(f"{fmt:<12} {stage:<20}") for line in lines), (fmt, stage)
 
 
 def _rss_mib():
