@@ -109,3 +109,42 @@ def test_a_loaded_tensor_leaves_the_resident_set_and_reads_back_unchanged(tmp_pa
     loading._release(mapped)
     assert before - _rss_mib() > 48  # what load_params does after each assign: the 64 MiB leave the resident set
     np.testing.assert_array_equal(mapped, values)  # and come back from the file, unchanged
+
+
+def _views():
+    rng = np.random.default_rng(2)
+    linear = rng.normal(size=(24, 8)).astype("float32")  # PyTorch (out, in)
+    square = rng.normal(size=(8, 8)).astype("float32")
+    conv = rng.normal(size=(6, 3, 2, 2)).astype("float32")  # OIHW
+    return {
+        "linear kernel": (linear, checkpoint.linear_to_kernel(linear)),
+        "query kernel": (linear, checkpoint.split_heads(checkpoint.linear_to_kernel(linear[:8]), 2)),
+        "out kernel": (square, checkpoint.linear_to_kernel(square).reshape(2, 4, 8)),
+        "conv kernel": (conv, checkpoint.conv_to_hwio(conv)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_views()))
+def test_a_permuted_view_is_transposed_by_the_backend_to_the_same_values_in_its_own_memory(name):
+    import keras
+
+    from keras_vit.weights import loading
+
+    source, view = _views()[name]
+    expected = np.array(view)  # numpy's own element-by-element copy
+    tensor = loading._as_tensor(view, "float32")
+    assert not isinstance(tensor, np.ndarray), name  # went through the backend's transpose
+    source[...] = 0  # the checkpoint's memory changes (a mapping dropped, a file rewritten): the tensor does not
+    got = keras.ops.convert_to_numpy(tensor)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_other_arrays_are_copied_and_cast_as_before():
+    from keras_vit.weights import loading
+
+    base = np.random.default_rng(3).normal(size=(6, 8))  # float64
+    for array in (base, base[:, ::2], base.T[::2]):  # contiguous; strided slices that are no permutation
+        got = loading._as_tensor(array, "float32")
+        np.testing.assert_array_equal(got, array.astype("float32"))
+        assert got.dtype == np.float32 and not np.shares_memory(got, base)
