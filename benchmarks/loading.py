@@ -1,20 +1,31 @@
-"""What loading a checkpoint costs: seconds and peak RSS for a ViT from an `.npz` and from a `.safetensors` file.
+"""What loading a checkpoint costs: seconds and peak RSS, keras-vit against timm and transformers, from the same files.
 
-`python -m benchmarks.loading` writes random ViT-B/16 weights (224 px, 1000 classes) into a temporary folder, once
-as the original `.npz` layout and once as a timm folder (config.json + model.safetensors), then measures, each in
-a fresh subprocess (so no run inherits another's memory), for `--rounds` interleaved rounds:
+`python -m benchmarks.loading` writes random weights of each `--variants` model (default ViT-B/16 and ViT-L/16,
+224 px, 1000 classes) into a temporary folder (removed afterwards) with keras-vit's own writers: the original `.npz`
+layout, a timm folder and a transformers folder (config.json + model.safetensors each). Then, for `--rounds`
+interleaved rounds, each load runs in a fresh subprocess (so no run inherits another's memory):
 - read: the reader keras-vit's loaders call (`read_npz`, `read_safetensors`), every array then summed so that each
   byte is really read (a memory map that is never touched would cost nothing and prove nothing);
 - read, previous way: what those readers did before they memory-mapped: `safetensors.numpy.load` of the file's
   bytes, and `np.load` of the `.npz` member by member;
-- model: `keras_vit.from_pretrained(path)`, which builds the model and loads the weights into it.
-Peak RSS is `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the end minus the RSS just before the load (after the
-imports), so the libraries' own footprint is left out; it is compared with the weights' size (float32 bytes).
-Figures are the median with the min-max over rounds. A comparison with timm / transformers needs torch, which is
-not installed here. `--variant testing --rounds 1` is a quick look.
+- keras_vit.from_pretrained(path) of each of the three, which builds the model and loads the weights into it;
+- timm.create_model(architecture, pretrained=True, **model_args, pretrained_cfg_overlay=dict(pretrained_cfg,
+  file=the timm folder's model.safetensors)): timm loading the same file keras-vit reads;
+- transformers' `ViTForImageClassification.from_pretrained(the transformers folder)`.
+Before each load the parent reads its file once, so every load finds it in the page cache. Each model is checked
+after the clock stops: its position embedding and head bias equal the file's (read with numpy / safetensors), so
+every row really loaded the weights. Peak RSS is `getrusage(RUSAGE_SELF).ru_maxrss` at the end minus the RSS just
+before the load (after the imports), for every row alike, so the libraries' own footprint is left out; it is
+compared with the weights' size (float32 bytes). transformers keeps its parameters as views of the file's memory
+map, whose pages count in the RSS only once they are read: its peak here leaves out what a first forward pass
+reads. Figures are the median with the min-max over rounds.
+The timm and transformers rows need torch (benchmarks/requirements.txt); without it they are reported as not
+measured, with the reason. Where no torchvision matches the CPU torch, both get its placeholders
+(benchmarks/_torchvision_shim.py). `--variants testing --rounds 1` is a quick look.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -24,14 +35,27 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORMATS = {"npz": "npz", "timm": "timm folder", "transformers": "transformers folder"}
+STAGES = {
+    "read": "read",
+    "read, previous way": "read, previous way",
+    "keras-vit": "keras_vit.from_pretrained",
+    "timm": "timm.create_model",
+    "transformers": "ViTForImageClassification.from_pretrained",
+}
 CASES = [
     ("npz", "read"),
     ("npz", "read, previous way"),
-    ("safetensors", "read"),
-    ("safetensors", "read, previous way"),
-    ("npz", "model"),
-    ("safetensors", "model"),
+    ("timm", "read"),
+    ("timm", "read, previous way"),
+    ("npz", "keras-vit"),
+    ("timm", "keras-vit"),
+    ("timm", "timm"),
+    ("transformers", "keras-vit"),
+    ("transformers", "transformers"),
 ]
+_NEEDS = {"timm": ("torch", "timm"), "transformers": ("torch", "transformers")}
+TARGET_RSS = 1.3  # peak RSS at most 1.3x the weights (issue 29)
 
 
 def _rss_now_kib():
@@ -43,22 +67,63 @@ def _child(fmt, stage, path):
     """Runs one load in this (fresh) process and prints {"seconds", "peak_kib"} as JSON."""
     import resource
 
-    import numpy as np
+    load, check = _loader(fmt, stage, path)  # every import happens here, before the baseline
+    base = _rss_now_kib()
+    start = time.perf_counter()
+    loaded = load()
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    check(loaded)  # after the clock and the peak: the check reads the file again
+    print(json.dumps({"seconds": seconds, "peak_kib": peak - base}))
 
-    from keras_vit.weights import checkpoint, npz
 
-    if stage == "model":
+def _loader(fmt, stage, path):
+    """(load, check) for one case; load() returns what check(loaded) then verifies."""
+    if stage.startswith("read"):
+        return _reader(fmt, stage, path), lambda total: None
+    if stage == "keras-vit":
         import keras  # noqa: F401 (Keras, its backend and the loaders are imported before the baseline is taken)
 
         import keras_vit
         from keras_vit.weights import pretrained  # noqa: F401
-    file = os.path.join(path, "model.safetensors") if fmt == "safetensors" else path
-    base = _rss_now_kib()
-    start = time.perf_counter()
-    if stage == "model":
-        model = keras_vit.from_pretrained(path)
-        assert model.count_params() > 0
-    else:
+
+        def weights(model):
+            return model.get_layer("posembed_input").pos_embedding.numpy(), model.get_layer("head").bias.numpy()
+
+        return lambda: keras_vit.from_pretrained(path), lambda model: _same(fmt, path, weights(model))
+    from benchmarks import _torchvision_shim
+
+    _torchvision_shim.install()  # before timm and transformers: both import torchvision
+    if stage == "timm":
+        import timm  # imports torch
+
+        cfg = _config(path)
+        overlay = dict(cfg["pretrained_cfg"], file=os.path.join(path, "model.safetensors"))
+
+        def load():
+            arguments = dict(pretrained=True, pretrained_cfg_overlay=overlay, **cfg["model_args"])
+            return timm.create_model(cfg["architecture"], **arguments)
+
+        return load, lambda model: _same(fmt, path, (_numpy(model.pos_embed), _numpy(model.head.bias)))
+    import torch  # noqa: F401
+    import transformers
+
+    model_class = getattr(transformers, _config(path)["architectures"][0])  # its module is imported lazily: now
+
+    def weights(model):
+        return _numpy(model.vit.embeddings.position_embeddings), _numpy(model.classifier.bias)
+
+    return lambda: model_class.from_pretrained(path), lambda model: _same(fmt, path, weights(model))
+
+
+def _reader(fmt, stage, path):
+    import numpy as np
+
+    from keras_vit.weights import checkpoint, npz
+
+    file = path if fmt == "npz" else os.path.join(path, "model.safetensors")
+
+    def read():
         if stage == "read":
             arrays = npz.read_npz(file) if fmt == "npz" else checkpoint.read_safetensors(file)
         elif fmt == "npz":
@@ -71,13 +136,47 @@ def _child(fmt, stage, path):
                 arrays = dict(load(f.read()))
         total = sum(float(np.sum(a, dtype=np.float64)) for a in arrays.values())  # touches every byte
         assert np.isfinite(total)
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    print(json.dumps({"seconds": seconds, "peak_kib": peak - base}))
+        return total
+
+    return read
+
+
+def _config(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f)
+
+
+def _numpy(tensor):
+    return tensor.detach().numpy()
+
+
+# The file's own names for the position embedding and the head bias, read back with numpy / safetensors.
+_REFERENCE_KEYS = {
+    "npz": ("Transformer/posembed_input/pos_embedding", "head/bias"),
+    "timm": ("pos_embed", "head.bias"),
+    "transformers": ("vit.embeddings.position_embeddings", "classifier.bias"),
+}
+
+
+def _same(fmt, path, got):
+    """Fails unless the loaded model's position embedding and head bias are the file's, exactly."""
+    import numpy as np
+
+    keys = _REFERENCE_KEYS[fmt]
+    if fmt == "npz":
+        with np.load(path) as archive:
+            expected = [archive[k] for k in keys]
+    else:
+        from safetensors.numpy import load_file
+
+        tensors = load_file(os.path.join(path, "model.safetensors"))
+        expected = [tensors[k] for k in keys]
+    for key, have, want in zip(keys, got, expected):
+        np.testing.assert_array_equal(np.asarray(have).reshape(want.shape), want, err_msg=f"{fmt} {key}")
 
 
 def _write_weights(folder, variant):
-    """Random weights of `variant` as an .npz and a timm folder; returns (npz path, timm folder, weights bytes)."""
+    """Random weights of `variant` as an .npz, a timm and a transformers folder; {format: path} and the bytes."""
     import numpy as np
 
     import keras_vit
@@ -86,56 +185,124 @@ def _write_weights(folder, variant):
     rng = np.random.default_rng(0)
     for w in model.weights:
         w.assign(rng.normal(0, 0.02, w.shape).astype("float32"))
-    npz_path = keras_vit.save_pretrained(model, os.path.join(folder, "weights.npz"), format="npz")
-    timm_folder = keras_vit.save_pretrained(model, os.path.join(folder, "timm"), format="timm")
-    return npz_path, timm_folder, sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+    paths = {"npz": keras_vit.save_pretrained(model, os.path.join(folder, "weights.npz"), format="npz")}
+    for fmt in ("timm", "transformers"):
+        paths[fmt] = keras_vit.save_pretrained(model, os.path.join(folder, fmt), format=fmt)
+    return {"paths": paths, "bytes": sum(int(np.prod(w.shape)) * 4 for w in model.weights)}
 
 
 def _run(*args):
     """`python -m benchmarks.loading ARGS` in a fresh process; its last stdout line, parsed as JSON."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.loading", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800,
     )  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])} failed: {result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _spread(values, unit):
-    return f"{statistics.median(values):.{unit}f} ({min(values):.{unit}f}-{max(values):.{unit}f})"
+def missing_libraries():
+    """{stage: why it cannot be measured in this Python} for the timm and transformers rows."""
+    out = {}
+    for stage, modules in _NEEDS.items():
+        absent = [m for m in modules if importlib.util.find_spec(m) is None]
+        if absent:
+            out[stage] = f"{' and '.join(absent)} not installed in this Python; see benchmarks/requirements.txt"
+    return out
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--variant", default="B/16")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--child", nargs=3, metavar=("FORMAT", "STAGE", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--write", metavar="FOLDER", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        return _child(*args.child)
-    if args.write:
-        return print(json.dumps(_write_weights(args.write, args.variant)))
-    # This process stays small and does nothing but start others: on Linux a child's ru_maxrss starts from the
-    # peak of the process that started it (vfork + exec), so the weights are written by a child too.
-    with tempfile.TemporaryDirectory() as folder:
-        npz_path, timm_folder, weight_bytes = _run("--write", folder, "--variant", args.variant)
-        paths = {"npz": npz_path, "safetensors": timm_folder}
-        results = {case: [] for case in CASES}
-        for _ in range(args.rounds):  # interleaved: a slow spell of the machine hits every case alike
-            for fmt, stage in CASES:
-                results[(fmt, stage)].append(_run("--child", fmt, stage, paths[fmt]))
+def _warm(path):
+    """Reads the file a case loads once, in small chunks, so that every case finds it in the page cache alike."""
+    file = path if path.endswith(".npz") else os.path.join(path, "model.safetensors")
+    buffer = bytearray(8 << 20)  # small: a child's ru_maxrss starts from this process's
+    with open(file, "rb", buffering=0) as f:
+        while f.readinto(buffer):
+            pass
+
+
+def measure(variant, rounds, cases):
+    """{case: [{"seconds", "peak_kib"} per round]} and the weights' bytes, from files in a removed temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="keras-vit-loading-") as folder:
+        written = _run("--write", folder, variant)
+        results = {case: [] for case in cases}
+        for r in range(rounds):  # interleaved, each round from another case: a slow spell hits every case alike
+            for fmt, stage in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                _warm(written["paths"][fmt])
+                results[(fmt, stage)].append(_run("--child", fmt, stage, written["paths"][fmt]))
+    return results, written["bytes"]
+
+
+def _spread(values, digits):
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def rows(variant, results, weight_bytes):
+    """The table's markdown rows for one model."""
     mib = weight_bytes / 2**20
-    print(f"{args.variant}: weights {mib:.1f} MiB (float32), {args.rounds} rounds, median (min-max)")
-    print(f"{'format':<12} {'stage':<20} {'seconds':>22} {'peak RSS MiB':>24} {'x weights':>22}")
+    out = []
     for (fmt, stage), runs in results.items():
         seconds = [r["seconds"] for r in runs]
         peak = [r["peak_kib"] / 1024 for r in runs]
         ratio = [p / mib for p in peak]
-        print(f"{fmt:<12} {stage:<20} {_spread(seconds, 3):>22} {_spread(peak, 1):>24} {_spread(ratio, 2):>22}")
-    return results
+        cells = [variant, FORMATS[fmt], STAGES[stage], _spread(seconds, 3), _spread(peak, 1), _spread(ratio, 2)]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def targets(variant, results, weight_bytes):
+    """The issue's targets, per round: from_pretrained no slower than timm from the same file; peak <= 1.3x."""
+    lines = []
+    ours, theirs = results.get(("timm", "keras-vit")), results.get(("timm", "timm"))
+    if ours and theirs:
+        ratio = [a["seconds"] / b["seconds"] for a, b in zip(ours, theirs)]
+        met = sum(r <= 1.0 for r in ratio)
+        lines.append(
+            f"{variant}: seconds, keras_vit.from_pretrained / timm.create_model of the same file, per round: "
+            f"{_spread(ratio, 2)}; no slower in {met} of {len(ratio)} rounds"
+        )
+    mib = weight_bytes / 2**20
+    for fmt in FORMATS:
+        runs = results.get((fmt, "keras-vit"))
+        if runs:
+            worst = max(r["peak_kib"] / 1024 / mib for r in runs)
+            met = sum(r["peak_kib"] / 1024 / mib <= TARGET_RSS for r in runs)
+            lines.append(
+                f"{variant}: peak RSS of keras_vit.from_pretrained ({FORMATS[fmt]}) at most {TARGET_RSS}x the "
+                f"weights in {met} of {len(runs)} rounds (highest {worst:.2f}x)"
+            )
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--variants", default="B/16,L/16", help="comma-separated keras-vit variants")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", nargs=3, metavar=("FORMAT", "STAGE", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--write", nargs=2, metavar=("FOLDER", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(*args.child)
+    if args.write:
+        return print(json.dumps(_write_weights(*args.write)))
+    # This process stays small and does nothing but start others: on Linux a child's ru_maxrss starts from the
+    # peak of the process that started it (vfork + exec), so the weights are written by a child too.
+    missing = missing_libraries()
+    cases = [case for case in CASES if case[1] not in missing]
+    print(f"{args.rounds} interleaved rounds, a fresh process per load; median (min-max)", flush=True)
+    print("| model | file | loaded by | seconds | peak RSS, MiB | x weights |")
+    print("| :--- | :--- | :--- | ---: | ---: | ---: |", flush=True)
+    notes, everything = [], {}
+    for variant in args.variants.split(","):
+        results, weight_bytes = measure(variant, args.rounds, cases)
+        print("\n".join(rows(variant, results, weight_bytes)), flush=True)
+        notes.append(f"{variant}: weights {weight_bytes / 2**20:.1f} MiB (float32)")
+        notes += targets(variant, results, weight_bytes)
+        everything[variant] = results
+    notes += [f"not measured: {STAGES[stage]} ({why})" for stage, why in missing.items()]
+    print("\n".join(notes))
+    return everything
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.deferred_init import add_weight
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -59,12 +61,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         heads = (self.num_heads, self.head_dim)
         for name in ("query", "key", "value"):
             # A fan-in/fan-out initialiser must see the kernel as the (D, H * D_h) matrix it is.
-            kernel = self.add_weight(name=f"{name}_kernel", shape=(width, *heads), initializer=self._as_matrix(width))
-            bias = self.add_weight(name=f"{name}_bias", shape=heads, initializer=self.bias_initializer)
+            kernel = add_weight(self, name=f"{name}_kernel", shape=(width, *heads), initializer=self._as_matrix(width))
+            bias = add_weight(self, name=f"{name}_bias", shape=heads, initializer=self.bias_initializer)
             setattr(self, f"{name}_kernel", kernel)
             setattr(self, f"{name}_bias", bias)
-        self.out_kernel = self.add_weight(name="out_kernel", shape=(*heads, width), initializer=self._as_matrix(width))
-        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer=self.bias_initializer)
+        self.out_kernel = add_weight(self, name="out_kernel", shape=(*heads, width), initializer=self._as_matrix(width))
+        self.out_bias = add_weight(self, name="out_bias", shape=(width,), initializer=self.bias_initializer)
 
     def _as_matrix(self, width):
         init = self.kernel_initializer

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.deferred_init import build_dense
+
 GELU_FLAVOURS = ("tanh", "exact", "quick")
 
 
@@ -35,9 +37,9 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        self.dense_0.build(input_shape)
+        build_dense(self.dense_0, input_shape)
         self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **self._dense_kwargs)
-        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        build_dense(self.dense_1, (*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
         x = self._activate(self.dense_0(x))

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.deferred_init import add_weight
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchEmbedding(keras.layers.Layer):
@@ -55,14 +57,15 @@ class PatchEmbedding(keras.layers.Layer):
                     f"patch_size={p}. Use an image size that is a multiple of {p} "
                     f"(e.g. {max(p, size // p * p)} or {(size // p + 1) * p})."
                 )
-        self.kernel = self.add_weight(
+        self.kernel = add_weight(
+            self,
             name="kernel",
             shape=(ph, pw, channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
+            self.bias = add_weight(self, name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer)
 
     def call(self, images):
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")

@@ -5,6 +5,8 @@ import math
 import keras
 import numpy as np
 
+from keras_vit.layers.deferred_init import add_weight
+
 RESIZE_METHODS = ("zoom", "bilinear", "bicubic")
 
 
@@ -70,7 +72,8 @@ class PositionEmbedding(keras.layers.Layer):
             initializer = keras.initializers.Constant(table.astype("float32"))
         else:
             initializer = self.initializer
-        self.pos_embedding = self.add_weight(
+        self.pos_embedding = add_weight(
+            self,
             name="pos_embedding",
             shape=(1, num_tokens, width),
             initializer=initializer,

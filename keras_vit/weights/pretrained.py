@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from keras_vit import files, labels
+from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
 from keras_vit.weights import keras_hub, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
@@ -123,8 +124,11 @@ def from_pretrained(source, **overrides):
     if class_names is None and overrides.get("num_classes", ckpt.options["num_classes"]) == ckpt.options["num_classes"]:
         class_names = ckpt.class_names
     config = ViTConfig(**ckpt.options).replace(**overrides)
-    model = VisionTransformer(**config.to_dict(), class_names=class_names, name=name)
-    _load(model, ckpt, caller="from_pretrained", **load_kwargs)
+    with deferred_init.deferred() as notes:  # the checkpoint overwrites them: no random draw first
+        model = VisionTransformer(**config.to_dict(), class_names=class_names, name=name)
+    report = _load(model, ckpt, caller="from_pretrained", **load_kwargs)
+    table = checkpoint_variables(model)
+    deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])  # a new head, a sin-cos table
     return model
 
 

@@ -1,0 +1,63 @@
+"""Creating weights that a checkpoint is about to overwrite without drawing their initial values first.
+
+`from_pretrained` builds a model and then assigns it every tensor of a checkpoint; drawing the initial values
+(Glorot, LeCun and normal draws: ~86 M numbers for B/16, ~300 M for L/16) is the largest part of the build on a
+CPU, and every one of them is overwritten. Inside `deferred()`, the layers that create the bulk of a ViT's weights
+(attention, MLP, patch and position embeddings) create them filled with zeros instead and note each with its
+initialiser; `draw_remaining` then draws, with that very initialiser, every noted weight the loader did not assign,
+so a model built this way starts from what a model built outside would have, wherever the checkpoint gives
+nothing. The layers keep their initialisers (their configs do not change); outside `deferred()` nothing changes.
+"""
+
+import contextlib
+import threading
+
+import keras
+
+_STATE = threading.local()
+
+
+@contextlib.contextmanager
+def deferred():
+    """Layers built inside create their weights as zeros and note them; yields the notes for `draw_remaining`."""
+    previous = getattr(_STATE, "notes", None)
+    _STATE.notes = notes = []
+    try:
+        yield notes
+    finally:
+        _STATE.notes = previous
+
+
+def add_weight(layer, *, name, shape, initializer, **kwargs):
+    """`layer.add_weight(...)`, created as zeros and noted with `initializer` inside `deferred()`."""
+    notes = getattr(_STATE, "notes", None)
+    if notes is None:
+        return layer.add_weight(name=name, shape=shape, initializer=initializer, **kwargs)
+    variable = layer.add_weight(name=name, shape=shape, initializer="zeros", **kwargs)
+    notes.append((variable, keras.initializers.get(initializer)))
+    return variable
+
+
+def build_dense(dense, input_shape):
+    """`dense.build(input_shape)` for a `keras.layers.Dense`, its kernel and bias deferred inside `deferred()`."""
+    notes = getattr(_STATE, "notes", None)
+    if notes is None:
+        return dense.build(input_shape)
+    kernel_init, bias_init = dense.kernel_initializer, dense.bias_initializer
+    dense.kernel_initializer = dense.bias_initializer = keras.initializers.Zeros()
+    try:
+        dense.build(input_shape)
+    finally:  # the layer keeps its own initialisers: its config, and any later build, are as without deferring
+        dense.kernel_initializer, dense.bias_initializer = kernel_init, bias_init
+    notes.append((dense.kernel, kernel_init))
+    if dense.bias is not None:
+        notes.append((dense.bias, bias_init))
+
+
+def draw_remaining(notes, assigned):
+    """Draws every noted weight not among `assigned` (variables) with its own initialiser; returns how many."""
+    done = {id(variable) for variable in assigned}
+    remaining = [(variable, init) for variable, init in notes if id(variable) not in done]
+    for variable, init in remaining:
+        variable.assign(init(variable.shape, dtype=variable.dtype))
+    return len(remaining)
