@@ -159,6 +159,8 @@ def _entry(name, fmt, mode, out, size, outputs, latency, threads, budget, failur
 
 
 def _saved_model_entry(model, images, x, reference, staging, out, options):
+    from .pipeline import _dir_bytes  # pipeline imports this module
+
     if "saved_model" not in options.formats:
         return []
     path = artifacts.save_saved_model(model, staging / "saved_model")
@@ -170,7 +172,7 @@ def _saved_model_entry(model, images, x, reference, staging, out, options):
     served = artifacts.compare(runner.outputs_from_images(images), reference)
     failures = artifacts.check_budget(figures, budget)
     failures += [f"serving_default: {f}" for f in artifacts.check_budget(served, budget)]
-    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    size = _dir_bytes(path)
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     return [_entry("saved_model", "saved_model", None, out, size, figures, latency, runner.threads, budget, failures,
                    serving_default=served, signatures=[artifacts.SIGNATURE, artifacts.MODEL_SPACE])]  # fmt: skip

@@ -13,9 +13,9 @@ import numpy as np
 
 from keras_vit import _startup
 
-from . import preprocessing, tflite
+from . import embedder, preprocessing, tflite
 from .errors import ExportError
-from .runners import _median_ms
+from .runners import _median_ms, invoke
 
 SIGNATURE = "serving_default"
 MODEL_SPACE = "model_space"
@@ -110,8 +110,7 @@ def save_saved_model(model, path):
 
     @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name=INPUT)])
     def serving(images):
-        x = tf.image.resize(tf.cast(images, tf.float32), (height, width), method="bilinear")
-        return call((x - preprocessing.PIXEL_CENTER) / preprocessing.PIXEL_SCALE)
+        return call(preprocessing.model_space_in_graph(images, (height, width)))
 
     module.serving, module.model_space = serving, model_space
     signatures = {SIGNATURE: serving.get_concrete_function(), MODEL_SPACE: model_space.get_concrete_function()}
@@ -211,12 +210,7 @@ class TFLiteFeatureMaps:
         return {name: order.index(d["index"]) for name, d in self.output_details.items()}
 
     def _invoke(self, x):
-        if self.dynamic_batch and x.shape[0] != self._batch:
-            self.interpreter.resize_tensor_input(self.input["index"], x.shape)
-            self.interpreter.allocate_tensors()
-            self._batch = x.shape[0]
-        self.interpreter.set_tensor(self.input["index"], x)
-        self.interpreter.invoke()
+        invoke(self, x)
         return {name: self.interpreter.get_tensor(d["index"]) for name, d in self.output_details.items()}
 
     def outputs(self, x, batch_size=64):
@@ -242,8 +236,7 @@ def compare(outputs, reference):
         if got.shape != ref.shape:
             figures[name] = {"shape": list(got.shape), "keras_shape": list(ref.shape)}
             continue
-        a, b = got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1])
-        cosine = (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
+        cosine = embedder.cosine(got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1]))
         scale = max(1.0, float(np.abs(ref).max()))
         diff = float(np.abs(got - ref).max())
         figures[name] = {"shape": list(ref.shape), "scale": scale, "max_abs_diff": diff, "max_rel_diff": diff / scale,

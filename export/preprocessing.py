@@ -60,6 +60,16 @@ def resize_pixels(images, image_size):
     return np.stack(batch)
 
 
+def model_space_in_graph(images, image_size):
+    """Inside a TensorFlow graph (the SavedModels' `serving_default`): a uint8 batch (N, any H, any W, 3) ->
+    float32 model-space images at `image_size`, by the same bilinear `tf.image.resize` and scaling as
+    `to_model_space`."""
+    import tensorflow as tf
+
+    x = tf.image.resize(tf.cast(images, tf.float32), image_size, method="bilinear")
+    return (x - PIXEL_CENTER) / PIXEL_SCALE
+
+
 def to_model_space(images, image_size):
     """Resizes raw uint8 images to `image_size` and scales them to [-1, 1]: the model's float32 input.
 

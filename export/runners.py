@@ -52,6 +52,17 @@ def _median_ms(call, runs, warmup):
     return float(np.median(times) * 1e3)
 
 
+def invoke(runner, x):
+    """Feeds `x` to `runner.interpreter` (a TFLite runner with `input`, `dynamic_batch` and `_batch`), resizing an
+    open batch dimension when the batch size changed, and invokes it; the caller reads the outputs it needs."""
+    if runner.dynamic_batch and x.shape[0] != runner._batch:
+        runner.interpreter.resize_tensor_input(runner.input["index"], x.shape)
+        runner.interpreter.allocate_tensors()
+        runner._batch = x.shape[0]
+    runner.interpreter.set_tensor(runner.input["index"], x)
+    runner.interpreter.invoke()
+
+
 class KerasRunner:
     """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do)."""
 
@@ -224,12 +235,7 @@ class TFLiteRunner:
         return (y.astype(np.float32) - zero_point) * scale
 
     def _invoke(self, xq):
-        if self.dynamic_batch and xq.shape[0] != self._batch:
-            self.interpreter.resize_tensor_input(self.input["index"], xq.shape)
-            self.interpreter.allocate_tensors()
-            self._batch = xq.shape[0]
-        self.interpreter.set_tensor(self.input["index"], xq)
-        self.interpreter.invoke()
+        invoke(self, xq)
         return self.interpreter.get_tensor(self.output["index"])
 
     def _run(self, feed, batch_size=64):

@@ -51,9 +51,7 @@ def build_serving_module(model, labels, top_k=5):
 
     @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name="images")])
     def serving(images):
-        x = tf.image.resize(tf.cast(images, tf.float32), (height, width), method="bilinear")
-        x = (x - preprocessing.PIXEL_CENTER) / preprocessing.PIXEL_SCALE
-        out = heads(model(x, training=False))
+        out = heads(model(preprocessing.model_space_in_graph(images, (height, width)), training=False))
         top_probabilities, top_ids = tf.math.top_k(out["probabilities"], k=k)
         out.update(
             top_k_ids=top_ids,
