@@ -191,7 +191,7 @@ def test_map_head_matches_numpy():
     for w in head.weights:
         w.assign(rng.normal(0, 0.5, w.shape).astype("float32"))
     p = {w.path.split("/", 1)[1]: w.numpy().astype(np.float64) for w in head.weights}
-    att = {k.split("/")[-1]: v for k, v in p.items() if "MultiHeadDotProductAttention_0" in k}
+    att = {"_".join(k.split("/")[-2:]): v for k, v in p.items() if "MultiHeadDotProductAttention_0" in k}
     q = np.einsum("d,dhk->hk", p["probe"][0, 0], att["query_kernel"]) + att["query_bias"]  # (H, Dh)
     k = np.einsum("btd,dhk->bthk", tokens, att["key_kernel"]) + att["key_bias"]
     v = np.einsum("btd,dhk->bthk", tokens, att["value_kernel"]) + att["value_bias"]

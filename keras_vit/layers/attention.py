@@ -1,29 +1,58 @@
-"""Multi-head self-attention whose kernels have the released checkpoints' layout."""
+"""Multi-head self-attention: projections Keras can quantize and adapt, fused attention kernels where they exist."""
 
 import math
 
 import keras
 from keras import ops
 
-from keras_vit.layers.deferred_init import add_weight
+from keras_vit.layers import attention_kernel
+from keras_vit.layers.deferred_init import build_deferred
+
+PROJECTIONS = ("query", "key", "value", "out")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class HeadsAsMatrix(keras.initializers.Initializer):
+    """`initializer` drawn on the (D, H * D_h) matrix a (D, H, D_h) or (H, D_h, D) kernel is, then reshaped.
+
+    Fan-in/fan-out initialisers (Glorot, as the reference initialises Flax's DenseGeneral) must see the matrix:
+    Keras' own fan rule would read the leading axes of a 3-D kernel as a convolution's receptive field.
+    """
+
+    def __init__(self, initializer, width):
+        self.initializer = keras.initializers.get(initializer)
+        self.width = int(width)
+
+    def __call__(self, shape, dtype=None):
+        matrix = (self.width, math.prod(shape) // self.width)
+        if shape[0] != self.width:
+            matrix = matrix[::-1]
+        return ops.reshape(self.initializer(matrix, dtype=dtype), shape)
+
+    def get_config(self):
+        return {"initializer": keras.initializers.serialize(self.initializer), "width": self.width}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head dot-product self-attention (paper, eq. 5-8 of appendix A).
 
-    The weights are stored exactly as in the checkpoints (`query|key|value/kernel` (D, H, D_h),
-    `query|key|value/bias` (H, D_h), `out/kernel` (H, D_h, D), `out/bias` (D,)), so loading is a copy.
-    Every product is one einsum straight on those kernels, with tokens kept (B, T, H, D_h): measured on a
-    2-core AVX-512 CPU (ViT-Ti/16 block, batch 32, `benchmarks/`), this trains about 20% faster than one
-    fused (D, 3 * H * D_h) QKV matmul, whose per-step kernel concatenation and 5-D transpose (and their
-    gradients) cost more than the larger matmul saves. The 1 / sqrt(D_h) scale is applied to the query
-    kernel and bias (D * H * D_h values) rather than to the queries (B * T * H * D_h values).
+    The four projections are `keras.layers.EinsumDense` layers named as in the checkpoints (`query`, `key`,
+    `value`, `out`), whose kernels have the checkpoints' layout (`query|key|value` kernel (D, H, D_h), bias
+    (H, D_h); `out` kernel (H, D_h, D), bias (D,)), so loading stays a copy, and Keras' own `model.quantize`,
+    `enable_lora` and float8 training reach them. Tokens stay (B, T, H, D_h) throughout: no head transposes.
+
+    The attention itself (`attention_kernel.attend`) goes through the backend's fused kernel
+    (`keras.ops.dot_product_attention`: cuDNN flash attention on JAX GPUs, the Pallas splash kernel on TPUs,
+    `scaled_dot_product_attention` on torch CUDA) where one exists and the call allows it, and through the
+    explicit softmax(QK^T)V otherwise: on TensorFlow, on CPUs, with attention dropout in training and with
+    `return_attention_scores`. `KERAS_VIT_FUSED_ATTENTION` (`auto`, `always`, `never`) overrides the choice.
 
     Args:
         num_heads: H.
         dropout_rate: dropout on the attention weights (training only).
-        kernel_initializer, bias_initializer: initialisers (reference: Xavier uniform, zeros).
+        kernel_initializer, bias_initializer: initialisers (reference: Xavier uniform on the (D, H * D_h)
+            matrix, zeros).
 
     Call arguments:
         tokens: (B, T, D).
@@ -59,37 +88,42 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.head_dim = width // self.num_heads
         heads = (self.num_heads, self.head_dim)
+        common = dict(
+            kernel_initializer=HeadsAsMatrix(self.kernel_initializer, width),
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+        )
         for name in ("query", "key", "value"):
-            # A fan-in/fan-out initialiser must see the kernel as the (D, H * D_h) matrix it is.
-            kernel = add_weight(self, name=f"{name}_kernel", shape=(width, *heads), initializer=self._as_matrix(width))
-            bias = add_weight(self, name=f"{name}_bias", shape=heads, initializer=self.bias_initializer)
-            setattr(self, f"{name}_kernel", kernel)
-            setattr(self, f"{name}_bias", bias)
-        self.out_kernel = add_weight(self, name="out_kernel", shape=(*heads, width), initializer=self._as_matrix(width))
-        self.out_bias = add_weight(self, name="out_bias", shape=(width,), initializer=self.bias_initializer)
+            layer = keras.layers.EinsumDense(
+                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **common
+            )
+            build_deferred(layer, (None, None, width))
+            setattr(self, name, layer)
+        self.out = keras.layers.EinsumDense(
+            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **common
+        )
+        build_deferred(self.out, (None, None, *heads))
 
-    def _as_matrix(self, width):
-        init = self.kernel_initializer
-
-        def initializer(shape, dtype=None):
-            matrix = (width, math.prod(shape) // width)
-            if shape[0] != width:
-                matrix = matrix[::-1]
-            return ops.reshape(init(matrix, dtype=dtype), shape)
-
-        return initializer
+    # The checkpoint's names for the projections' variables (what the weight loaders assign to).
+    query_kernel = property(lambda self: self.query.kernel)
+    query_bias = property(lambda self: self.query.bias)
+    key_kernel = property(lambda self: self.key.kernel)
+    key_bias = property(lambda self: self.key.bias)
+    value_kernel = property(lambda self: self.value.kernel)
+    value_bias = property(lambda self: self.value.bias)
+    out_kernel = property(lambda self: self.out.kernel)
+    out_bias = property(lambda self: self.out.bias)
 
     def call(self, tokens, training=None, return_attention_scores=False, context=None):
-        scale = 1.0 / math.sqrt(self.head_dim)
         context = tokens if context is None else context
-        query = ops.einsum("btd,dhk->bthk", tokens, self.query_kernel * scale) + self.query_bias * scale
-        key = ops.einsum("btd,dhk->bthk", context, self.key_kernel) + self.key_bias
-        value = ops.einsum("btd,dhk->bthk", context, self.value_kernel) + self.value_bias
-        scores = ops.einsum("bqhk,bshk->bhqs", query, key)  # (B, H, T, T)
-        # Softmax in float32 even under a bfloat16/float16 policy: the row sums are what mixed precision hurts.
-        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)
-        attended = ops.einsum("bhqs,bshk->bqhk", self.dropout(weights, training=training), value)
-        output = ops.einsum("bqhk,hkd->bqd", attended, self.out_kernel) + self.out_bias
+        query, key, value = self.query(tokens), self.key(context), self.value(context)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        dropout = self.dropout if training and self.dropout_rate else None
+        if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
+            attended, weights = attention_kernel.explicit(query, key, value, scale, dropout, training)
+        else:
+            attended, weights = attention_kernel.fused(query, key, value, scale), None
+        output = self.out(attended)
         if return_attention_scores:
             return output, weights
         return output

@@ -38,20 +38,21 @@ def add_weight(layer, *, name, shape, initializer, **kwargs):
     return variable
 
 
-def build_dense(dense, input_shape):
-    """`dense.build(input_shape)` for a `keras.layers.Dense`, its kernel and bias deferred inside `deferred()`."""
+def build_deferred(layer, input_shape):
+    """`layer.build(input_shape)` for a layer with `kernel`/`bias` initialisers (`Dense`, `EinsumDense`), its kernel
+    and bias deferred inside `deferred()`."""
     notes = getattr(_STATE, "notes", None)
     if notes is None:
-        return dense.build(input_shape)
-    kernel_init, bias_init = dense.kernel_initializer, dense.bias_initializer
-    dense.kernel_initializer = dense.bias_initializer = keras.initializers.Zeros()
+        return layer.build(input_shape)
+    kernel_init, bias_init = layer.kernel_initializer, layer.bias_initializer
+    layer.kernel_initializer = layer.bias_initializer = keras.initializers.Zeros()
     try:
-        dense.build(input_shape)
+        layer.build(input_shape)
     finally:  # the layer keeps its own initialisers: its config, and any later build, are as without deferring
-        dense.kernel_initializer, dense.bias_initializer = kernel_init, bias_init
-    notes.append((dense.kernel, kernel_init))
-    if dense.bias is not None:
-        notes.append((dense.bias, bias_init))
+        layer.kernel_initializer, layer.bias_initializer = kernel_init, bias_init
+    notes.append((layer.kernel, kernel_init))
+    if layer.bias is not None:
+        notes.append((layer.bias, bias_init))
 
 
 def draw_remaining(notes, assigned):

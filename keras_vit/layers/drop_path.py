@@ -18,6 +18,7 @@ class DropPath(keras.layers.Layer):
         self.rate = float(rate)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
+        self.built = True  # no weights: built as made, so model-wide walks (`model.quantize`) accept it
 
     def call(self, x, training=None):
         if not training or self.rate == 0.0:

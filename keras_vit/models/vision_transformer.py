@@ -143,11 +143,25 @@ class VisionTransformer(keras.Model):
         config.update(name=self.name, trainable=self.trainable)
         if self.class_names is not None:
             config["class_names"] = list(self.class_names)
+        quantized = {layer.path: layer.quantization_mode for layer in self._flatten_layers() if _quantized_leaf(layer)}
+        if quantized:  # absent unless `model.quantize` ran: the layers to quantize again before the weights load
+            config["quantized_layers"] = quantized
         return config
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        quantized = config.pop("quantized_layers", None) or {}
+        model = cls(**config)
+        if quantized:
+            layers = {layer.path: layer for layer in model._flatten_layers()}
+            for path, mode in quantized.items():
+                layers[path].quantize(mode)
+        return model
+
+
+def _quantized_leaf(layer):
+    return getattr(layer, "quantization_mode", None) is not None and len(list(layer._flatten_layers())) == 1
 
 
 def _tokens(x, images, config, policy):

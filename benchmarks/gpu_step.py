@@ -1,0 +1,276 @@
+"""One accelerator measurement per process, no TensorFlow: `python -m benchmarks.gpu_step KIND [options]`.
+
+Prints one line `RESULT {json}`. KIND:
+  keras-vit   keras_vit.create_model on KERAS_BACKEND. On JAX the step is Keras' own `train_step` (and
+              `predict_step`), jitted with the state donated as `Model.fit` does, compiled once; the compiled
+              HLO is searched for cuDNN's fused attention (`__cudnn$fmha...` custom calls, forward and backward),
+              and the same executable is timed (the "bare step"). `train_on_batch` (Keras' API) is timed too.
+  timm        timm's ViT of the same size (eager, or `--compile` for torch.compile), torch.autocast bfloat16.
+  matmul      the bfloat16 matmul rate of this device (8192^3 products), MFU's ceiling.
+Every speed is `--rounds` rounds of `--steps` steps after `--warmup` steps: median and min-max per round.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+if os.environ.get("BLOCK_TF"):  # the GPU machine has no TensorFlow: prove this path needs none
+    sys.modules["tensorflow"] = None
+
+TIMM = {
+    "Ti/16": "vit_tiny_patch16_224",
+    "S/16": "vit_small_patch16_224",
+    "B/16": "vit_base_patch16_224",
+    "L/16": "vit_large_patch16_224",
+    "H/14": "vit_huge_patch14_224",
+}
+FMHA = re.compile(r'custom_call_target="(__cudnn\$fmha[A-Za-z]*)"')
+
+
+def rounds(run_steps, args):
+    """[seconds per step] for each round: `run_steps(n)` runs n steps and returns when they are done."""
+    run_steps(args.warmup)
+    per_step = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        run_steps(args.steps)
+        per_step.append((time.perf_counter() - start) / args.steps)
+    return per_step
+
+
+def rate(per_step, batch):
+    """{median, min, max} images per second over the rounds."""
+    rates = sorted(batch / s for s in per_step)
+    return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
+
+
+def fused_calls(hlo_text):
+    """{custom-call target: count} of cuDNN fused-attention calls in an HLO module's text."""
+    counts = {}
+    for target in FMHA.findall(hlo_text):
+        counts[target] = counts.get(target, 0) + 1
+    return counts
+
+
+def _batch(args):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
+    y = rng.integers(0, 1000, args.batch).astype("int32")
+    return x, y
+
+
+def _keras_model(args):
+    import keras
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    policy = {"bf16": "mixed_bfloat16", "fp32": "float32"}[args.dtype]
+    model = keras_vit.create_model(args.variant, image_size=args.image_size, num_classes=1000, dtype=policy)
+    if args.quantize:
+        model.quantize(args.quantize)
+    optimizer = keras.optimizers.AdamW(1e-4, weight_decay=0.05)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _peak_gib():
+    import keras
+
+    if keras.config.backend() == "jax":
+        import jax
+
+        return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**30
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def keras_vit_jax(args):
+    """Keras' train_on_batch, then its compiled train/predict steps: HLO evidence, rates, peak memory."""
+    import jax
+
+    model = _keras_model(args)
+    x, y = (jax.device_put(a) for a in _batch(args))
+
+    def api_steps(n):
+        for _ in range(n):
+            model.train_on_batch(x, y)
+
+    result = {"train_on_batch_img_s": rate(rounds(api_steps, args), args.batch)}
+    state = model._get_jax_state(
+        trainable_variables=True,
+        non_trainable_variables=True,
+        optimizer_variables=True,
+        metrics_variables=True,
+        purge_model_variables=False,
+    )
+    start = time.perf_counter()
+    train = jax.jit(model.train_step, donate_argnums=0).lower(state, (x, y)).compile()
+    result.update(compile_s=time.perf_counter() - start, train_fmha=fused_calls(train.as_text()))
+    losses = []
+
+    def bare_steps(n):
+        nonlocal state
+        for _ in range(n):
+            logs, state = train(state, (x, y))
+            losses.append(logs["loss"])
+        jax.block_until_ready(state)
+
+    result["train_img_s"] = rate(rounds(bare_steps, args), args.batch)
+    result["peak_gib"] = _peak_gib()
+    result["losses"] = [float(v) for v in losses]
+    result.update(_predict(model, (state[0], state[1]), x, args))
+    return result
+
+
+def _predict(model, state, x, args):
+    import jax
+
+    predict = jax.jit(model.predict_step).lower(state, (x,)).compile()
+    out = [None]
+
+    def run(n):
+        for _ in range(n):
+            out[0] = predict(state, (x,))
+        jax.block_until_ready(out[0])
+
+    return {"infer_fmha": fused_calls(predict.as_text()), "infer_img_s": rate(rounds(run, args), args.batch)}
+
+
+def keras_vit_torch(args):
+    """train_on_batch / predict_on_batch on Keras' torch backend (fused attention: torch's SDPA)."""
+    import torch
+
+    model = _keras_model(args)
+    x, y = (torch.as_tensor(a, device="cuda" if torch.cuda.is_available() else "cpu") for a in _batch(args))
+    losses = []
+    result = {
+        "train_img_s": rate(
+            rounds(lambda n: losses.extend(model.train_on_batch(x, y) for _ in range(n)), args), args.batch
+        )
+    }
+    result["peak_gib"] = _peak_gib()
+    result["losses"] = [float(np.asarray(v).ravel()[0]) for v in losses]
+    result["infer_img_s"] = rate(rounds(lambda n: [model.predict_on_batch(x) for _ in range(n)], args), args.batch)
+    return result
+
+
+def timm_run(args):
+    """timm's ViT, AdamW (fused on CUDA), torch.autocast bfloat16; train and inference rates, peak memory."""
+    import timm
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = timm.create_model(TIMM[args.variant], num_classes=1000, img_size=args.image_size).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=dev == "cuda")
+    step_model = torch.compile(model) if args.compile else model
+    x = torch.rand(args.batch, 3, args.image_size, args.image_size, device=dev) * 2 - 1
+    y = torch.randint(0, 1000, (args.batch,), device=dev)
+    amp = torch.autocast(dev, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+
+    def train(n):
+        for _ in range(n):
+            optimizer.zero_grad(set_to_none=True)
+            with amp:
+                loss = F.cross_entropy(step_model(x), y)
+            loss.backward()
+            optimizer.step()
+        sync()
+
+    result = {"train_img_s": rate(rounds(train, args), args.batch)}
+    result["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else 0.0
+    model.eval()
+
+    def infer(n):
+        with torch.no_grad(), amp:
+            for _ in range(n):
+                step_model(x)
+        sync()
+
+    result["infer_img_s"] = rate(rounds(infer, args), args.batch)
+    return result
+
+
+def matmul(args):
+    """Best bfloat16 TFLOP/s of 8192^3 products through JAX (MFU's ceiling, measured in the same run)."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 8192 if jax.devices()[0].platform == "gpu" else 512
+    key = jax.random.PRNGKey(0)
+    a = jax.random.normal(key, (n, n), jnp.bfloat16)
+    b = jax.random.normal(jax.random.fold_in(key, 1), (n, n), jnp.bfloat16)
+    product = jax.jit(lambda a, b: a @ b)
+    product(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(10):
+        start = time.perf_counter()
+        product(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return {"tflops": 2 * n**3 / best / 1e12, "size": n}
+
+
+def versions():
+    out = {}
+    for name in ("jax", "torch", "timm", "keras"):
+        with contextlib.suppress(ImportError):
+            out[name] = __import__(name).__version__
+    return out
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("kind", choices=["keras-vit", "timm", "matmul"])
+    p.add_argument("--variant", default="B/16")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--compile", action="store_true", help="timm: torch.compile")
+    p.add_argument("--quantize", default=None, help="keras-vit: model.quantize(MODE) before compiling (float8)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    start = time.perf_counter()
+    try:
+        if args.kind == "timm":
+            result = timm_run(args)
+        elif args.kind == "matmul":
+            result = matmul(args)
+        else:
+            import keras
+
+            result = (keras_vit_jax if keras.config.backend() == "jax" else keras_vit_torch)(args)
+    except Exception as e:  # noqa: BLE001 - one failed measurement is reported, the run goes on
+        import traceback
+
+        traceback.print_exc()
+        result = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+    result.update(
+        wall_s=time.perf_counter() - start,
+        versions=versions(),
+        argv=sys.argv[1:],
+        backend=os.environ.get("KERAS_BACKEND"),
+        fused=os.environ.get("KERAS_VIT_FUSED_ATTENTION", "auto"),
+        pad=os.environ.get("KERAS_VIT_ATTENTION_PAD", "2"),
+    )
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""benchmarks.gpu: the smoke mode CI runs on the CPU, and the refusal of a GPU run without fused attention."""
+
+import json
+
+import pytest
+
+from benchmarks import gpu, gpu_step
+
+HLO = """
+  %custom-call.1 = (bf16[256,198,12,64]{3,2,1,0}, f32[256,12,198]{2,1,0}) custom-call(%a, %b, %c, %mask),
+    custom_call_target="__cudnn$fmhaScaleBiasSoftmax", backend_config={}
+  %custom-call.9 = (bf16[256,198,12,64]{3,2,1,0}) custom-call(%a, %b),
+    custom_call_target="__cudnn$fmhaScaleBiasSoftmaxBackward"
+  %dot.3 = bf16[256,197,768]{2,1,0} dot(%x, %w)
+"""
+
+
+def test_fused_calls_are_read_from_the_hlo_text():
+    assert gpu_step.fused_calls(HLO) == {"__cudnn$fmhaScaleBiasSoftmax": 1, "__cudnn$fmhaScaleBiasSoftmaxBackward": 1}
+    assert gpu_step.fused_calls("%dot = dot(%a, %b)") == {}
+
+
+def test_a_gpu_run_without_fused_attention_is_refused():
+    fused = {"label": "kv", "train_fmha": gpu_step.fused_calls(HLO), "infer_fmha": {"__cudnn$fmhaSoftmax": 12}}
+    assert gpu.missing_fusion(fused, on_gpu=True) is None
+    forward_only = {**fused, "train_fmha": {"__cudnn$fmhaScaleBiasSoftmax": 12}}
+    assert "no cuDNN fused attention" in gpu.missing_fusion(forward_only, on_gpu=True)
+    assert "no cuDNN fused attention" in gpu.missing_fusion({**fused, "train_fmha": {}}, on_gpu=True)
+    assert "predict step" in gpu.missing_fusion({**fused, "infer_fmha": {}}, on_gpu=True)
+    assert gpu.missing_fusion({**fused, "train_fmha": {}}, on_gpu=False) is None  # a CPU has no such kernel
+
+
+@pytest.mark.slow
+def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "_on_gpu", lambda: False)
+    code = gpu.main(["--smoke", "--only", "matmul,kv_jax_fused,kv_jax_unfused", "--out", str(tmp_path)])
+    assert code == 0
+    results = {r["label"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    for label in ("kv_jax_fused", "kv_jax_unfused"):
+        r = results[label]
+        assert "error" not in r, r
+        assert r["train_img_s"]["min"] <= r["train_img_s"]["median"] <= r["train_img_s"]["max"]
+        assert len(r["losses"]) == 1 + 3 * 2  # warm-up, then 3 rounds of 2 steps
+    assert results["kv_jax_fused"]["fused"] == "always"  # the smoke run takes the fused route's API on the CPU
+    # the same seed and data on the two routes: the same training, step for step
+    fused, unfused = results["kv_jax_fused"]["losses"], results["kv_jax_unfused"]["losses"]
+    assert max(abs(a - b) for a, b in zip(fused, unfused, strict=True)) < 1e-4
+    assert results["matmul"]["tflops"] > 0
