@@ -1,6 +1,8 @@
 """The fused attention route (keras.ops.dot_product_attention, sequences padded and masked) against numpy and
 against the explicit route, on the CPU in float32; the env switch; the projections Keras' tools reach."""
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -72,3 +74,14 @@ def test_projections_are_einsum_dense_layers_with_the_checkpoint_layout():
         assert tuple(sub.kernel.shape) == (32, 4, 8) and tuple(sub.bias.shape) == (4, 8)
     assert tuple(layer.out.kernel.shape) == (4, 8, 32) and tuple(layer.out.bias.shape) == (32,)
     assert layer.query_kernel is layer.query.kernel  # the loaders' names
+
+
+def test_a_keras_file_from_before_the_projection_layers_loads_to_its_own_outputs():
+    """tests/fixtures/keras_vit_07f07df_testing.keras: a `testing` model (32 px, 3 classes, random head) saved by
+    keras-vit at 07f07df, when the attention layer held its eight variables itself; the logits beside it are what
+    that version computed for these images."""
+    fixtures = Path(__file__).parent / "fixtures"
+    model = keras.saving.load_model(fixtures / "keras_vit_07f07df_testing.keras")
+    images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    expected = np.load(fixtures / "keras_vit_07f07df_testing_logits.npy")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), expected, atol=1e-6, rtol=0)
