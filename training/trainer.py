@@ -20,7 +20,7 @@ from . import processes
 from .data import eval_dataset, train_dataset
 from .evals import evaluate_extra
 from .fault_tolerance import FaultTolerance
-from .model_setup import build_model, build_run, initialise_from, model_config, read_init
+from .model_setup import build_run
 from .outputs import (
     CsvLogger,
     EventLogger,
@@ -31,19 +31,9 @@ from .outputs import (
     write_labels,
     write_samples,
 )
-from .run_plan import plan_run, resume_schedule, source_of
+from .run_plan import plan_run
 
-# Names other modules and tests import from here.
-__all__ = [
-    "TrainResult",
-    "build_model",
-    "initialise_from",
-    "model_config",
-    "read_init",
-    "resume_schedule",
-    "source_of",
-    "train",
-]
+__all__ = ["TrainResult", "train"]
 
 
 @dataclasses.dataclass
