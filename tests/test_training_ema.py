@@ -113,6 +113,8 @@ def test_the_options_parse_and_bad_values_are_refused():
     for bad in (0.0, 1.0, 1.5):
         with pytest.raises(ValueError, match=rf"ema_decay must be a finite number > 0 and < 1, or None .*{bad}"):
             training.TrainConfig(ema_decay=bad)
+    with pytest.raises(ValueError, match="ema_export=False picks the raw weights .* set ema_decay"):
+        training.TrainConfig(ema_export=False)
 
 
 def _env(backend):

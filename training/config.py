@@ -199,6 +199,11 @@ class TrainConfig:
                 f"batch_size // accum_steps images). Received: batch_size={self.batch_size}, "
                 f"accum_steps={self.accum_steps}; use a divisor, e.g. accum_steps={_divisor_below(*sizes)}."
             )
+        if not self.ema_export and self.ema_decay is None:
+            raise ValueError(
+                "ema_export=False picks the raw weights over their moving average, which only a run with ema_decay "
+                "keeps. Received: ema_decay=None; set ema_decay (e.g. 0.9998) or leave ema_export out."
+            )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
             raise ValueError(
                 f"extra_evals needs a TFDS dataset (named splits); {self.dataset!r} has one held-out "
