@@ -195,7 +195,8 @@ def test_training_evaluate_takes_a_dynamic_model(tmp_path):
     import tensorflow as tf
 
     import training
-    from training.trainer import build_model, source_of
+    from training.model_setup import build_model
+    from training.run_plan import source_of
 
     config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=8, num_samples=8,
                                   model={"dynamic_image_size": True})  # fmt: skip

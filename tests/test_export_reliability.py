@@ -269,14 +269,13 @@ def test_an_input_file_gone_during_the_run_is_named(tmp_path):
     from PIL import Image
 
     from keras_vit.files import describe_storage_error
-    from training.data import _path_decoder
-    from training.data.decoders import _path_window_decoder
+    from training.data.decoders import path_decoder, path_window_decoder
 
     path = tmp_path / "c0" / "1.png"
     path.parent.mkdir()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
-    decoded = tf.data.Dataset.from_tensor_slices([str(path)]).map(_path_decoder("white"))
-    window = _path_window_decoder("white", [])  # the Inception crop's reader
+    decoded = tf.data.Dataset.from_tensor_slices([str(path)]).map(path_decoder("white"))
+    window = path_window_decoder("white", [])  # the Inception crop's reader
 
     def whole(shape):
         return tf.zeros([3], tf.int32), shape

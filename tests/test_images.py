@@ -391,6 +391,7 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
     import tensorflow as tf
 
     from training import data
+    from training.data import decoders, preprocess
 
     kinds = _jpeg_zoo(tmp_path)
     paths = sorted(str(p) for p in tmp_path.rglob("*.*"))
@@ -398,11 +399,11 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
     for path, (reason, kind) in scanned.items():
         assert reason is None and kind == kinds[path], path
     source = data.load_source(f"folder:{tmp_path}", holdout_fraction=0.3)
-    tfds_window = data._window_encoded  # the TFDS source's: encoded bytes instead of paths
+    tfds_window = decoders.window_encoded  # the TFDS source's: encoded bytes instead of paths
     for path in paths:
         full = images.read_image(path)
         for seed in range(6):
-            box = data._inception_box((0.05, 1.0), tf.constant([seed, 7], tf.int64))
+            box = preprocess._inception_box((0.05, 1.0), tf.constant([seed, 7], tf.int64))
             begin, size = (t.numpy() for t in box(tf.constant(full.shape)))
             expected = full[begin[0] : begin[0] + size[0], begin[1] : begin[1] + size[1]]
             np.testing.assert_array_equal(source.decode_window(tf.constant(path), box).numpy(), expected)
@@ -412,7 +413,7 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
         # The TFDS decoder reads plain JPEGs (and PNGs) to the reader's pixels too.
         if scanned[path][1] != "jpeg":
             np.testing.assert_array_equal(
-                data._decode_encoded(tf.constant(images.files.read_bytes(path))).numpy(), full
+                decoders.decode_encoded(tf.constant(images.files.read_bytes(path))).numpy(), full
             )
 
 

@@ -95,7 +95,7 @@ def test_train_and_resume_on_a_url_equal_the_same_on_a_local_disk(remote_run, tm
 
 def test_init_from_url_npz_and_keras(remote_run):
     from keras_vit.weights import checkpoint_variables
-    from training.trainer import build_model
+    from training.model_setup import build_model
 
     source = remote_run.resumed.model
     arrays = {key: np.asarray(v.numpy()) for key, v in checkpoint_variables(source).items()}

@@ -146,7 +146,7 @@ def test_the_shipped_advice_file_is_well_formed():
 
 def test_the_trainer_prints_the_advice_and_follows_it_for_auto_jit(tmp_path, monkeypatch, capsys):
     import training
-    from training.trainer import model_config
+    from training.resolve import model_config
 
     config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=2,
                                   strategy="default", jit_compile="auto")  # fmt: skip

@@ -9,6 +9,7 @@ from scipy import stats
 
 from training import augment, data
 from training.config import TrainConfig
+from training.data import loaders
 
 # big_vision/pp/autoaugment.py at level 10 (its _MAX_LEVEL): the strengths the recipes' randaug(2, 10) means.
 REFERENCE_AT_10 = {
@@ -140,7 +141,7 @@ def test_ops_are_chosen_per_image_in_a_batch():
     SolarizeAdd 210, identity 100, grey fill 128 ...), so one batch showing several means several ops."""
     images = np.full((64, 24, 24, 3), 100, np.uint8)
     labels = np.zeros(64, np.int64)
-    source = data._in_memory(images, labels, np.arange(48), np.arange(48, 64), ["a", "b"], original_size=24)
+    source = loaders._in_memory(images, labels, np.arange(48), np.arange(48, 64), ["a", "b"], original_size=24)
     config = TrainConfig(
         dataset="synthetic", image_size=24, batch_size=16, augment="resize", flip=False, randaugment=(1, 10), seed=1
     )

@@ -206,7 +206,7 @@ def test_mixup_mixes_images_and_labels_with_the_same_weight():
     images = tf.constant(np.stack([np.full((2, 2, 3), -1.0), np.full((2, 2, 3), 1.0)]), tf.float32)
     labels = tf.constant([[1.0, 0.0], [0.0, 1.0]])
     for i in range(10):
-        x, y = data._mixup(images, labels, 0.2, tf.constant([0, i], tf.int64))
+        x, y = data.mixup(images, labels, 0.2, tf.constant([0, i], tf.int64))
         lam = float(y[0, 0])
         assert 0.5 <= lam <= 1.0  # the image keeps the larger weight
         np.testing.assert_allclose(x[0].numpy(), lam * -1.0 + (1 - lam) * 1.0, atol=1e-6)

@@ -13,7 +13,7 @@ import training
 from keras_vit.weights import checkpoint_variables
 from tests import test_downloads
 from training.config import TrainConfig
-from training.trainer import build_model
+from training.model_setup import build_model
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from tests.conftest import ROOT
 from training import resolve
 from training.config import TrainConfig
 from training.configs import get_config
+from training.init_checkpoint import read_init
 from training.overrides import parse_overrides
-from training.trainer import read_init
 
 
 def _checkpoint(**options):

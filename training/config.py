@@ -59,6 +59,14 @@ class TrainConfig:
         schedule: "cosine", "linear" or "constant" decay after the linear warm-up.
         warmup_steps: linear warm-up from 0 to `learning_rate`; None for 5% of the run's steps.
         global_clipnorm: clip the global gradient norm (1.0 in the paper); None for none.
+        ema_decay: keep an exponential moving average of the trained weights with this decay per optimiser step
+            (Keras' `use_ema`; timm's `--model-ema-decay`, 0.9998 in the DeiT recipes); None for none. The average
+            is kept in optimizer variables, so checkpoints carry it and a resume continues it exactly. It spans
+            about 1 / (1 - ema_decay) steps: a run much shorter than that averages mostly its first weights. Both
+            the raw and the averaged weights are evaluated at the end (`training.ema`).
+        ema_export: with `ema_decay`, the weights model.keras (and so every export) holds: True for the average,
+            False for the raw weights. The default is the average, not the better of the two on the held-out split,
+            whose accuracy would then be a selected (optimistic) figure; metrics.json reports both.
         loss: "softmax" or "sigmoid" cross-entropy.
         label_smoothing: label smoothing of the targets.
         head_bias_init: initial bias of the head (big_vision's ImageNet-21k configs use -10 with sigmoid
@@ -137,6 +145,8 @@ class TrainConfig:
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int | None = 0
     global_clipnorm: float | None = 1.0
+    ema_decay: float | None = None
+    ema_export: bool = True
     loss: Literal["softmax", "sigmoid"] = "softmax"
     label_smoothing: float = 0.0
     head_bias_init: float | None = None
@@ -188,6 +198,11 @@ class TrainConfig:
                 f"batch_size must be divisible by accum_steps (each optimiser step is accum_steps micro-batches of "
                 f"batch_size // accum_steps images). Received: batch_size={self.batch_size}, "
                 f"accum_steps={self.accum_steps}; use a divisor, e.g. accum_steps={_divisor_below(*sizes)}."
+            )
+        if not self.ema_export and self.ema_decay is None:
+            raise ValueError(
+                "ema_export=False picks the raw weights over their moving average, which only a run with ema_decay "
+                "keeps. Received: ema_decay=None; set ema_decay (e.g. 0.9998) or leave ema_export out."
             )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
             raise ValueError(

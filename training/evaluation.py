@@ -15,7 +15,7 @@ from .config import TrainConfig
 from .data import eval_dataset
 from .distribution import select_placement
 from .optim import make_loss
-from .trainer import source_of
+from .run_plan import source_of
 
 logger = logging.getLogger("training")
 

@@ -9,11 +9,12 @@ import numpy as np
 
 import keras_vit
 from keras_vit import files
-from keras_vit.weights.pretrained import read_checkpoint
 
 from . import processes
 from .checkpointing import CheckpointManager
+from .init_checkpoint import initialise_from
 from .optim import make_loss, make_optimizer
+from .resolve import model_config
 
 
 def build_run(plan):
@@ -59,18 +60,6 @@ def weights_checksum(model):
     return float(sum(np.sum(np.asarray(v.value, np.float64)) for v in model.weights))
 
 
-def model_config(config, num_classes):
-    """The run's `ViTConfig`: the variant with the run's image size, classes, precision and model overrides."""
-    overrides = dict(config.model)
-    if config.head_bias_init is not None:
-        overrides["head_bias_init"] = config.head_bias_init
-    if config.precision != "float32":
-        overrides["dtype"] = config.precision
-    return keras_vit.get_variant(config.variant).replace(
-        image_size=config.image_size, num_classes=num_classes, **overrides
-    )
-
-
 def build_model(config, num_classes, class_names=None, checkpoint=None):
     """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras).
 
@@ -88,26 +77,3 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
     return model
-
-
-def read_init(source):
-    """The `--init` checkpoint, read (and downloaded into its cache) once."""
-    try:
-        return read_checkpoint(source)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
-
-
-def initialise_from(model, source):
-    """Loads the `--init` checkpoint into `model` for fine-tuning.
-
-    Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
-    folder of timm / transformers / keras-hub layout, or a checkpoint `read_init` already read. Position
-    embeddings are interpolated to the model's patch grid and a head with another class count is left at its
-    fresh zero initialisation (`keras_vit.load_npz`'s rules). Downloads are cached, so a resumed run does not fetch
-    the checkpoint again.
-    """
-    try:
-        return keras_vit.load_weights(model, source)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None

@@ -15,6 +15,8 @@ import warnings
 
 import keras
 
+from . import ema
+
 
 def keras_weight_decay(decoupled_wd, peak_learning_rate):
     """big_vision's `wd` (multiplied by the schedule) -> Keras AdamW's `weight_decay` (multiplied by the lr)."""
@@ -158,6 +160,7 @@ def make_optimizer(config, total_steps, schedule=None):
     """The optimizer of a `TrainConfig`: AdamW (decoupled decay, Keras convention) or SGD with momentum.
 
     `schedule` replaces `make_schedule(config, total_steps)` (a resumed run's schedule from its checkpoint).
+    With `config.ema_decay` it also keeps the moving average of the weights (`training.ema`).
     With `config.accum_steps > 1` the optimiser accumulates (Keras' `gradient_accumulation_steps`): it averages
     the gradients of `accum_steps` calls, then clips the mean, decays the weights and updates, once; `schedule`
     and `total_steps` count those updates.
@@ -169,6 +172,14 @@ def make_optimizer(config, total_steps, schedule=None):
         global_clipnorm=config.global_clipnorm,
         gradient_accumulation_steps=accum,
     )
+    if config.ema_decay is not None:
+        common.update(use_ema=True, ema_momentum=config.ema_decay)
+        return ema.hold_until_the_end(ema.once_per_update(_optimizer(config, common)))
+    return _optimizer(config, common)
+
+
+def _optimizer(config, common):
+    """AdamW or SGD with the `common` arguments."""
     if config.optimizer == "adamw":
         optimizer = keras.optimizers.AdamW(
             weight_decay=config.weight_decay, beta_1=config.beta_1, beta_2=config.beta_2, **common

@@ -85,6 +85,7 @@ RANGES = {
     "momentum": _FRACTION,
     "warmup_steps": Range(0, none="None for 5% of the run's steps"),
     "global_clipnorm": Range(0, low_open=True, none="None for no clipping"),
+    "ema_decay": Range(0, 1, low_open=True, high_open=True, none="None for no moving average"),
     "label_smoothing": _FRACTION,
     "head_bias_init": Range(none="None for the variant's"),
     "translate": _NATURAL,

@@ -10,6 +10,7 @@ A recipe may leave these `TrainConfig` fields as None (the `finetune` recipe doe
 `resolve_run` returns a complete `TrainConfig` with them filled in, which is what the run records in config.json
 and run.json: resuming with the same command resolves to the same values. Settings the user states are kept; where
 they contradict the checkpoint (another variant's shapes), a `ValueError` names both and the `--set` that fixes it.
+`model_config` turns the resolved config into the model's `ViTConfig`, for the plan and the built model alike.
 """
 
 import dataclasses
@@ -55,6 +56,18 @@ def resolve_run(config, checkpoint, num_train, replicas):
     if execution is None:
         execution, _ = steps_per_execution_for(MAX_STEPS_PER_EXECUTION, steps_per_epoch)
     return config.replace(batch_size=batch_size, warmup_steps=warmup, steps_per_execution=execution)
+
+
+def model_config(config, num_classes):
+    """The run's `ViTConfig`: the variant with the run's image size, classes, precision and model overrides."""
+    overrides = dict(config.model)
+    if config.head_bias_init is not None:
+        overrides["head_bias_init"] = config.head_bias_init
+    if config.precision != "float32":
+        overrides["dtype"] = config.precision
+    return keras_vit.get_variant(config.variant).replace(
+        image_size=config.image_size, num_classes=num_classes, **overrides
+    )
 
 
 def from_record(config, recorded):

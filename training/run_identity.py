@@ -32,6 +32,7 @@ EXEMPT = {
     "checkpoint_every": "when checkpoints are written, not what is trained",
     "eval_every": "held-out evaluations during training do not touch the weights",
     "extra_evals": "evaluated once, after training",
+    "ema_export": "which of the two evaluated weight sets model.keras holds, chosen after training",
     "num_samples": "an output written after training",
     "num_calibration": "an output written after training",
     "strategy": "where the run is placed: a preempted run may resume on other hardware",

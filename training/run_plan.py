@@ -24,7 +24,7 @@ from .config import steps_per_execution_for
 from .configs import get_config
 from .data import load_source
 from .distribution import Placement, select_placement, set_matmul_precision
-from .model_setup import model_config, read_init
+from .init_checkpoint import read_init
 from .optim import WarmupDecay, make_schedule
 
 
@@ -131,7 +131,7 @@ def _settings(config, source, placement, workdir, resume):
 
 def _jit_compile(config, placement, source):
     """(jit_compile, measured advice): XLA on or off for this device, printed with the reason."""
-    forward = flops.config_forward_flops(model_config(config, source.num_classes))
+    forward = flops.config_forward_flops(resolve.model_config(config, source.num_classes))
     measured = advice.lookup(placement.device_kind, config.precision, forward)
     jit_compile, reason = placement.resolve_jit_compile(config.jit_compile, measured)
     print(f"[training] {placement.describe()}; {reason}", flush=True)

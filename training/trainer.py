@@ -16,11 +16,11 @@ import keras
 
 from keras_vit import files
 
-from . import processes
+from . import ema, processes
 from .data import eval_dataset, train_dataset
 from .evals import evaluate_extra
 from .fault_tolerance import FaultTolerance
-from .model_setup import build_model, build_run, initialise_from, model_config, read_init
+from .model_setup import build_run
 from .outputs import (
     CsvLogger,
     EventLogger,
@@ -31,19 +31,9 @@ from .outputs import (
     write_labels,
     write_samples,
 )
-from .run_plan import plan_run, resume_schedule, source_of
+from .run_plan import plan_run
 
-# Names other modules and tests import from here.
-__all__ = [
-    "TrainResult",
-    "build_model",
-    "initialise_from",
-    "model_config",
-    "read_init",
-    "resume_schedule",
-    "source_of",
-    "train",
-]
+__all__ = ["TrainResult", "train"]
 
 
 @dataclasses.dataclass
@@ -160,10 +150,23 @@ def _fit(plan, model, manager, callbacks, eval_ds):
 
 
 def _finish(plan, model, manager, eval_ds, histories, fit_seconds):
-    """Stage 4: the held-out evaluation, metrics.json and the outputs (model, labels, samples, plots)."""
+    """Stage 4: the held-out evaluation (of the raw and the averaged weights, with `ema_decay`), metrics.json and the
+    outputs (model, labels, samples, plots)."""
     config, workdir = plan.config, plan.workdir
-    results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+
+    def evaluate():
+        return model.evaluate(eval_ds, verbose=0, return_dict=True)
+
+    averaged = None
+    if config.ema_decay is None:
+        results = evaluate()
+    else:  # both weight sets; the model keeps the one to write (model.keras, samples, plots)
+        averaged = ema.evaluate_both(model, evaluate, config.ema_decay, config.ema_export)
+        results = averaged.exported_figures
     metrics = _metrics(plan, model, manager, results, fit_seconds)
+    if averaged is not None:
+        metrics["ema"] = averaged.to_dict()
+        print(f"[training] {averaged.line()}", flush=True)
     if config.extra_evals:
         metrics["evals"] = evaluate_extra(model, config, shard=plan.placement.shard)
     if plan.chief:

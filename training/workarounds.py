@@ -108,7 +108,8 @@ def accumulate_across_replicas(optimizer, strategy):
     condition, and one `merge_call` makes the decision in cross-replica context, where the branches only update
     variables: add the sum to the accumulators, or average them, clip the mean by `global_clipnorm` (after the sum
     over replicas, as `clip_after_all_reduce` does), decay the weights and apply the update, as Keras does on one
-    device. The cost is one all-reduce per micro-step instead of one per update. `tests/test_training_accum.py`
+    device, and then the moving average of the weights where `use_ema` asks for it, as Keras does. The cost is one
+    all-reduce per micro-step instead of one per update. `tests/test_training_accum.py`
     checks Mirrored on two logical CPUs against one batch on one device, and that Keras still fails without this.
     """
     steps = optimizer.gradient_accumulation_steps
@@ -125,6 +126,8 @@ def accumulate_across_replicas(optimizer, strategy):
         tf.__internal__.distribute.interim.maybe_merge_call(
             _decide, strategy, [g for g, _ in summed], variables, [a.value for a in accumulators]
         )
+        if optimizer.use_ema:  # as Keras' own `_backend_apply_gradients` ends: the average, after every micro-step
+            optimizer._update_model_variables_moving_average(optimizer._trainable_variables)
 
     def _decide(distribution, grads, variables, accumulators):
         # After the all-reduce every replica holds the same sum: the first one's stands for all.

@@ -10,21 +10,16 @@ TFDS), `folders` (image folders), `decoders` (image decoding, JPEG windows), `pr
 resizes, augmentation, Mixup) and `pipeline` (`train_dataset`, `eval_dataset`). Importing it imports TensorFlow.
 """
 
-# The names other modules use, and (aliased to themselves: re-exported on purpose) the internals the tests reach as
-# `training.data.NAME`; a monkeypatch must target the defining submodule, where the code looks the name up.
+# The names other modules use. Helpers the submodules share are public in the submodule that defines them; a test
+# reaches them (and a monkeypatch targets them) there, where the code looks them up.
 from .decoders import JPEG_DCT, JPEG_WINDOW_MARGIN
-from .decoders import _decode_encoded as _decode_encoded
-from .decoders import _path_decoder as _path_decoder
-from .decoders import _window_encoded as _window_encoded
 from .folders import check_class_name, list_image_folder
-from .loaders import _in_memory as _in_memory
 from .loaders import digits_uint8, load_source
 from .pipeline import eval_dataset, train_dataset, uint8_images
-from .preprocess import _inception_box as _inception_box
-from .preprocess import _mixup as _mixup
 from .preprocess import (
     augment_fn,
     eval_preprocess,
+    mixup,
     mixup_weights,
     resize,
     resize_small_central_crop,
@@ -43,6 +38,7 @@ __all__ = [
     "eval_preprocess",
     "list_image_folder",
     "load_source",
+    "mixup",
     "mixup_weights",
     "resize",
     "resize_small_central_crop",

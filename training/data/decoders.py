@@ -13,7 +13,7 @@ JPEG_DCT = "INTEGER_ACCURATE"
 JPEG_WINDOW_MARGIN = 16
 
 
-def _decode_encoded(raw):
+def decode_encoded(raw):
     image = tf.cond(
         tf.io.is_jpeg(raw),
         lambda: tf.io.decode_jpeg(raw, channels=3, dct_method=JPEG_DCT),
@@ -34,23 +34,23 @@ def _jpeg_window(data, box):
     return tf.slice(window, tf.concat([begin[:2] - start, [0]], 0), tf.concat([size[:2], [3]], 0))
 
 
-def _slice_window(image, box):
+def slice_window(image, box):
     begin, size = box(tf.shape(image))
     return tf.slice(image, begin, size)
 
 
-def _window_encoded(raw, box):
+def window_encoded(raw, box):
     """`Source.decode_window` for encoded images (TFDS): JPEGs through `_jpeg_window`, others in full."""
     image = tf.cond(
         tf.io.is_jpeg(raw),
         lambda: _jpeg_window(raw, box),
-        lambda: _slice_window(tf.io.decode_image(raw, channels=3, expand_animations=False), box),
+        lambda: slice_window(tf.io.decode_image(raw, channels=3, expand_animations=False), box),
     )
     image.set_shape([None, None, 3])
     return image
 
 
-def _path_window_decoder(background, pillow_jpegs, max_bytes=None):
+def path_window_decoder(background, pillow_jpegs, max_bytes=None):
     """`Source.decode_window` for image folders (raw: a path).
 
     The file is read by `keras_vit.images.read_file`, the scan's reader (`_file_reader`): a file replaced since
@@ -72,7 +72,7 @@ def _path_window_decoder(background, pillow_jpegs, max_bytes=None):
         fast = tf.io.is_jpeg(data)
         if table is not None:
             fast = tf.logical_and(fast, tf.logical_not(table.lookup(path)))
-        image = tf.cond(fast, lambda: _jpeg_window(data, box), lambda: _slice_window(decode(data, path), box))
+        image = tf.cond(fast, lambda: _jpeg_window(data, box), lambda: slice_window(decode(data, path), box))
         image.set_shape([None, None, 3])
         return image
 
@@ -119,7 +119,7 @@ def _bytes_decoder(background):
     return decode
 
 
-def _path_decoder(background, max_bytes=None):
+def path_decoder(background, max_bytes=None):
     """path tensor -> uint8 (H, W, 3), decoded by `keras_vit.images.read_image`: the pixels predict sees.
 
     tf.io.decode_image would be faster but reads fewer formats (no TIFF; it sniffs the content, so a TIFF

@@ -9,8 +9,8 @@ import tensorflow as tf
 import keras_vit.files
 import keras_vit.images
 
-from .decoders import _path_decoder, _path_window_decoder
-from .source import Source, _stratified_split
+from .decoders import path_decoder, path_window_decoder
+from .source import Source, stratified_split
 
 
 def list_image_folder(path, follow_symlinks=False):
@@ -87,7 +87,7 @@ def _check_links_inside(root, class_dirs, paths):
         )
 
 
-def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False,
+def folder_source(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip_unreadable=False,
             follow_symlinks=False, max_bytes=None):  # fmt: skip
     keras_vit.images.resolve_background(background)  # a bad option fails before the scan, not after
     paths, labels, class_names = list_image_folder(path, follow_symlinks)
@@ -122,7 +122,7 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
             f"Classes {few} in {path!r} have fewer than 2 (readable) images; a held-out split needs at least 2. "
             f"Add images to those sub-folders (2 or more each) or remove the sub-folders, and run again."
         )
-    train, heldout = _stratified_split(labels, fraction)
+    train, heldout = stratified_split(labels, fraction)
     kept = list(paths)  # what the run's fingerprint hashes: never a file the scan left out
     paths = np.asarray(paths)
     source = Source(
@@ -131,9 +131,9 @@ def _folder(path, fraction, background=keras_vit.images.DEFAULT_BACKGROUND, skip
         num_train=len(train),
         num_heldout=len(heldout),
         class_names=class_names,
-        decode=_path_decoder(background, max_bytes),
+        decode=path_decoder(background, max_bytes),
         train_arrays=(paths[train], labels[train]),
-        decode_window=_path_window_decoder(background, pillow_jpegs, max_bytes),
+        decode_window=path_window_decoder(background, pillow_jpegs, max_bytes),
         files=kept,
     )
     return source

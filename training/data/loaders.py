@@ -6,9 +6,9 @@ import tensorflow as tf
 import keras_vit.files
 import keras_vit.images
 
-from .decoders import _decode_encoded, _window_encoded
-from .folders import _folder
-from .source import Source, _stratified_split
+from .decoders import decode_encoded, window_encoded
+from .folders import folder_source
+from .source import Source, stratified_split
 
 _DATASET_FORMS = "'digits', 'synthetic', 'tfds:NAME' (with --data-dir) or 'folder:PATH'"
 
@@ -41,7 +41,7 @@ def load_source(
     if isinstance(dataset, str) and dataset.startswith("tfds:"):
         return _tfds(dataset[len("tfds:") :], data_dir, train_split, eval_split, shard)
     if isinstance(dataset, str) and dataset.startswith("folder:"):
-        return _folder(
+        return folder_source(
             dataset[len("folder:") :],
             holdout_fraction,
             image_background,
@@ -76,7 +76,7 @@ def _in_memory(images, labels, train_idx, heldout_idx, class_names, original_siz
 
 def _digits(fraction):
     images, labels = digits_uint8()
-    train, heldout = _stratified_split(labels, fraction)
+    train, heldout = stratified_split(labels, fraction)
     return _in_memory(images, labels, train, heldout, [str(i) for i in range(10)], original_size=8)
 
 
@@ -151,7 +151,7 @@ def _tfds(name, data_dir, train_split, eval_split, shard=(0, 1)):
         num_train,
         num_heldout,
         class_names,
-        _decode_encoded,
-        decode_window=_window_encoded,
+        decode_encoded,
+        decode_window=window_encoded,
         shard_count=shard_count,
     )

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..augment import quantize, randaugment
-from .preprocess import _mixup, augment_fn, eval_preprocess, resize, scale
+from .preprocess import augment_fn, eval_preprocess, mixup, resize, scale
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1)):
@@ -116,7 +116,7 @@ def _mixed(ds, config, start_step):
     """The batches with Mixup. Seeded by (seed, step) only: every worker of a multi-worker run draws the same
     weights for a step, as big_vision's global mixing coefficient (fold_in=None). Mixed in parallel, in order."""
     return ds.enumerate(start_step).map(
-        lambda step, b: _mixup(
+        lambda step, b: mixup(
             b[0],
             b[1],
             float(config.mixup_alpha),

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
-from .decoders import _slice_window
+from .decoders import slice_window
 
 
 def scale(image):
@@ -63,7 +63,7 @@ def _inception_box(area, seed):
 def _inception_crop(image, size, area, seed, decode_window=None):
     """Inception crop of `image` resized to `size`; with `decode_window`, `image` is the raw element it decodes."""
     box = _inception_box(area, seed)
-    window = decode_window(image, box) if decode_window is not None else _slice_window(image, box)
+    window = decode_window(image, box) if decode_window is not None else slice_window(image, box)
     return resize(window, size)
 
 
@@ -113,7 +113,7 @@ def mixup_weights(alpha, num_images, seed):
     return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
 
 
-def _mixup(images, labels, alpha, seed, num_images=2):
+def mixup(images, labels, alpha, seed, num_images=2):
     """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
     weights = mixup_weights(alpha, num_images, seed)
 

@@ -44,7 +44,7 @@ class Source:
         return len(self.class_names)
 
 
-def _stratified_split(labels, fraction):
+def stratified_split(labels, fraction):
     """Fixed (seed 0) stratified split, so every run and every tool sees the same held-out images."""
     from sklearn.model_selection import train_test_split
 

@@ -1,0 +1,39 @@
+"""The `--init` checkpoint of a fine-tuning run: read once while the run is planned, loaded into the built model.
+
+`read_init` (stage 1, `training.run_plan`) reads it so that its model options can resolve the run; `initialise_from`
+(stage 2, `training.model_setup`) loads it, or the checkpoint `read_init` already read, into the model. A missing
+checkpoint fails the same way in both.
+"""
+
+import contextlib
+
+import keras_vit
+from keras_vit.weights.pretrained import read_checkpoint
+
+
+def read_init(source):
+    """The `--init` checkpoint, read (and downloaded into its cache) once."""
+    with _missing_init():
+        return read_checkpoint(source)
+
+
+def initialise_from(model, source):
+    """Loads the `--init` checkpoint into `model` for fine-tuning.
+
+    Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
+    folder of timm / transformers / keras-hub layout, or a checkpoint `read_init` already read. Position
+    embeddings are interpolated to the model's patch grid and a head with another class count is left at its
+    fresh zero initialisation (`keras_vit.load_npz`'s rules). Downloads are cached, so a resumed run does not fetch
+    the checkpoint again.
+    """
+    with _missing_init():
+        return keras_vit.load_weights(model, source)
+
+
+@contextlib.contextmanager
+def _missing_init():
+    """A missing checkpoint as one `FileNotFoundError` that says it is the `--init` one."""
+    try:
+        yield
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
