@@ -10,19 +10,20 @@ local caches, and `content.py` checks that what was downloaded is the file it cl
 
 from keras_vit import _lazy
 
-# `python -m keras_vit.weights list|info|download` needs no Keras: the loaders are imported on first use.
+# `python -m keras_vit.weights list|info|download` needs no Keras: the loaders are imported on first use, and
+# `from_pretrained` refuses a broken local file before they are (precheck.py).
 __all__, __getattr__, __dir__ = _lazy.lazy_names(
     __name__,
     {
         "POSEMB_KEY": "keras_vit.weights.loading",
-        "CheckpointError": "keras_vit.weights.loading",
+        "CheckpointError": "keras_vit.weights.errors",
         "LoadReport": "keras_vit.weights.loading",
         "checkpoint_variables": "keras_vit.weights.loading",
         "load_params": "keras_vit.weights.loading",
         "load_npz": "keras_vit.weights.npz",
         "read_npz": "keras_vit.weights.npz",
         "to_original_layout": "keras_vit.weights.npz",
-        "from_pretrained": "keras_vit.weights.pretrained",
+        "from_pretrained": "keras_vit.weights.precheck",
         "load_weights": "keras_vit.weights.pretrained",
         "save_pretrained": "keras_vit.weights.pretrained",
     },

@@ -19,14 +19,11 @@ import keras
 import numpy as np
 
 from keras_vit.layers.position_embedding import RESIZE_METHODS, infer_grid, resize_position_embedding
+from keras_vit.weights.errors import CheckpointError
 
 logger = logging.getLogger("keras_vit")
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or that does not fit the model."""
 
 
 @dataclasses.dataclass

@@ -97,26 +97,9 @@ def _read_npz(path):
     return Checkpoint(params=params, options=infer_options(params, source=path), format="npz", source=path)
 
 
-def from_pretrained(source, **overrides):
-    """Builds the model a checkpoint describes and loads it.
-
-    Args:
-        source: a catalogue name (`python -m keras_vit.weights list`), a Hub id (`hf://timm/NAME`,
-            `hf://google/vit-...`, a keras-hub preset repo), a URL (`https://`, `gs://`), or a local `.npz` file or
-            folder in timm, transformers or keras-hub layout. Downloads happen once, into the caches.
-        **overrides: any `ViTConfig` field (`image_size=384` interpolates the position embeddings;
-            `num_classes=10` starts a zero-initialised head, with a warning, as `load_npz` does), `name`,
-            `class_names`, and `resize_method` ("zoom", "bilinear", "bicubic") for the position embeddings.
-
-    Returns:
-        A `VisionTransformer` taking images in [-1, 1], with `model.class_names` when the checkpoint names its
-        classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring).
-
-    Raises:
-        FileNotFoundError: a source that is no path, URL, Hub id or catalogue name (with the closest names).
-        keras_vit.weights.download.DownloadError: a failed download (names the URL and where to place the file).
-        CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides.
-    """
+def load_pretrained(source, **overrides):
+    """`keras_vit.from_pretrained` once its source has passed the check that needs no Keras
+    (keras_vit/weights/precheck.py, which holds the public function and its documentation)."""
     ckpt = read_checkpoint(source)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
     name = overrides.pop("name", "vit")
