@@ -81,13 +81,24 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
     """
     model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
     if config.init:
-        initialise_from(model, checkpoint or config.init)
-        if not config.init_head and "head" in {layer.name for layer in model.layers}:
-            # The references always fine-tune from a fresh zero head, even when the class counts match.
+        # The references always fine-tune from a fresh zero head, even when the class counts match.
+        new_head = not config.init_head and "head" in {layer.name for layer in model.layers}
+        report = initialise_from(model, checkpoint or config.init, new_head=new_head)
+        if new_head:
             head = model.get_layer("head")
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
+        print(f"[training] --init {config.init}: {init_summary(report, new_head, num_classes)}", flush=True)
     return model
+
+
+def init_summary(report, new_head, num_classes):
+    """What `--init` gave the model, in a few words: "152 tensors loaded; new 2-class head"."""
+    parts = [f"{len(report.loaded)} tensors loaded"]
+    parts += [f"{key.rsplit('/', 1)[-1]} resized: {how}" for key, how in report.resized.items()]
+    if new_head:
+        parts.append(f"new {num_classes}-class head")
+    return "; ".join(parts)
 
 
 def read_init(source):
@@ -98,16 +109,17 @@ def read_init(source):
         raise FileNotFoundError(f"--init checkpoint not found: {err}") from None
 
 
-def initialise_from(model, source):
+def initialise_from(model, source, new_head=False):
     """Loads the `--init` checkpoint into `model` for fine-tuning.
 
     Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
     folder of timm / transformers / keras-hub layout, or a checkpoint `read_init` already read. Position
     embeddings are interpolated to the model's patch grid and a head with another class count is left at its
-    fresh zero initialisation (`keras_vit.load_npz`'s rules). Downloads are cached, so a resumed run does not fetch
-    the checkpoint again.
+    fresh zero initialisation (`keras_vit.load_npz`'s rules); `new_head=True` does not load the checkpoint's head
+    at all, the run's own summary line saying so instead of a warning. Downloads are cached, so a resumed run does
+    not fetch the checkpoint again. Returns the `LoadReport`.
     """
     try:
-        return keras_vit.load_weights(model, source)
+        return keras_vit.load_weights(model, source, new_head=new_head)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"--init checkpoint not found: {err}") from None

@@ -115,12 +115,13 @@ def load_pretrained(source, **overrides):
     return model
 
 
-def load_weights(model, source, *, resize_method="zoom"):
+def load_weights(model, source, *, resize_method="zoom", new_head=False):
     """Loads any supported checkpoint into a model the caller built (`create_model` / `VisionTransformer`).
 
     Warns when the model's GELU form or LayerNorm epsilon differ from what the checkpoint's config states (the
-    outputs then differ slightly from the original library's); an `.npz` states neither. Returns the `LoadReport`
-    of `load_params`.
+    outputs then differ slightly from the original library's); an `.npz` states neither. `new_head=True` leaves
+    the model's own head in place of the checkpoint's, without the warning a head of another class count gets
+    otherwise (fine-tuning asks for one). Returns the `LoadReport` of `load_params`.
     """
     ckpt = read_checkpoint(source)
     config = model.config
@@ -133,14 +134,20 @@ def load_weights(model, source, *, resize_method="zoom"):
                 f"{field}={want!r}, or use from_pretrained.",
                 stacklevel=2,
             )
-    return _load(model, ckpt, caller="load_weights", resize_method=resize_method)
+    return _load(model, ckpt, caller="load_weights", resize_method=resize_method, new_head=new_head)
 
 
-def _load(model, ckpt, *, caller, resize_method="zoom"):
+def _load(model, ckpt, *, caller, resize_method="zoom", new_head=False):
     grid = ViTConfig(**ckpt.options).grid_size  # the checkpoint's own grid, which may not be square
     params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
     return load_params(
-        model, params, source=ckpt.source, resize_method=resize_method, checkpoint_grid=grid, caller=caller
+        model,
+        params,
+        source=ckpt.source,
+        resize_method=resize_method,
+        checkpoint_grid=grid,
+        caller=caller,
+        new_head=new_head,
     )
 
 
