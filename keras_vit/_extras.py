@@ -48,8 +48,8 @@ def missing_line(err, command, extra=None):
         backend = _keras_backend() or os.environ.get("KERAS_BACKEND", "tensorflow")
         return (
             f"{command} runs on Keras, whose backend is {backend!r} (KERAS_BACKEND, else ~/.keras/keras.json, else "
-            f"TensorFlow), and TensorFlow is not installed: set KERAS_BACKEND=jax (pip install 'keras-vit[jax]') or "
-            f"torch, or install TensorFlow (pip install 'keras-vit[train]')"
+            f"TensorFlow), and TensorFlow is not installed: set KERAS_BACKEND=jax (pip install 'keras-vit[jax]'), "
+            f"or install TensorFlow (pip install 'keras-vit[train]')"
         )
     extra = its_extra or extra
     return f"{command} needs {distribution}, which is not installed: pip install 'keras-vit[{extra}]' ({CHECKOUT})"

@@ -80,7 +80,9 @@ def test_a_library_command_says_to_choose_another_keras_backend(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: python -m keras_vit.inspect runs on Keras, whose backend is 'tensorflow'")
-    assert "set KERAS_BACKEND=jax (pip install 'keras-vit[jax]') or torch" in line
+    assert line.endswith(
+        "set KERAS_BACKEND=jax (pip install 'keras-vit[jax]'), or install TensorFlow (pip install 'keras-vit[train]')"
+    )
 
 
 def test_the_library_raises_the_same_advice():
