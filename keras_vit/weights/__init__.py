@@ -3,7 +3,8 @@
 `loading.py` holds the one table every format loads through (original vit_jax key -> variable);
 `npz.py` reads the released `.npz` checkpoints (vit_jax's layout and big_vision's); `timm.py`,
 `transformers.py` and `keras_hub.py` convert those libraries' folders to and from the original layout;
-`pretrained.py` is the entry point over all of them (`from_pretrained`, `load_weights`, `save_pretrained`);
+`pretrained.py` is the entry point over all of them (`from_pretrained`, `load_weights`, `save_pretrained`), after
+`precheck.py` has refused a broken local file without importing Keras (`errors.py`: `CheckpointError`, its wording);
 `catalogue.py` names the released files, `download.py` and `sources.py` fetch them (and URLs, Hub repos) into
 local caches, and `content.py` checks that what was downloaded is the file it claims to be before it is cached.
 """

@@ -1,4 +1,5 @@
-"""One entry point for pretrained weights of every format: `from_pretrained`, `load_weights`, `save_pretrained`.
+"""One entry point for pretrained weights of every format: `from_pretrained` (its first, Keras-free step in
+precheck.py), `load_weights`, `save_pretrained`.
 
 A source is read into a `Checkpoint` (original layout + the options its config states), the model it describes
 is built, and `load_params` loads it, so overrides (`image_size=384`, `num_classes=10`) behave exactly as
