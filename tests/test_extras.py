@@ -99,3 +99,13 @@ def test_a_module_no_extra_installs_is_left_to_the_traceback():
     assert _extras.missing_line(err, "keras-vit train", "train") is None
     status = _without(["numpy"], "keras_vit.cli", "train", "--workdir", "unused")
     assert status.returncode == 1 and "Traceback" in status.stderr and "numpy" in status.stderr
+
+
+def test_another_package_of_the_extra_is_named_too(tmp_path):
+    # TensorFlow present, scikit-learn (the digits data set's loader) not: found once the run reads its data.
+    result = _without(["sklearn"], "training", "--workdir", str(tmp_path / "run"), "--epochs", "1")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: python -m training needs scikit-learn, which is not installed: pip install 'keras-vit[train]' "
+        "(in a checkout: pip install -r requirements.txt)"
+    )
