@@ -109,3 +109,13 @@ def test_another_package_of_the_extra_is_named_too(tmp_path):
         "error: python -m training needs scikit-learn, which is not installed: pip install 'keras-vit[train]' "
         "(in a checkout: pip install -r requirements.txt)"
     )
+
+
+def test_a_url_without_tensorflow_is_one_line_naming_the_fix(tmp_path):
+    code = "from keras_vit import files\ntry:\n    files.exists('gs://bucket/run')\nexcept OSError as err:\n"
+    code += "    print(type(err).__name__, err)"
+    result = _without(["tensorflow"], "-c", code, backend="jax")
+    assert result.stdout.strip() == (
+        "StorageError gs://bucket/run is read and written through TensorFlow's tf.io.gfile, and TensorFlow is not "
+        "installed: pip install 'keras-vit[train]', or use a local path."
+    ), result.stderr[-3000:]
