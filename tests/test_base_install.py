@@ -5,7 +5,8 @@ requirements and `jax` pull in, packed from this environment's installed distrib
 installed offline (`--no-index`), so the venv holds exactly those, at this environment's versions. In it, with
 KERAS_BACKEND=jax and from another directory: a timm folder loads and gives timm's own logits, predictions carry
 class names, the model is saved as a transformers folder (which loads back to the same logits) and as `.keras`,
-and `keras-vit inspect` writes its figures; `keras-vit train` names the extra it needs.
+`keras-vit inspect` writes its figures and `keras-vit weights list` its catalogue; `keras-vit train` names the
+extra it needs.
 """
 
 import importlib.metadata
@@ -138,6 +139,9 @@ def test_the_library_loads_predicts_saves_and_inspects_without_tensorflow(base_v
     assert sorted(p.name for p in plots.glob("*.png")) == [
         "attention_distance.png", "attention_rollout.png", "embedding_filters.png", "position_embedding_similarity.png",
     ], inspected.stdout  # fmt: skip
+
+    listed = _run([command, "weights", "list"], tmp_path, _venv_env())
+    assert "vit_tiny_patch16_224.augreg_in21k_ft_in1k" in listed.stdout
 
     trained = subprocess.run(
         [command, "train", "--workdir", str(tmp_path / "run")], cwd=tmp_path, env=_venv_env(), capture_output=True,
