@@ -11,6 +11,7 @@ extra it needs.
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -90,7 +91,9 @@ def base_venv(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     install = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-index"]
     _run([*install, "--find-links", str(tmp_path / "wheelhouse"), str(wheel), jax], tmp_path, _clean_env())
-    return venv, given
+    shutil.rmtree(tmp_path / "wheelhouse")  # about as large as the venv; pytest keeps its last temporary folders
+    yield venv, given
+    shutil.rmtree(tmp_path)
 
 
 def _venv_env():
