@@ -27,15 +27,14 @@ from packaging.utils import canonicalize_name
 _PIP_RECORDS = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
 
 
-def closure(requirements, extras=()):
+def closure(requirements):
     """Canonical names of the installed distributions that `requirements` (strings) pull in, recursively.
 
-    Markers are evaluated for this interpreter; `extras` applies to the requirement strings given (as
-    `pip install X[extras]` would), and a dependency's own `name[extra]` to that dependency's requirements.
-    Raises `LookupError` for a requirement this environment does not satisfy.
+    Markers are evaluated for this interpreter; a requirement `name[extra]` follows that distribution's
+    requirements for `extra` too. Raises `LookupError` for a requirement this environment does not satisfy.
     """
-    found, todo = {}, [(Requirement(r), "") for r in requirements]
-    todo = [(req, extra) for req, _ in todo for extra in ("", *extras)]
+    followed = {}  # name -> the extras whose requirements were followed ("" for the distribution's own)
+    todo = [(Requirement(r), "") for r in requirements]
     while todo:
         req, extra = todo.pop()
         if req.marker is not None and not req.marker.evaluate({"extra": extra}):
@@ -47,13 +46,10 @@ def closure(requirements, extras=()):
             raise LookupError(f"{req} is not installed in this environment") from None
         if not req.specifier.contains(dist.version, prereleases=True):
             raise LookupError(f"{req} is not satisfied by the installed {name} {dist.version}")
-        new_extras = set(req.extras) - found.get(name, set())
-        if name in found and not new_extras:
-            continue
-        wanted = {""} | set(req.extras) if name not in found else new_extras
-        found.setdefault(name, set()).update(req.extras)
+        wanted = {"", *req.extras} - followed.get(name, set())
+        followed.setdefault(name, set()).update(wanted)
         todo += [(Requirement(r), e) for r in dist.requires or () for e in wanted]
-    return sorted(found)
+    return sorted(followed)
 
 
 def _hash(data):
@@ -95,10 +91,10 @@ def repack(name, folder):
     return path
 
 
-def build(requirements, folder, extras=()):
+def build(requirements, folder):
     """Packs every installed distribution `requirements` pull in (`closure`) into `folder`; returns their names."""
     os.makedirs(folder, exist_ok=True)
-    names = closure(requirements, extras)
+    names = closure(requirements)
     for name in names:
         repack(name, folder)
     return names
