@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from keras_vit import _startup
+from keras_vit import _extras, _startup
 from keras_vit.files import describe_os_error, describe_storage_error
 
 from .errors import ExportError
@@ -247,5 +247,5 @@ def _os_error_line(err):
     )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # a module only an extra installs is named in one line (keras_vit/_extras.py)
+    sys.exit(_extras.run(main, None, PROG, "export"))

@@ -44,8 +44,8 @@ def _metadata_schema():
     if spec is None or not spec.submodule_search_locations:
         raise ExportError(
             "Writing or reading TFLite model metadata needs the schema bindings shipped by the `mediapipe` "
-            "package, which is not installed. Install it with `pip install -r requirements.txt` "
-            "(mediapipe==1.2.3)."
+            "package, which is not installed. Install it with `pip install 'keras-vit[export]'` (in a checkout: "
+            "`pip install -r requirements.txt`; mediapipe==1.2.3)."
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "tasks" / "metadata" / "metadata_schema_py_generated.py"
     if not path.is_file():

@@ -9,7 +9,7 @@ keras_vit.load_npz(model, "ViT-B_16.npz")
 
 import importlib
 
-from keras_vit import _lazy, _tpu_runtime
+from keras_vit import _extras, _lazy, _tpu_runtime
 
 # Before anything imports TensorFlow: with tensorflow-tpu and no TPU, `import tensorflow` would hang
 # (keras_vit/_tpu_runtime.py). Every way into keras-vit (training/, export/, the command lines) comes through here.
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 # The public API, imported on first use (keras_vit/_lazy.py): `import keras_vit` itself imports no Keras, so
 # `python -m training --help` answers at once.
-__all__, __getattr__, __dir__ = _lazy.lazy_names(
+__all__, _lazy_getattr, __dir__ = _lazy.lazy_names(
     __name__,
     {
         "layers": "keras_vit.layers",
@@ -39,6 +39,16 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "save_pretrained": "keras_vit.weights",
     },
 )
+
+
+def __getattr__(name):
+    try:
+        return _lazy_getattr(name)
+    except ModuleNotFoundError as err:  # Keras' backend not installed (TensorFlow by default): say what to do
+        line = _extras.missing_line(err, f"keras_vit.{name}")
+        if line is None:
+            raise
+        raise ModuleNotFoundError(line, name=err.name) from err
 
 
 def _register_serializables():

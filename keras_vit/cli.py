@@ -12,11 +12,14 @@ Each subcommand is the `python -m` module of the same job, given the remaining a
 The installed wheel holds the trainer and the exporter as `keras_vit.training` and `keras_vit.export`; a checkout
 holds them as the top-level `training` and `export` packages (`python -m training`), which this command falls back
 to when it runs from an editable install of a checkout. Only the chosen module is imported, after the arguments
-are split, so `keras-vit --help` answers at once.
+are split, so `keras-vit --help` answers at once. A module that only an extra installs (TensorFlow for `train`)
+is named in one line with the extra (keras_vit/_extras.py).
 """
 
 import importlib
 import sys
+
+from keras_vit import _extras
 
 # subcommand -> (module whose main() runs it, arguments put before the user's, what it does)
 COMMANDS = {
@@ -27,6 +30,8 @@ COMMANDS = {
     "weights": ("weights", (), "the pretrained-weights catalogue (python -m keras_vit.weights)"),
     "inspect": ("inspect", (), "attention and embedding figures (python -m keras_vit.inspect)"),
 }
+# module -> the extra of `pip install "keras-vit[EXTRA]"` that installs what it needs beyond the model library
+EXTRAS = {"training": "train", "export": "export"}
 
 
 def _usage():
@@ -54,7 +59,11 @@ def main(argv=None):
         print(f"keras-vit: unknown command {argv[0]!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     name, prefix, _ = COMMANDS[argv[0]]
-    return _main_module(name).main([*prefix, *argv[1:]])
+
+    def run(args):
+        return _main_module(name).main([*prefix, *args])
+
+    return _extras.run(run, argv[1:], f"keras-vit {argv[0]}", EXTRAS.get(name))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,15 @@ def is_remote(path):
 def _gfile(url=None):
     """tf.io.gfile, after checking that TensorFlow has a file system for `url`'s scheme: for an unknown one
     gfile's isdir and isfile answer False, which reads as "does not exist" instead of "cannot read s3://"."""
-    import tensorflow as tf  # only for URLs: local paths never need TensorFlow
+    try:
+        import tensorflow as tf  # only for URLs: local paths never need TensorFlow
+    except ModuleNotFoundError as err:
+        if err.name != "tensorflow":
+            raise
+        raise StorageError(
+            f"{os.fspath(url) if url is not None else 'A URL'} is read and written through TensorFlow's tf.io.gfile, "
+            f"and TensorFlow is not installed: pip install 'keras-vit[train]', or use a local path."
+        ) from err
 
     if url is not None:
         scheme = os.fspath(url).split("://", 1)[0]

@@ -1,5 +1,7 @@
 """Bad input gets a clear error that names the problem and the fix."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -138,6 +140,21 @@ def test_head_of_another_class_count_is_skipped_with_a_warning(tiny_checkpoint):
         report = keras_vit.load_npz(model, tiny_checkpoint)
     assert "head/kernel" in report.skipped
     np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), 0)  # zero-initialised head kept
+    expected = np.load(tiny_checkpoint)["Transformer/encoder_norm/scale"]
+    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(), expected)
+
+
+@pytest.mark.parametrize("num_classes", [3, 10])
+def test_a_new_head_asked_for_is_not_loaded_and_not_warned_about(tiny_checkpoint, num_classes):
+    model = keras_vit.create_model("testing", num_classes=num_classes)
+    before = model.get_layer("head").kernel.numpy().copy()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = keras_vit.load_weights(model, tiny_checkpoint, new_head=True)
+    assert not [w for w in caught if "skipped head" in str(w.message)]
+    assert {"head/kernel", "head/bias"} <= set(report.skipped) and "head/kernel" not in report.loaded
+    # The model's own head, even where the checkpoint's would fit (10 classes); the rest loaded.
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), before)
     expected = np.load(tiny_checkpoint)["Transformer/encoder_norm/scale"]
     np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(), expected)
 

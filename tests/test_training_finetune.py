@@ -2,6 +2,8 @@
 a catalogue name, a `hf://` repo and timm / transformers / keras-hub folders."""
 
 import os
+import re
+import warnings
 from pathlib import Path
 
 import keras
@@ -50,11 +52,24 @@ def _finetune_config(init, **overrides):
     return TrainConfig(**{**defaults, **overrides})
 
 
+def _without_head_warning(build, capsys, init, num_classes):
+    """`build()`'s result, after checking that the head it replaces is named in the run's line, not warned about."""
+    capsys.readouterr()  # what came before
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = build()
+    assert not [w for w in caught if "skipped head" in str(w.message)], [str(w.message) for w in caught]
+    prefix = f"[training] --init {init}: "
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(prefix)]
+    assert re.fullmatch(rf"\d+ tensors loaded; (.+; )?new {num_classes}-class head", line[len(prefix) :]), line
+    return result
+
+
 @pytest.mark.parametrize("suffix", ["npz", "keras"])
-def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix):
+def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix, capsys):
     source, directory = pretrained
-    with pytest.warns(UserWarning, match="skipped head"):
-        model = build_model(_finetune_config(directory / f"vit.{suffix}"), num_classes=3)
+    config = _finetune_config(directory / f"vit.{suffix}")
+    model = _without_head_warning(lambda: build_model(config, num_classes=3), capsys, config.init, 3)
     assert model.config.image_size == (48, 48) and model.output_shape == (None, 3)
     # The 4x4 grid of position embeddings was interpolated to 6x6 (class row kept), everything else copied.
     expected = keras_vit.layers.resize_position_embedding(
@@ -75,7 +90,7 @@ def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix):
     assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
 
 
-def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path):
+def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path, capsys):
     from PIL import Image
 
     _, directory = pretrained
@@ -89,8 +104,9 @@ def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path):
     config = _finetune_config(directory / "vit.npz").replace(
         dataset=f"folder:{tmp_path / 'data'}", holdout_fraction=0.25, batch_size=8, epochs=3
     )
-    with pytest.warns(UserWarning, match="skipped head"):
-        result = training.train(config, str(tmp_path / "run"), verbose=0)
+    result = _without_head_warning(
+        lambda: training.train(config, str(tmp_path / "run"), verbose=0), capsys, config.init, 3
+    )
     assert result.model.output_shape == (None, 3) and result.model.input_shape == (None, 48, 48, 3)
     assert result.metrics["steps"] == 9 and np.isfinite(result.metrics["loss"])
     assert (tmp_path / "run" / "labels.txt").read_text() == "a\nb\nc\n"
@@ -149,14 +165,14 @@ def _library_logits(fixture):
 
 
 @pytest.mark.parametrize("fixture", sorted(FOLDERS))
-def test_init_from_each_folder_layout_gives_the_library_outputs(fixture):
+def test_init_from_each_folder_layout_gives_the_library_outputs(fixture, capsys):
     config = _finetune_config(INTEROP / fixture, image_size=32, init_head=True, model={**TINY_48, **FOLDERS[fixture]})
     model = build_model(config, num_classes=5)
     images, logits = _library_logits(fixture)
     np.testing.assert_allclose(model.predict(images, verbose=0), logits, atol=1e-5)
     # The fine-tuning default: the same encoder, a fresh head, at 48 px.
-    with pytest.warns(UserWarning, match="skipped head"):
-        fresh = build_model(config.replace(image_size=48, init_head=False), num_classes=3)
+    fresh_config = config.replace(image_size=48, init_head=False)
+    fresh = _without_head_warning(lambda: build_model(fresh_config, num_classes=3), capsys, config.init, 3)
     assert not fresh.get_layer("head").kernel.numpy().any()
     np.testing.assert_array_equal(fresh.get_layer("embedding").kernel.numpy(), model.get_layer("embedding").kernel)
 

@@ -142,6 +142,9 @@ def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(ph
     output = trained.stdout + trained.stderr
     # Nothing to correct on a small folder: no note on steps_per_execution, no warning on the warm-up.
     assert "note:" not in output and "warmup" not in output.lower(), output[-3000:]
+    # The head it was asked to replace is said in the run's own line, not warned about (warnings are for surprises).
+    assert "UserWarning" not in output and "skipped head" not in output, output[-3000:]
+    assert f"[training] --init {root / 'vit.npz'}: " in trained.stdout and "; new 3-class head\n" in trained.stdout
     recorded = json.loads((workdir / "config.json").read_text())
     # 24 training images (20% of 30 held out): the largest power of two they hold is 16, one step per epoch.
     assert (recorded["variant"], recorded["image_size"], recorded["batch_size"]) == ("testing", 32, 16)

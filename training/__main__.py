@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from keras_vit import _startup
+from keras_vit import _extras, _startup
 from keras_vit.files import describe_os_error, describe_storage_error
 
 from .config import option_choices
@@ -182,5 +182,5 @@ def _os_error_line(err):
     )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # a module only an extra installs is named in one line (keras_vit/_extras.py)
+    sys.exit(_extras.run(main, None, PROG, "train"))

@@ -17,17 +17,18 @@ def read_init(source):
         return read_checkpoint(source)
 
 
-def initialise_from(model, source):
+def initialise_from(model, source, new_head=False):
     """Loads the `--init` checkpoint into `model` for fine-tuning.
 
     Any source `keras_vit.load_weights` takes: a catalogue name, `hf://` repo, URL, `.npz`, `.keras` model or a
     folder of timm / transformers / keras-hub layout, or a checkpoint `read_init` already read. Position
     embeddings are interpolated to the model's patch grid and a head with another class count is left at its
-    fresh zero initialisation (`keras_vit.load_npz`'s rules). Downloads are cached, so a resumed run does not fetch
-    the checkpoint again.
+    fresh zero initialisation (`keras_vit.load_npz`'s rules); `new_head=True` does not load the checkpoint's head
+    at all, the run's own summary line saying so instead of a warning. Downloads are cached, so a resumed run does
+    not fetch the checkpoint again. Returns the `LoadReport`.
     """
     with _missing_init():
-        return keras_vit.load_weights(model, source)
+        return keras_vit.load_weights(model, source, new_head=new_head)
 
 
 @contextlib.contextmanager

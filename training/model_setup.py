@@ -70,10 +70,21 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
     """
     model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
     if config.init:
-        initialise_from(model, checkpoint or config.init)
-        if not config.init_head and "head" in {layer.name for layer in model.layers}:
-            # The references always fine-tune from a fresh zero head, even when the class counts match.
+        # The references always fine-tune from a fresh zero head, even when the class counts match.
+        new_head = not config.init_head and "head" in {layer.name for layer in model.layers}
+        report = initialise_from(model, checkpoint or config.init, new_head=new_head)
+        if new_head:
             head = model.get_layer("head")
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
+        print(f"[training] --init {config.init}: {init_summary(report, new_head, num_classes)}", flush=True)
     return model
+
+
+def init_summary(report, new_head, num_classes):
+    """What `--init` gave the model, in a few words: "152 tensors loaded; new 2-class head"."""
+    parts = [f"{len(report.loaded)} tensors loaded"]
+    parts += [f"{key.rsplit('/', 1)[-1]} resized: {how}" for key, how in report.resized.items()]
+    if new_head:
+        parts.append(f"new {num_classes}-class head")
+    return "; ".join(parts)

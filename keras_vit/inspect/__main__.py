@@ -9,7 +9,7 @@ python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
 import argparse
 import sys
 
-from keras_vit import _startup, files
+from keras_vit import _extras, _startup, files
 
 NUM_HELDOUT_USED = 64  # the attention distance averages over these; the rollout shows --max-images of them
 
@@ -140,5 +140,5 @@ def _file_error_line(err):
     return line
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # a module only an extra installs is named in one line (keras_vit/_extras.py)
+    sys.exit(_extras.run(main, None, "python -m keras_vit.inspect"))

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from keras_vit import _startup
+from keras_vit import _extras, _startup
 from keras_vit.weights import catalogue, download, sources
 
 
@@ -113,5 +113,5 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # a module only an extra installs is named in one line (keras_vit/_extras.py)
+    sys.exit(_extras.run(main, None, "python -m keras_vit.weights"))

@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from keras_vit import files
-from keras_vit.weights import content, sources
-from keras_vit.weights.loading import CheckpointError
+from keras_vit.weights import content
+from keras_vit.weights.errors import CheckpointError, unreadable_safetensors
 
 # keras-vit's input contract: (pixels - 127.5) / 127.5, i.e. mean 0.5 and std 0.5 on pixels scaled to 0..1.
 CONTRACT_MEAN = (0.5, 0.5, 0.5)
@@ -78,10 +78,7 @@ def read_safetensors(path):
 
         return dict(load(files.read_bytes(path)))
     except (SafetensorError, ValueError) as err:  # content.ContentError is a ValueError
-        raise CheckpointError(
-            f"Cannot read {os.fspath(path)!r} as safetensors ({err}); the file is truncated or corrupt: "
-            f"{sources.unreadable_advice(path)}."
-        ) from err
+        raise unreadable_safetensors(path, err) from err
 
 
 def _mapped_tensors(path, tensors, start):

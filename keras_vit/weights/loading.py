@@ -19,14 +19,11 @@ import keras
 import numpy as np
 
 from keras_vit.layers.position_embedding import RESIZE_METHODS, infer_grid, resize_position_embedding
+from keras_vit.weights.errors import CheckpointError
 
 logger = logging.getLogger("keras_vit")
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or that does not fit the model."""
 
 
 @dataclasses.dataclass
@@ -125,7 +122,9 @@ def _checkpoint_prefix_rows(params, table, layer, posemb, checkpoint_grid):
     return int("cls" in params) + int("dist" in params)
 
 
-def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=None, caller="load_npz"):
+def load_params(
+    model, params, *, source, resize_method="zoom", checkpoint_grid=None, caller="load_npz", new_head=False
+):
     """Loads a checkpoint already in the original vit_jax key layout into a model made by `create_model`.
 
     Every weight format (`.npz`, timm, transformers, keras-hub) is converted to that layout first, so this one
@@ -140,6 +139,8 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
         resize_method: "zoom" (the original code's corner-aligned linear interpolation), "bilinear", "bicubic".
         checkpoint_grid: the checkpoint's patch grid (gh, gw), needed only when it is not square.
         caller: the public function's name, for warnings.
+        new_head: the caller replaces the head (a fine-tuning run): the checkpoint's head is not loaded, and
+            not fitting is no surprise, so it is reported in `LoadReport.skipped` without a warning.
 
     Returns:
         A `LoadReport`.
@@ -148,9 +149,12 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
         raise ValueError(f"Unknown resize_method {resize_method!r}; use one of {RESIZE_METHODS}.")
     table = checkpoint_variables(model)
     resized, skipped, problems = {}, {}, []
+    asked = {"head/kernel", "head/bias"} & set(table) if new_head else set()
 
     for key in ("head/kernel", "head/bias", "head_dist/kernel", "head_dist/bias"):
-        if key in params and key in table and tuple(params[key].shape) != tuple(table[key].shape):
+        if key in asked:
+            skipped[key] = "a new head was asked for (new_head=True); kept the model's own"
+        elif key in params and key in table and tuple(params[key].shape) != tuple(table[key].shape):
             skipped[key] = (
                 f"checkpoint head {tuple(params[key].shape)} does not fit the model's {tuple(table[key].shape)}; "
                 f"kept the zero-initialised head"
@@ -210,7 +214,7 @@ def load_params(model, params, *, source, resize_method="zoom", checkpoint_grid=
     for key, reason in resized.items():
         logger.info("%s: resized %s: %s", caller, key, reason)
     for key, reason in skipped.items():
-        if key.endswith("/kernel"):
+        if key.endswith("/kernel") and key not in asked:
             warnings.warn(f"{caller}: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=3)
     return LoadReport(loaded=loaded, resized=resized, skipped=skipped)
 

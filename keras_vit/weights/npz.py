@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 
 from keras_vit import files
-from keras_vit.weights import sources
-from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, load_params
+from keras_vit.weights.errors import CheckpointError, unreadable_npz
+from keras_vit.weights.loading import POSEMB_KEY, load_params
 
 # big_vision names -> original names, inside an encoder block.
 _BIG_VISION_BLOCK = {
@@ -32,11 +32,11 @@ def read_npz(path):
         try:
             return _read_local_npz(path)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
-            raise _unreadable(path, err) from err
+            raise unreadable_npz(path, err) from err
     try:
         archive = files.load_numpy(path, allow_pickle=False)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
-        raise _unreadable(path, err) from err
+        raise unreadable_npz(path, err) from err
     if not hasattr(archive, "files"):  # np.load returns a bare array for an .npy file, whatever its name
         raise CheckpointError(
             f"{path!r} is an .npy file holding one array {tuple(archive.shape)}, not an .npz checkpoint of named "
@@ -47,7 +47,7 @@ def read_npz(path):
             return {key: archive[key] for key in archive.files}
     # zlib.error: a corrupt np.savez_compressed member, found only when that member is decompressed.
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as err:
-        raise _unreadable(path, err) from err
+        raise unreadable_npz(path, err) from err
 
 
 def _read_local_npz(path):
@@ -87,18 +87,6 @@ def _member_data_offset(raw, info):
         raise zipfile.BadZipFile(f"no local header for {info.filename!r}")
     name_length, extra_length = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
     return info.header_offset + 30 + name_length + extra_length
-
-
-def _unreadable(path, err):
-    return CheckpointError(
-        f"Cannot read {path!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
-        f"corrupt or not an .npz; {sources.unreadable_advice(path)}."
-    )
-
-
-def _error_name(err):
-    module = type(err).__module__
-    return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"
 
 
 def to_original_layout(params):

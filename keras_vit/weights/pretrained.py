@@ -1,4 +1,5 @@
-"""One entry point for pretrained weights of every format: `from_pretrained`, `load_weights`, `save_pretrained`.
+"""One entry point for pretrained weights of every format: `from_pretrained` (its first, Keras-free step in
+precheck.py), `load_weights`, `save_pretrained`.
 
 A source is read into a `Checkpoint` (original layout + the options its config states), the model it describes
 is built, and `load_params` loads it, so overrides (`image_size=384`, `num_classes=10`) behave exactly as
@@ -97,26 +98,9 @@ def _read_npz(path):
     return Checkpoint(params=params, options=infer_options(params, source=path), format="npz", source=path)
 
 
-def from_pretrained(source, **overrides):
-    """Builds the model a checkpoint describes and loads it.
-
-    Args:
-        source: a catalogue name (`python -m keras_vit.weights list`), a Hub id (`hf://timm/NAME`,
-            `hf://google/vit-...`, a keras-hub preset repo), a URL (`https://`, `gs://`), or a local `.npz` file or
-            folder in timm, transformers or keras-hub layout. Downloads happen once, into the caches.
-        **overrides: any `ViTConfig` field (`image_size=384` interpolates the position embeddings;
-            `num_classes=10` starts a zero-initialised head, with a warning, as `load_npz` does), `name`,
-            `class_names`, and `resize_method` ("zoom", "bilinear", "bicubic") for the position embeddings.
-
-    Returns:
-        A `VisionTransformer` taking images in [-1, 1], with `model.class_names` when the checkpoint names its
-        classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring).
-
-    Raises:
-        FileNotFoundError: a source that is no path, URL, Hub id or catalogue name (with the closest names).
-        keras_vit.weights.download.DownloadError: a failed download (names the URL and where to place the file).
-        CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides.
-    """
+def load_pretrained(source, **overrides):
+    """`keras_vit.from_pretrained` once its source has passed the check that needs no Keras
+    (keras_vit/weights/precheck.py, which holds the public function and its documentation)."""
     ckpt = read_checkpoint(source)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
     name = overrides.pop("name", "vit")
@@ -132,12 +116,13 @@ def from_pretrained(source, **overrides):
     return model
 
 
-def load_weights(model, source, *, resize_method="zoom"):
+def load_weights(model, source, *, resize_method="zoom", new_head=False):
     """Loads any supported checkpoint into a model the caller built (`create_model` / `VisionTransformer`).
 
     Warns when the model's GELU form or LayerNorm epsilon differ from what the checkpoint's config states (the
-    outputs then differ slightly from the original library's); an `.npz` states neither. Returns the `LoadReport`
-    of `load_params`.
+    outputs then differ slightly from the original library's); an `.npz` states neither. `new_head=True` leaves
+    the model's own head in place of the checkpoint's, without the warning a head of another class count gets
+    otherwise (fine-tuning asks for one). Returns the `LoadReport` of `load_params`.
     """
     ckpt = read_checkpoint(source)
     config = model.config
@@ -150,14 +135,20 @@ def load_weights(model, source, *, resize_method="zoom"):
                 f"{field}={want!r}, or use from_pretrained.",
                 stacklevel=2,
             )
-    return _load(model, ckpt, caller="load_weights", resize_method=resize_method)
+    return _load(model, ckpt, caller="load_weights", resize_method=resize_method, new_head=new_head)
 
 
-def _load(model, ckpt, *, caller, resize_method="zoom"):
+def _load(model, ckpt, *, caller, resize_method="zoom", new_head=False):
     grid = ViTConfig(**ckpt.options).grid_size  # the checkpoint's own grid, which may not be square
     params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
     return load_params(
-        model, params, source=ckpt.source, resize_method=resize_method, checkpoint_grid=grid, caller=caller
+        model,
+        params,
+        source=ckpt.source,
+        resize_method=resize_method,
+        checkpoint_grid=grid,
+        caller=caller,
+        new_head=new_head,
     )
 
 

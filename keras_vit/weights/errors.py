@@ -1,0 +1,29 @@
+"""The error every weights reader raises, and its wording for a file that cannot be read. Imports no Keras: a
+file is refused before the framework loads (keras_vit/weights/precheck.py)."""
+
+import os
+
+from keras_vit.weights import sources
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or that does not fit the model."""
+
+
+def unreadable_safetensors(path, err):
+    return CheckpointError(
+        f"Cannot read {os.fspath(path)!r} as safetensors ({err}); the file is truncated or corrupt: "
+        f"{sources.unreadable_advice(path)}."
+    )
+
+
+def unreadable_npz(path, err):
+    return CheckpointError(
+        f"Cannot read {os.fspath(path)!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
+        f"corrupt or not an .npz; {sources.unreadable_advice(path)}."
+    )
+
+
+def _error_name(err):
+    module = type(err).__module__
+    return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"

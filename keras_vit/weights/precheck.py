@@ -1,0 +1,72 @@
+"""`from_pretrained`, whose first step needs no Keras: a local weights file that is not what its name says is
+refused in a moment, before the framework (Keras and its backend: seconds, hundreds of MB) is imported.
+
+Only what `content.py` checks for downloads is read: a `.safetensors` file's header and size (a header that
+claims a terabyte, tensors that end before or after the file does), an `.npz`'s zip directory (a truncated
+file has none). The readers check the same again, so a source that passes here loads exactly as before.
+"""
+
+import os
+import zipfile
+
+from keras_vit import files
+from keras_vit.weights import content
+from keras_vit.weights.errors import unreadable_npz, unreadable_safetensors
+
+NPY_MAGIC = b"\x93NUMPY"
+# The weights file of the folder layouts that hold safetensors (timm, transformers).
+FOLDER_WEIGHTS = "model.safetensors"
+
+
+def check_local(source):
+    """Raises `CheckpointError` for a local `.safetensors` / `.npz` file, or a folder's `model.safetensors`, that
+    cannot be what its name says. Anything else (a catalogue name, a Hub id, a URL, a missing path) is left to
+    the readers, which word those cases."""
+    if not isinstance(source, str | os.PathLike) or files.is_remote(source):
+        return
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, FOLDER_WEIGHTS)
+    if not os.path.isfile(path):
+        return
+    if path.endswith(".safetensors"):
+        try:
+            content.safetensors_header(path)
+        except content.ContentError as err:
+            raise unreadable_safetensors(path, err) from None
+    elif path.endswith(".npz"):
+        with open(path, "rb") as f:
+            if f.read(len(NPY_MAGIC)) == NPY_MAGIC:
+                return  # a lone .npy array under an .npz name: read_npz says what it is
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as err:
+            raise unreadable_npz(path, err) from None
+
+
+def from_pretrained(source, **overrides):
+    """Builds the model a checkpoint describes and loads it.
+
+    Args:
+        source: a catalogue name (`python -m keras_vit.weights list`), a Hub id (`hf://timm/NAME`,
+            `hf://google/vit-...`, a keras-hub preset repo), a URL (`https://`, `gs://`), or a local `.npz` file or
+            folder in timm, transformers or keras-hub layout. Downloads happen once, into the caches.
+        **overrides: any `ViTConfig` field (`image_size=384` interpolates the position embeddings;
+            `num_classes=10` starts a zero-initialised head, with a warning, as `load_npz` does), `name`,
+            `class_names`, and `resize_method` ("zoom", "bilinear", "bicubic") for the position embeddings.
+
+    Returns:
+        A `VisionTransformer` taking images in [-1, 1], with `model.class_names` when the checkpoint names its
+        classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring of
+        keras_vit/weights/pretrained.py).
+
+    Raises:
+        FileNotFoundError: a source that is no path, URL, Hub id or catalogue name (with the closest names).
+        keras_vit.weights.download.DownloadError: a failed download (names the URL and where to place the file).
+        CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides; a
+            local file that cannot be what its name says is refused before Keras is imported.
+    """
+    check_local(source)
+    from keras_vit.weights import pretrained
+
+    return pretrained.load_pretrained(source, **overrides)
