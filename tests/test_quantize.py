@@ -71,3 +71,27 @@ def test_quantize_works_on_a_hybrid_with_stochastic_depth(mode):
         model.quantize(mode)  # DropPath (no weights) once stopped this: "not built yet"
     assert all(p.quantization_mode == mode for p in _projections(model))
     assert np.isfinite(keras.ops.convert_to_numpy(model(_images()))).all()
+
+
+@pytest.mark.slow
+def test_an_int8_model_exports_to_savedmodel_and_onnx_through_keras(tmp_path):
+    """Keras' own `model.export` of a quantized model, each file run by its own runtime against the Keras model.
+    (TFLite takes the float model: its converter has no kernel for Keras' int8 matmuls; the exporter's own int8
+    modes quantize for LiteRT.)"""
+    import onnxruntime
+    import tensorflow as tf
+
+    model = _model()
+    with pytest.warns(UserWarning):
+        model.quantize("int8")
+    images = _images()
+    reference = keras.ops.convert_to_numpy(model(images))
+    model.export(str(tmp_path / "saved"), format="tf_saved_model", verbose=False)
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))  # kept: its variables live as long as it does
+    saved = loaded.serve(images).numpy()
+    model.export(str(tmp_path / "q.onnx"), format="onnx", verbose=False)
+    session = onnxruntime.InferenceSession(str(tmp_path / "q.onnx"))
+    onnx_out = session.run(None, {session.get_inputs()[0].name: images})[0]
+    scale = np.abs(reference).max()
+    assert np.abs(saved - reference).max() / scale < 1e-2
+    assert np.abs(onnx_out - reference).max() / scale < 1e-2

@@ -33,20 +33,6 @@ class HeadsAsMatrix(keras.initializers.Initializer):
         return {"initializer": keras.initializers.serialize(self.initializer), "width": self.width}
 
 
-class _Projection(keras.layers.EinsumDense):
-    """An `EinsumDense` that can also take its kernel and bias from a `.keras` file written before the projections
-    were layers, where the attention layer itself held all eight variables (`MultiHeadSelfAttention` hands them
-    over; Keras then offers this layer an empty store of its own)."""
-
-    def load_own_variables(self, store):
-        legacy = self.__dict__.pop("_legacy_values", None)
-        if legacy is not None and not len(store.keys()):
-            self.kernel.assign(legacy[0])
-            self.bias.assign(legacy[1])
-            return
-        super().load_own_variables(store)
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head dot-product self-attention (paper, eq. 5-8 of appendix A).
@@ -108,10 +94,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         for name in ("query", "key", "value"):
-            layer = _Projection("btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **common)
+            layer = keras.layers.EinsumDense(
+                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **common
+            )
             build_deferred(layer, (None, None, width))
             setattr(self, name, layer)
-        self.out = _Projection("bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **common)
+        self.out = keras.layers.EinsumDense(
+            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **common
+        )
         build_deferred(self.out, (None, None, *heads))
 
     # The checkpoint's names for the projections' variables (what the weight loaders assign to).
@@ -142,7 +132,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """Files of keras-vit before the projections were layers hold the eight variables here, in this order."""
         if len(store.keys()) == 2 * len(PROJECTIONS):
             for i, name in enumerate(PROJECTIONS):
-                getattr(self, name).__dict__["_legacy_values"] = (store[str(2 * i)], store[str(2 * i + 1)])
+                layer = getattr(self, name)
+                layer.kernel.assign(store[str(2 * i)])
+                layer.bias.assign(store[str(2 * i + 1)])
+                _skip_next_load(layer)
             return
         super().load_own_variables(store)
 
@@ -158,3 +151,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config
+
+
+def _skip_next_load(layer):
+    """Keras offers each projection a store of its own next, empty in such a file: take nothing from it, once.
+
+    An instance attribute rather than a subclass: Keras quantizes an `EinsumDense` only when its type is exactly
+    `EinsumDense`.
+    """
+
+    def load_nothing(store):
+        del layer.__dict__["load_own_variables"]
+
+    layer.__dict__["load_own_variables"] = load_nothing
