@@ -87,6 +87,8 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
             head = model.get_layer("head")
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
+    if config.lora_rank:  # after `init`, whose kernels the factors adapt; a resume restores both from its checkpoint
+        keras_vit.enable_lora(model, config.lora_rank)
     return model
 
 
