@@ -115,3 +115,21 @@ def test_a_model_without_lora_merges_to_an_equal_copy():
     copy = keras_vit.merge_lora(model)
     assert copy is not model
     np.testing.assert_array_equal(_predict(copy), _predict(model))
+
+
+def _factors(hidden, heads, layers, rank):
+    """q/k/v: A (D, H, r) + B (r, D_h); out: A (H, D_h, r) + B (r, D); per block, for every block."""
+    head_dim = hidden // heads
+    return layers * (3 * (hidden * heads * rank + rank * head_dim) + (heads * head_dim * rank + rank * hidden))
+
+
+def test_the_trainable_counts_of_docs_training_md():
+    from keras_vit.lora import lora_parameter_count
+
+    model = keras_vit.create_model("B/16", image_size=224, num_classes=1000)
+    assert model.count_params() == 86_567_656
+    keras_vit.enable_lora(model, 8)
+    assert lora_parameter_count(model) == (_factors(768, 12, 12, 8), _factors(768, 12, 12, 8) + 769_000)
+    assert lora_parameter_count(model) == (2_820_096, 3_589_096)
+    # L/16 (D 1024, 16 heads, 24 blocks) by the same formula; full fine-tuning 304,326,632 (tests/test_param_counts).
+    assert _factors(1024, 16, 24, 8) == 9_867_264 and _factors(1024, 16, 24, 8) + 1_025_000 == 10_892_264
