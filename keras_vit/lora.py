@@ -16,7 +16,6 @@ These are the factors keras-hub's `backbone.enable_lora` trains on the same laye
 are in docs/training.md ("LoRA").
 """
 
-import keras
 from keras import ops
 
 from keras_vit.layers.attention import PROJECTIONS, MultiHeadSelfAttention
@@ -127,10 +126,14 @@ def merge_lora(model):
         )
     kernels = {id(layer._kernel): merged_kernel(layer) for layer in layers}
     factors = {id(v) for layer in layers for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
-    values = [kernels.get(id(v), v) for v in model.weights if id(v) not in factors]
+    values = [
+        ops.convert_to_numpy(kernels[id(v)]) if id(v) in kernels else v.numpy()
+        for v in model.weights
+        if id(v) not in factors
+    ]
     plain = model.__class__.from_config(model.get_config())
     # set_weights checks the count and every shape, so a layout that stopped lining up fails here, not silently.
-    plain.set_weights([keras.ops.convert_to_numpy(value) for value in values])
+    plain.set_weights(values)
     return plain
 
 
