@@ -1,5 +1,6 @@
 """`--set lora_rank=N`: a LoRA run on the digits trains only the factors and the head, resumes exactly, and leaves a
-merged model.keras without LoRA variables; the `digits_lora` recipe reaches the accuracy its docstring states."""
+merged model.keras without LoRA variables; the `digits_lora` recipe reaches the accuracy its docstring states and
+exports."""
 
 import json
 import os
@@ -96,7 +97,7 @@ def test_lora_rank_is_checked_like_every_option():
         get_config("digits").replace(lora_rank=0)
 
 
-@pytest.mark.slow  # a 6-epoch digits run, then the recipe from the command line: ~45 s on 2 busy cores
+@pytest.mark.slow  # a 6-epoch digits run, the recipe and its export from the command line: ~60 s on 2 busy cores
 def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path):
     backbone = training.train("digits", str(tmp_path / "digits6"), verbose=0, epochs=6, num_samples=16,
                               num_calibration=16)  # fmt: skip
@@ -108,3 +109,8 @@ def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path):
     metrics = json.loads((tmp_path / "lora" / "metrics.json").read_text())
     print(f"digits_lora: backbone {backbone.metrics['top1']:.4f}, LoRA {metrics['top1']:.4f}")
     assert metrics["top1"] >= 0.85 and metrics["trainable_parameters"] == 64_906
+    # The merged model.keras exports and verifies as any run's does.
+    export = [sys.executable, "-m", "export", str(tmp_path / "lora"), "--formats", "saved_model,tflite",
+              "--quantize", "float32", "--gpu-check", "off"]  # fmt: skip
+    exported = subprocess.run(export, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
