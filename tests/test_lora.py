@@ -133,3 +133,23 @@ def test_the_trainable_counts_of_docs_training_md():
     assert lora_parameter_count(model) == (2_820_096, 3_589_096)
     # L/16 (D 1024, 16 heads, 24 blocks) by the same formula; full fine-tuning 304,326,632 (tests/test_param_counts).
     assert _factors(1024, 16, 24, 8) == 9_867_264 and _factors(1024, 16, 24, 8) + 1_025_000 == 10_892_264
+
+
+def test_a_distilled_model_keeps_both_heads_trainable():
+    model = _model(distillation_token=True)
+    layers = keras_vit.enable_lora(model, 2, targets="out")
+    heads = {f"{name}/{w}" for name in ("head", "head_dist") for w in ("kernel", "bias")}
+    assert (
+        _paths(model.trainable_weights) == {f"{layer.path}/lora_kernel_{ab}" for layer in layers for ab in "ab"} | heads
+    )
+
+
+def test_under_mixed_precision_the_merge_is_computed_in_float32():
+    model = _model(dtype="mixed_bfloat16")
+    layer = keras_vit.enable_lora(model, 4, targets="query")[0]
+    kernel = layer._kernel.numpy()
+    layer.lora_kernel_b.assign(np.random.default_rng(2).normal(0, 1e-3, layer.lora_kernel_b.shape).astype("float32"))
+    expected = kernel + np.einsum("dhr,rk->dhk", layer.lora_kernel_a.numpy(), layer.lora_kernel_b.numpy())
+    merged = {v.path: v.numpy() for v in keras_vit.merge_lora(model).weights}[f"{layer.path}/kernel"]
+    assert merged.dtype == np.float32
+    np.testing.assert_allclose(merged, expected, rtol=0, atol=1e-7)  # Keras' bfloat16 layer.kernel: 8.6e-4 off
