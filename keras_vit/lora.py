@@ -118,11 +118,12 @@ def merge_lora(model):
     back as a plain copy. The copy is built from `model.get_config()`, so its variables are all trainable again.
     """
     layers = [layer for layer in model._flatten_layers(include_self=False) if getattr(layer, "lora_enabled", False)]
-    quantized = [layer.path for layer in layers if layer.quantization_mode is not None]
+    quantized = [layer for layer in layers if layer.quantization_mode is not None]
     if quantized:
         raise ValueError(
-            f"merge_lora: {quantized[0]} is quantized ({layers[0].quantization_mode}); merge the factors into the "
-            f"float model first (keras_vit.merge_lora), then quantize the merged model."
+            f"merge_lora folds factors into float kernels; {quantized[0].path} is quantized "
+            f"({quantized[0].quantization_mode}). Enable LoRA on the float model, then quantize the merged one: "
+            f"keras_vit.merge_lora(model).quantize({quantized[0].quantization_mode!r})."
         )
     kernels = {id(layer._kernel): merged_kernel(layer) for layer in layers}
     factors = {id(v) for layer in layers for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
