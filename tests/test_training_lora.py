@@ -92,9 +92,11 @@ def test_a_lora_run_trains_the_factors_and_head_resumes_exactly_and_saves_the_me
         np.testing.assert_array_equal(a, b)
 
 
-def test_lora_rank_is_checked_like_every_option():
+def test_lora_rank_is_checked_like_every_option_and_needs_an_init(tmp_path):
     with pytest.raises(ValueError, match=r"lora_rank must be an integer >= 1, or None for full fine-tuning"):
         get_config("digits").replace(lora_rank=0)
+    with pytest.raises(ValueError, match=r"lora_rank=8 fine-tunes a trained model, but the run has no --init\. Pass"):
+        training.train("digits_lora", str(tmp_path), verbose=0)
 
 
 @pytest.mark.slow  # a 6-epoch digits run, the recipe and its export from the command line: ~60 s on 2 busy cores
