@@ -44,13 +44,17 @@ def _checkpoint(workdir, step):
     }
 
 
-def test_a_lora_run_trains_the_factors_and_head_resumes_exactly_and_saves_the_merged_model(digits_init, tmp_path):
+def test_a_lora_run_trains_the_factors_and_head_resumes_exactly_and_saves_the_merged_model(
+    digits_init, tmp_path, capsys
+):
     init, initial = digits_init
     config = get_config("digits_lora").replace(
         init=str(init), epochs=2, steps_per_epoch=3, warmup_steps=1, checkpoint_every=0, eval_every=0,
         deterministic=True, jit_compile=False, strategy="default", num_samples=8, num_calibration=8,
     )  # fmt: skip
     result = training.train(config, str(tmp_path), verbose=0)
+    said = "[training] LoRA rank 8 on every attention's query, key, value and out: 64,906 of 671,818 parameters train"
+    assert said in capsys.readouterr().out
     assert result.metrics["trainable_parameters"] == 62_976 + 1_930  # the factors (digits_lora's docstring) + head
     final = _checkpoint(tmp_path, 6)
     weights = dict(final["model"])
