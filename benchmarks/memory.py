@@ -1,6 +1,7 @@
 """Peak training memory per image, with and without rematerialisation and gradient accumulation.
 
     python -m benchmarks.memory --variant B/16 --image-size 224 --batch 8
+    python -m benchmarks.memory --variant B/16 --lora-rank 8      # full training against LoRA (q/k/v/out)
 
 Each setting runs in a fresh process (peak RSS only grows): build the model and its AdamW optimiser, note the
 process's peak resident memory, train one optimiser step of `--batch` images (with accumulation: `accum` micro-
@@ -28,13 +29,19 @@ def _peak_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(variant, image_size, batch, remat, accum):
-    """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}."""
+def measure(variant, image_size, batch, remat, accum, lora_rank=None):
+    """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}.
+
+    With `lora_rank`, LoRA factors on every attention's q/k/v/out and only they and the head train
+    (`keras_vit.enable_lora`): the record adds "lora_rank" and "trainable_parameters".
+    """
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat)
+    if lora_rank:
+        keras_vit.enable_lora(model, lora_rank)
     optimizer = keras.optimizers.AdamW(1e-3, gradient_accumulation_steps=accum if accum > 1 else None)
     optimizer.build(model.trainable_variables)
     model.compile(optimizer=optimizer, loss="categorical_crossentropy", jit_compile=False)
@@ -44,16 +51,20 @@ def measure(variant, image_size, batch, remat, accum):
     model.fit(images, labels, batch_size=batch // accum, epochs=1, shuffle=False, verbose=0)
     after = _peak_mib()
     micro = batch // accum
-    return {
+    record = {
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
         "step_mib": round(after) - round(before), "per_image_mib": round((after - before) / micro, 1),
         "parameters": model.count_params(), "backend": keras.backend.backend(),
     }  # fmt: skip
+    if lora_rank:
+        trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+        record.update(lora_rank=lora_rank, trainable_parameters=trainable)
+    return record
 
 
 def run_settings(variant, image_size, batch, settings=SETTINGS, progress=None):
-    """Measures each (remat, accum_steps) setting in a fresh process; returns one record per setting.
+    """Measures each (remat, accum_steps[, lora_rank]) setting in a fresh process; returns one record per setting.
 
     A setting whose process fails (killed for memory, say) gets {"remat", "accum_steps", "error"} instead, and the
     others still run. The processes use Keras' TensorFlow backend whatever KERAS_BACKEND says (no torch needed).
@@ -62,9 +73,11 @@ def run_settings(variant, image_size, batch, settings=SETTINGS, progress=None):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     records = []
-    for remat, accum in settings:
+    for setting in settings:
+        remat, accum = setting[:2]
+        one = ",".join(map(str, setting))  # (remat, accum) or (remat, accum, lora_rank)
         sizes = ["--variant", variant, "--image-size", str(image_size), "--batch", str(batch)]
-        command = [sys.executable, "-m", "benchmarks.memory", *sizes, "--one", f"{remat},{accum}"]
+        command = [sys.executable, "-m", "benchmarks.memory", *sizes, "--one", one]
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
         if done.returncode or "RESULT" not in done.stdout:
             error = (done.stderr or done.stdout)[-500:] or f"exit code {done.returncode}"
@@ -83,11 +96,17 @@ def main(argv=None):
     p.add_argument("--variant", default="B/16")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum": measure in this process
+    p.add_argument("--lora-rank", type=int, default=None, help="measure full training against LoRA of this rank")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum[,lora]": measure in this process
     args = p.parse_args(argv)
     if args.one:
-        remat, accum = args.one.split(",")
-        print("RESULT" + json.dumps(measure(args.variant, args.image_size, args.batch, remat == "True", int(accum))))
+        remat, accum, lora = [*args.one.split(","), "0"][:3]
+        record = measure(args.variant, args.image_size, args.batch, remat == "True", int(accum), int(lora) or None)
+        print("RESULT" + json.dumps(record))
+        return
+    if args.lora_rank:
+        settings = ((False, 1), (False, 1, args.lora_rank))
+        run_settings(args.variant, args.image_size, args.batch, settings, lambda r: print(json.dumps(r), flush=True))
         return
     run_settings(args.variant, args.image_size, args.batch, progress=lambda r: print(json.dumps(r), flush=True))
 

@@ -37,6 +37,8 @@ __all__, _lazy_getattr, __dir__ = _lazy.lazy_names(
         "from_pretrained": "keras_vit.weights",
         "load_weights": "keras_vit.weights",
         "save_pretrained": "keras_vit.weights",
+        "enable_lora": "keras_vit.lora",
+        "merge_lora": "keras_vit.lora",
     },
 )
 

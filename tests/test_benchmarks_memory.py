@@ -177,3 +177,12 @@ def test_recipe_spec_counts_the_recipe_model_from_create_model():
     # (768 x 768 + 768) and the 21,843-class head (768 x 21,843 + 21,843) = 103,186,515.
     assert spec["parameters"] == 86_567_656 - 769_000 + 590_592 + 16_797_267
     assert (spec["batch"], spec["image_size"], spec["slots"], spec["num_classes"]) == (4096, 224, 2, 21843)
+
+
+@pytest.mark.slow  # a training step measured in-process
+def test_memory_record_of_a_lora_setting_counts_the_factors_and_the_head():
+    record = memory.measure("testing", 32, 8, remat=False, accum=1, lora_rank=4)
+    # The testing variant's D 32, 2 heads of 16, 2 blocks, rank 4 (Keras' factor shapes, keras_vit/lora.py): per
+    # block q/k/v 3 x (32*2*4 + 4*16) + out (2*16*4 + 4*32) = 960 + 256; two blocks 2,432; the head 33,000.
+    assert record["lora_rank"] == 4 and record["trainable_parameters"] == 2_432 + 33_000
+    assert record["parameters"] == 65_224 + 2_432

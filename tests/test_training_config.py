@@ -15,6 +15,7 @@ RECIPES = [
     "cifar10_finetune",
     "digits",
     "digits_augreg",
+    "digits_lora",
     "finetune",
     "imagenet1k_s16",
     "imagenet21k_b16",

@@ -158,7 +158,7 @@ def test_recipe_matches_its_reference_table(name):
 
 
 def test_every_recipe_is_in_the_table_or_is_a_project_recipe():
-    assert set(available_configs()) == set(REFERENCE) | {"digits", "digits_augreg"}
+    assert set(available_configs()) == set(REFERENCE) | {"digits", "digits_augreg", "digits_lora"}
 
 
 def test_digits_augreg_has_the_shape_of_the_imagenet_recipe():

@@ -44,6 +44,9 @@ class TrainConfig:
             embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
             references' fine-tuning, unless `init_head` is set.
         init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
+        lora_rank: LoRA fine-tuning (`keras_vit.enable_lora`) of rank `lora_rank`: only the LoRA factors of every
+            attention's query, key, value and out projections and the head train, all else stays as `init` set
+            it; checkpoints hold the factors, model.keras the merged model. None for full fine-tuning.
         batch_size: the GLOBAL batch of one optimiser step (per-replica batch x replicas x accum_steps); None for
             the paper's fine-tuning batch of 512, or the largest power of two the training split holds.
         accum_steps: gradient accumulation: each optimiser step is `accum_steps` forward/backward passes over
@@ -132,6 +135,7 @@ class TrainConfig:
     model: dict = dataclasses.field(default_factory=dict)
     init: str | None = None
     init_head: bool = False
+    lora_rank: int | None = None
     batch_size: int | None = 64
     accum_steps: int = 1
     epochs: int = 10

@@ -78,6 +78,14 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
         print(f"[training] --init {config.init}: {init_summary(report, new_head, num_classes)}", flush=True)
+    if config.lora_rank:  # after `init`, whose kernels the factors adapt; a resume restores both from its checkpoint
+        keras_vit.enable_lora(model, config.lora_rank)
+        trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+        print(
+            f"[training] LoRA rank {config.lora_rank} on every attention's query, key, value and out: {trainable:,} "
+            f"of {model.count_params():,} parameters train (the factors and the head)",
+            flush=True,
+        )
     return model
 
 

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_vit
 from keras_vit import files
 from keras_vit.files import atomic_write, atomic_write_text
 from keras_vit.preprocessing import scale_pixels
@@ -22,11 +23,10 @@ def save_model(model, path):
     """Saves an uncompiled copy of `model` to `path` atomically (`keras_vit.files.atomic_save`).
 
     Uncompiled, so that `keras.saving.load_model(path)` works without importing `training` (whose schedule and
-    loss classes a compiled model would reference) and the file holds no optimizer state (checkpoints do).
+    loss classes a compiled model would reference) and the file holds no optimizer state (checkpoints do). A LoRA
+    run's model is saved merged (`keras_vit.merge_lora`): a plain model, which evaluation and export read as any.
     """
-    weights = model.get_weights()
-    model = model.__class__.from_config(model.get_config())  # fresh, never compiled
-    model.set_weights(weights)
+    model = keras_vit.merge_lora(model)  # a fresh copy, never compiled; LoRA factors folded into the kernels
     # A temporary `.keras` beside `path`, renamed into place (a URL: one object write), with the mode every other
     # output gets; one left by a killed save is removed by `files.sweep_temporaries` at the next start.
     files.atomic_save(path, model.save, suffix=".keras")

@@ -117,7 +117,7 @@ def _settings(config, source, placement, workdir, resume):
 
     1. A resume takes what the run resolved when it started (its config.json), so the checkpoint is not read.
     2. A new run with `--init` reads the checkpoint once: its model options here, its weights in `build_model`.
-    3. A new run without `--init` resolves from the data alone.
+    3. A new run without `--init` resolves from the data alone (a LoRA run needs an `--init`: refused).
     """
     init = None
     if resume:
@@ -126,6 +126,11 @@ def _settings(config, source, placement, workdir, resume):
             config = resolve.from_record(config, json.loads(files.read_text(recorded)))
     elif config.init:
         init = read_init(config.init)
+    elif config.lora_rank:  # LoRA adapts trained weights: on fresh random ones it would train a frozen random net
+        raise ValueError(
+            f"lora_rank={config.lora_rank} fine-tunes a trained model, but the run has no --init. Pass --init SOURCE "
+            f"(e.g. runs/digits/model.keras), or --set lora_rank=None to train every weight."
+        )
     return resolve.resolve_run(config, init, source.num_train, placement.num_replicas_in_sync), init
 
 

@@ -10,6 +10,7 @@ reads the step counter, and starts the input stream at that step.
 
 import contextlib
 import dataclasses
+import math
 import time
 
 import keras
@@ -209,6 +210,7 @@ def _metrics(plan, model, manager, results, fit_seconds):
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
         "fastest_measured_form": plan.measured.fastest if plan.measured is not None else None,
         "parameters": int(model.count_params()),
+        "trainable_parameters": sum(math.prod(v.shape) for v in model.trainable_weights),  # LoRA: factors + head
     }
 
 
