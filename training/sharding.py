@@ -1,0 +1,131 @@
+"""`--strategy fsdp` on the JAX route: the ViT's kernels and their optimizer state split over the devices.
+
+Fully sharded data parallelism puts every device on one mesh axis, `AXIS`. The global batch is split along it, as
+under `DataParallel`, and so is each large kernel, along one of its axes (`LAYOUTS`, a `keras.distribution.LayoutMap`
+of the ViT's weight paths): each device keeps 1/N of every kernel. Keras creates an optimizer slot (AdamW's moments,
+the accumulator of `accum_steps`, the average of `ema_decay`) with its variable's layout, so those are split the same
+way. Inside the jitted step XLA gathers a kernel where the step needs it whole and reduces each gradient to the
+shard its device updates: the step computes what data parallelism computes, in less memory per device.
+
+Small tensors (biases, norms, the class token, LoRA factors) stay whole on every device. A kernel whose split axis
+does not divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run says which.
+
+Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards, and assigning one splits it
+along the variable's layout, so a checkpoint written on N devices resumes on any number, under any strategy.
+"""
+
+import dataclasses
+import math
+
+import keras
+
+from .distribution import JaxPlacement
+from .strategy import StrategyError
+
+AXIS = "fsdp"
+
+# Each large kernel, split along its hidden-size (D) axis; the MLP's along its wider M axis. Paths are
+# `keras_vit.create_model`'s (the checkpoint names); `LayoutMap` matches a whole path.
+LAYOUTS = {
+    "embedding/kernel": (None, None, None, AXIS),  # (P, P, C, D)
+    "posembed_input/pos_embedding": (None, None, AXIS),  # (1, N, D)
+    r"encoderblock_\d+/MultiHeadDotProductAttention_1/(query|key|value)/kernel": (AXIS, None, None),  # (D, H, D_h)
+    r"encoderblock_\d+/MultiHeadDotProductAttention_1/out/kernel": (None, None, AXIS),  # (H, D_h, D)
+    r"encoderblock_\d+/MlpBlock_3/Dense_0/kernel": (None, AXIS),  # (D, M)
+    r"encoderblock_\d+/MlpBlock_3/Dense_1/kernel": (AXIS, None),  # (M, D)
+    "pre_logits/kernel": (AXIS, None),  # (D, R)
+    "head/kernel": (AXIS, None),  # (D, K)
+}
+
+
+class FullySharded(keras.distribution.ModelParallel):
+    """`ModelParallel` over a one-axis mesh that splits both the batch and the `LAYOUTS` kernels.
+
+    A kernel whose split axis does not divide by the devices is kept whole; its path is added to `kept_whole`.
+    """
+
+    def __init__(self, devices):
+        mesh = keras.distribution.DeviceMesh(shape=(len(devices),), axis_names=(AXIS,), devices=devices)
+        layout_map = keras.distribution.LayoutMap(mesh)
+        for pattern, axes in LAYOUTS.items():
+            layout_map[pattern] = axes
+        # The trainer feeds each process its own rows (training.data): Keras must not shard the dataset again.
+        super().__init__(layout_map=layout_map, batch_dim_name=AXIS, auto_shard_dataset=False)
+        self.kept_whole = []
+
+    def get_variable_layout(self, variable):
+        layout = super().get_variable_layout(variable)
+        devices = self.device_mesh.devices.size
+        if all(size % devices == 0 for size, axis in zip(variable.shape, layout.axes) if axis is not None):
+            return layout
+        self.kept_whole.append(variable.path)
+        return keras.distribution.TensorLayout([None] * len(variable.shape), self.device_mesh)
+
+
+@dataclasses.dataclass
+class ShardedPlacement(JaxPlacement):
+    """A `JaxPlacement` whose `distribution` is `FullySharded`; `prepare_model` says what it split."""
+
+    sharded_fraction: float | None = None
+
+    def prepare_model(self, model):
+        """The model as it is; prints (and `metrics` records) the share of its parameters that is split."""
+        sharded, total = split_parameters(model)
+        self.sharded_fraction = sharded / total if total else 0.0
+        devices = self.num_replicas
+        per_device = (total - sharded + sharded / devices) * 4 / 2**20
+        line = (
+            f"[training] fsdp: {100 * self.sharded_fraction:.1f}% of the {total:,} trainable parameters split over "
+            f"{devices} devices; the weights and each optimizer slot take {per_device:.3g} MiB per device "
+            f"instead of {total * 4 / 2**20:.3g} (float32)"
+        )
+        print(line, flush=True)
+        kept = list(dict.fromkeys(self.distribution.kept_whole))  # model variables: slots take their layout
+        if kept:
+            print(
+                f"[training] fsdp: kept whole, their split axis does not divide by {devices}: {', '.join(kept[:4])}"
+                + (f" and {len(kept) - 4} more" if len(kept) > 4 else ""),
+                flush=True,
+            )
+        return model
+
+    def metrics(self):
+        """`JaxPlacement.metrics`, and the share of the trainable parameters split once a model has been prepared."""
+        known = {} if self.sharded_fraction is None else {"sharded_parameters": self.sharded_fraction}
+        return {**super().metrics(), **known}
+
+
+def split_parameters(model):
+    """(trainable parameters split over more than one device, all trainable parameters) of a built model."""
+    sharded = total = 0
+    for variable in model.trainable_variables:
+        size = math.prod(variable.shape)
+        total += size
+        if not variable.value.sharding.is_fully_replicated:
+            sharded += size
+    return sharded, total
+
+
+def placement(devices, reason, kind, local_devices, num_processes=1):
+    """The `ShardedPlacement` over `devices` (one process's), installed process-wide as `DataParallel` is.
+
+    Raises:
+        StrategyError: the run has several processes.
+    """
+    if num_processes > 1:
+        raise StrategyError(
+            f"--strategy fsdp runs in one process for now: its checkpoints gather every sharded weight on one "
+            f"host, which this run's {num_processes} processes cannot. Use --strategy auto (weights "
+            f"replicated), or start one process per run."
+        )
+    distribution = FullySharded(devices)
+    keras.distribution.set_distribution(distribution)
+    return ShardedPlacement(
+        backend="jax",
+        name="FSDP",
+        reason=reason,
+        num_replicas=len(devices),
+        device_kind=kind,
+        local_devices=local_devices,
+        distribution=distribution,
+    )
