@@ -28,13 +28,18 @@ def _peak_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(variant, image_size, batch, remat, accum):
-    """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}."""
+def measure(variant, image_size, batch, remat, accum, num_layers=None):
+    """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}.
+
+    `num_layers`: fewer encoder blocks than the variant's (None keeps them), to measure a large variant's activations
+    per block (`benchmarks.fsdp_fit`) where the whole model would not fit this machine.
+    """
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat)
+    layers = {} if num_layers is None else {"num_layers": num_layers}
+    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat, **layers)
     optimizer = keras.optimizers.AdamW(1e-3, gradient_accumulation_steps=accum if accum > 1 else None)
     optimizer.build(model.trainable_variables)
     model.compile(optimizer=optimizer, loss="categorical_crossentropy", jit_compile=False)
@@ -48,7 +53,7 @@ def measure(variant, image_size, batch, remat, accum):
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
         "step_mib": round(after) - round(before), "per_image_mib": round((after - before) / micro, 1),
-        "parameters": model.count_params(), "backend": keras.backend.backend(),
+        "parameters": model.count_params(), "backend": keras.backend.backend(), "num_layers": model.config.num_layers,
     }  # fmt: skip
 
 
@@ -83,11 +88,13 @@ def main(argv=None):
     p.add_argument("--variant", default="B/16")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--num-layers", type=int, default=None, help="encoder blocks (default: the variant's)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum": measure in this process
     args = p.parse_args(argv)
     if args.one:
         remat, accum = args.one.split(",")
-        print("RESULT" + json.dumps(measure(args.variant, args.image_size, args.batch, remat == "True", int(accum))))
+        record = measure(args.variant, args.image_size, args.batch, remat == "True", int(accum), args.num_layers)
+        print("RESULT" + json.dumps(record))
         return
     run_settings(args.variant, args.image_size, args.batch, progress=lambda r: print(json.dumps(r), flush=True))
 
