@@ -35,8 +35,12 @@ NUM_CLASSES = 10  # cifar10_finetune's head
 BATCH = 512  # the fine-tuning recipes' batch (cifar10_finetune, imagenet_finetune_384)
 SLOTS = 1  # their SGD with momentum 0.9: one velocity per parameter
 SIZES = ((224, 4), (392, 4), (518, 2))  # (image size, measured batch): H/14's 16, 28 and 37 patches a side
-DEVICES = (4, 8, 16)
+DEVICES = (2, 4, 8)  # one process's devices: 8 GPUs or a single-host TPU (v3-8 cores, v5e-8 chips) at most
 BLOCKS = (1, 3)  # encoder blocks of the measured models
+# Without remat: with it, a block keeps only its input (257 x 1280 floats at 224 px, 1.3 MiB) and one block's
+# working set dominates, so the 1- and 3-block difference is within the RSS measurement's noise (it came out
+# negative at 518 px) and gives no per-block figure.
+SETTINGS = tuple(setting for setting in fit.FIT_SETTINGS if not setting[1])  # (column, remat, accum_steps)
 XLA_MODEL = {"hidden_size": 512, "mlp_dim": 2048, "num_layers": 4, "num_heads": 4}  # 12.7 M parameters
 XLA_DEVICES, XLA_BATCH = 4, 8
 
@@ -71,7 +75,7 @@ def _split_counts(image_size, num_layers, devices, num_classes):
 
 def block_activations(records, image_size):
     """(activation MiB per image of one encoder block, of the rest) from the 1- and 3-block records at `image_size`
-    with the same remat; `records` holds exactly those two."""
+    (without remat); `records` holds exactly those two at that size."""
     by_blocks = {r["num_layers"]: fit.activation_mib_per_image(r) for r in records if r["image_size"] == image_size}
     low, high = BLOCKS
     block = (by_blocks[high] - by_blocks[low]) / (high - low)
@@ -84,11 +88,11 @@ def fsdp_fixed_mib(split, whole, devices, slots=SLOTS, accum_steps=1):
 
 
 def rows(measured, num_layers=32):
-    """One dict per (image size, remat, accum_steps): activations per image, and per device count the GiB per
+    """One dict per (image size, accum_steps): activations per image, and per device count the GiB per
     device under `--strategy auto` (every weight whole) and under fsdp."""
     out = []
     for image_size, _ in SIZES:
-        for column, remat, accum in fit.FIT_SETTINGS:
+        for column, remat, accum in SETTINGS:
             records = [r for r in measured["activations"] if r["image_size"] == image_size and r["remat"] == remat]
             if len(records) != len(BLOCKS):
                 continue
@@ -109,8 +113,7 @@ def render(measured):
     """The Markdown paragraph and table of docs/multihost.md's memory section."""
     dp, fsdp = measured["xla"]["dp"], measured["xla"]["fsdp"]
     parameters = sum(measured["counts"]["224"]["8"])
-    blocks = {size: block_activations([r for r in measured["activations"] if not r["remat"]], size)[0]
-              for size, _ in SIZES}  # fmt: skip
+    blocks = {size: block_activations(measured["activations"], size)[0] for size, _ in SIZES}
     lines = [
         f"XLA's buffers per device for one train step of a {dp['parameters'] / 1e6:.1f} M-parameter ViT (hidden "
         f"{XLA_MODEL['hidden_size']}, MLP {XLA_MODEL['mlp_dim']}, {XLA_MODEL['num_layers']} blocks; AdamW; batch "
@@ -121,9 +124,11 @@ def render(measured):
         "",
         f"H/14 fine-tuning ({parameters / 1e6:.1f} M parameters with a {NUM_CLASSES}-class head at 224 px; batch "
         f"{BATCH}, SGD with momentum as `cifar10_finetune`; float32 weights): GiB per device, `--strategy auto` / "
-        f"fsdp. One block's activations per image, measured: "
-        + ", ".join(f"{blocks[size]:.1f} MiB at {size} px" for size, _ in SIZES)
-        + ".",
+        f"fsdp. The fixed cost (weights, one gradient, one slot) per device: "
+        f"{fit.fixed_mib(parameters, SLOTS) / 1024:.2f} GiB under `--strategy auto`; under fsdp "
+        + ", ".join(f"{fsdp_fixed_mib(*measured['counts']['224'][str(n)], n) / 1024:.2f} GiB on {n}" for n in DEVICES)
+        + " devices (the accumulator of `accum_steps` adds one more copy of it). One block's activations per image, "
+        "measured: " + ", ".join(f"{blocks[size]:.1f} MiB at {size} px" for size, _ in SIZES) + ".",
         "",
         "| image size | setting | activation MiB per image | "
         + " | ".join(f"{n} devices, GiB" for n in DEVICES)
@@ -193,12 +198,11 @@ def measure_all(progress=print):
     """Every measurement, each in a fresh process: {"activations", "xla", "counts"}."""
     activations = []
     for image_size, batch in SIZES:
-        for remat in (False, True):
-            for blocks in BLOCKS:
-                sizes = ["--image-size", str(image_size), "--batch", str(batch), "--num-layers", str(blocks)]
-                args = ["benchmarks.memory", "--variant", VARIANT, *sizes, "--one", f"{remat},1"]
-                activations.append(_in_process(args, "tensorflow"))
-                progress(json.dumps(activations[-1]))
+        for blocks in BLOCKS:
+            sizes = ["--image-size", str(image_size), "--batch", str(batch), "--num-layers", str(blocks)]
+            args = ["benchmarks.memory", "--variant", VARIANT, *sizes, "--one", "False,1"]
+            activations.append(_in_process(args, "tensorflow"))
+            progress(json.dumps(activations[-1]))
     xla = {kind: _in_process(["benchmarks.fsdp_fit", "--xla-one", kind], "jax", XLA_DEVICES) for kind in ("dp", "fsdp")}
     progress(json.dumps(xla))
     counts = {str(size): {str(n): c for n, c in split_counts(size, 32).items()} for size, _ in SIZES}

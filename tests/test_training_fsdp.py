@@ -66,6 +66,10 @@ RUNS = textwrap.dedent(f"""
     fsdp, out["fsdp"] = train("fsdp", "fsdp")
     out["model_layouts"] = layouts(fsdp.model.weights)
     out["optimizer_layouts"] = layouts(fsdp.model.optimizer.variables)
+    # The slots of accum_steps and ema_decay (built here, under the fsdp run's distribution, not trained).
+    extra = keras.optimizers.AdamW(1e-3, use_ema=True, gradient_accumulation_steps=2)
+    extra.build(fsdp.model.trainable_variables)
+    out["extra_slot_layouts"] = layouts(extra.variables)
     out["one_device"] = train("default", "one_device")[1]
     out["fsdp_then_one_device"] = resume_from_step_2("fsdp", "fsdp_then_one_device", "default")
     out["one_device_then_fsdp"] = resume_from_step_2("one_device", "one_device_then_fsdp", "fsdp")
@@ -148,6 +152,10 @@ def test_kernels_and_their_optimizer_slots_are_split_and_small_tensors_are_not(r
         slots = [v for p, v in optimizer.items() if p.endswith(path.replace("/", "_") + "_momentum")]
         slots += [v for p, v in optimizer.items() if p.endswith(path.replace("/", "_") + "_velocity")]
         assert len(slots) == 2 and all(slot["shards"] == [quarter] for slot in slots), (path, slots)
+    # Accumulators and moving averages as well (AdamW with accumulation and EMA: 4 slots per kernel).
+    query = "encoderblock_1/MultiHeadDotProductAttention_1/query/kernel"
+    slots = [v for p, v in out["extra_slot_layouts"].items() if query.replace("/", "_") in p]
+    assert len(slots) == 4 and all(slot["shards"] == [[8, 2, 16]] for slot in slots), slots
     for path in ("embedding/bias", "cls/cls", "encoderblock_0/LayerNorm_0/gamma", "head/bias",
                  "encoderblock_0/MultiHeadDotProductAttention_1/query/bias"):  # fmt: skip
         assert model[path]["shards"] == [model[path]["shape"]] and set(model[path]["spec"]) == {None}, path

@@ -4,11 +4,12 @@ Fully sharded data parallelism puts every device on one mesh axis, `AXIS`. The g
 under `DataParallel`, and so is each large kernel, along one of its axes (`LAYOUTS`, a `keras.distribution.LayoutMap`
 of the ViT's weight paths): each device keeps 1/N of every kernel. Keras creates an optimizer slot (AdamW's moments,
 the accumulator of `accum_steps`, the average of `ema_decay`) with its variable's layout, so those are split the same
-way. Inside the jitted step XLA gathers a kernel where the step needs it whole and reduces each gradient to the
-shard its device updates: the step computes what data parallelism computes, in less memory per device.
+way. XLA's SPMD partitioner adds the collectives (gathered kernels, reduced gradients) with which each device
+computes its part of the step data parallelism computes, in less memory per device.
 
-Small tensors (biases, norms, the class token, LoRA factors) stay whole on every device. A kernel whose split axis
-does not divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run says which.
+Everything else (biases, norms, the class token, a hybrid's ResNet stem) stays whole on every device. A kernel
+whose split axis does not divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run
+says which.
 
 Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards, and assigning one splits it
 along the variable's layout, so a checkpoint written on N devices resumes on any number, under any strategy.
