@@ -80,6 +80,9 @@ RUNS = textwrap.dedent(f"""
         odd = keras_vit.create_model("testing", image_size=16, num_classes=3, hidden_size=30, mlp_dim=120)
     out["odd_kept_whole"] = distribution.kept_whole
     out["odd_layouts"] = layouts(odd.weights)
+    with sharding.FullySharded(jax.devices()).scope():  # a hybrid: its ResNet stem's convolutions are split too
+        hybrid = keras_vit.create_model("testing", image_size=16, resnet_layers=(1,), patch_size=1)
+    out["hybrid_layouts"] = layouts(hybrid.weights)
 
     jax.process_count = lambda: 2  # what a multi-process run reports
     try:
@@ -159,6 +162,10 @@ def test_kernels_and_their_optimizer_slots_are_split_and_small_tensors_are_not(r
     for path in ("embedding/bias", "cls/cls", "encoderblock_0/LayerNorm_0/gamma", "head/bias",
                  "encoderblock_0/MultiHeadDotProductAttention_1/query/bias"):  # fmt: skip
         assert model[path]["shards"] == [model[path]["shape"]] and set(model[path]["spec"]) == {None}, path
+    hybrid = out["hybrid_layouts"]
+    for path in ("conv_root/kernel", "block1/unit1/conv2/kernel", "block1/unit1/conv_proj/kernel"):
+        shape = hybrid[path]["shape"]
+        assert hybrid[path]["shards"] == [[*shape[:3], shape[3] // DEVICES]], (path, hybrid[path])
     # All but the biases, norms and class token: the share metrics.json records and the start-up line prints.
     fraction = out["fsdp"]["metrics"]["sharded_parameters"]
     assert 0.9 < fraction < 1.0

@@ -7,7 +7,7 @@ the accumulator of `accum_steps`, the average of `ema_decay`) with its variable'
 way. XLA's SPMD partitioner adds the collectives (gathered kernels, reduced gradients) with which each device
 computes its part of the step data parallelism computes, in less memory per device.
 
-Everything else (biases, norms, the class token, a hybrid's ResNet stem) stays whole on every device. A kernel
+Everything else (biases, norms, the class token) stays whole on every device. A kernel
 whose split axis does not divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run
 says which.
 
@@ -36,6 +36,8 @@ LAYOUTS = {
     r"encoderblock_\d+/MlpBlock_3/Dense_1/kernel": (AXIS, None),  # (M, D)
     "pre_logits/kernel": (AXIS, None),  # (D, R)
     "head/kernel": (AXIS, None),  # (D, K)
+    # A hybrid's ResNet stem (`keras_vit.layers.resnet`): convolutions along their output channels.
+    r"conv_root/kernel|block\d+/unit\d+/conv(1|2|3|_proj)/kernel": (None, None, None, AXIS),  # (kh, kw, C_in, C)
 }
 
 
