@@ -35,7 +35,7 @@ NUM_CLASSES = 10  # cifar10_finetune's head
 BATCH = 512  # the fine-tuning recipes' batch (cifar10_finetune, imagenet_finetune_384)
 SLOTS = 1  # their SGD with momentum 0.9: one velocity per parameter
 SIZES = ((224, 4), (392, 4), (518, 2))  # (image size, measured batch): H/14's 16, 28 and 37 patches a side
-DEVICES = (2, 4, 8)  # one process's devices: 8 GPUs or a single-host TPU (v3-8 cores, v5e-8 chips) at most
+DEVICES = (4, 8, 16, 32)  # e.g. a TPU v4-8 (4 chips) or v3-8 (8 cores), 8 GPUs, v4-32 (16 chips), v5e-32
 BLOCKS = (1, 3)  # encoder blocks of the measured models
 # Without remat: with it, a block keeps only its input (257 x 1280 floats at 224 px, 1.3 MiB) and one block's
 # working set dominates, so the 1- and 3-block difference is within the RSS measurement's noise (it came out

@@ -14,6 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.test_training_multiprocess import _losses, _run, _steps_saved, _weights
 from training.checkpoint_file import _AUTO_SUFFIX
 from training.strategy import StrategyError, select_strategy
 
@@ -83,12 +84,6 @@ RUNS = textwrap.dedent(f"""
     with sharding.FullySharded(jax.devices()).scope():  # a hybrid: its ResNet stem's convolutions are split too
         hybrid = keras_vit.create_model("testing", image_size=16, resnet_layers=(1,), patch_size=1)
     out["hybrid_layouts"] = layouts(hybrid.weights)
-
-    jax.process_count = lambda: 2  # what a multi-process run reports
-    try:
-        training.distribution.select_placement("fsdp")
-    except training.StrategyError as err:
-        out["multi_process"] = str(err)
     print("RESULT" + json.dumps(out))
 """)
 
@@ -195,17 +190,39 @@ def test_checkpoints_have_one_format_and_resume_across_layouts(runs):
 
 
 @pytest.mark.slow
-def test_kernels_that_do_not_divide_stay_whole_and_several_processes_are_refused(runs):
+def test_kernels_that_do_not_divide_stay_whole(runs):
     out, _ = runs
     assert "encoderblock_0/MultiHeadDotProductAttention_1/query/kernel" in out["odd_kept_whole"]
     assert "head/kernel" in out["odd_kept_whole"]
     assert not any("Dense_0" in path or "Dense_1" in path for path in out["odd_kept_whole"])
     assert out["odd_layouts"]["encoderblock_0/MlpBlock_3/Dense_0/kernel"]["shards"] == [[30, 30]]
     assert out["odd_layouts"]["head/kernel"]["shards"] == [[30, 3]]
-    assert "--strategy fsdp runs in one process for now" in out["multi_process"]
-    assert "--strategy auto" in out["multi_process"]
 
 
 def test_fsdp_on_tensorflow_says_it_needs_jax():
     with pytest.raises(StrategyError, match=r"--strategy fsdp shards the weights with keras.distribution.*JAX"):
         select_strategy("fsdp")
+
+
+@pytest.mark.slow
+def test_two_processes_of_two_devices_train_and_resume_as_one_process_of_four(tmp_path):
+    # `python -m training --strategy fsdp` as 1 process x 4 host devices and as 2 processes x 2 (joined on loopback,
+    # as tests/test_training_multiprocess.py does): 3 epochs of 4 steps, checkpoints every 3 steps and at epoch ends.
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(one, 1, 4, "--strategy", "fsdp")
+    outputs = _run(two, 2, 2, "--strategy", "fsdp")
+    assert "4 cpu devices (2 processes x 2; this is process 0), FSDP" in outputs[0]
+    assert "fsdp: 99.2% of the 608,842 trainable parameters split over 4 devices" in outputs[1]
+    metrics = json.loads((two / "metrics.json").read_text())
+    assert (metrics["strategy"], metrics["processes"], metrics["devices"]) == ("FSDP", 2, 4)
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-5, atol=1e-5)
+    for a, b in zip(_weights(two), _weights(one)):  # model.keras, written from weights no one process held whole
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # The last checkpoint removed, the same two commands resume from the one before: gathered there, split here.
+    uninterrupted = _weights(two)
+    before, last = sorted(_steps_saved(two))[-2:]
+    os.remove(two / "checkpoints" / f"ckpt-{last:08d}.npz")
+    resumed = _run(two, 2, 2, "--strategy", "fsdp")
+    assert f"resuming from step {before} of 12" in resumed[0] and before < 12
+    for a, b in zip(_weights(two), uninterrupted):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

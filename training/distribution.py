@@ -15,7 +15,8 @@ that backend's class:
 (every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters on TensorFlow; on JAX
 every process of a `jax.distributed` run, see `training.processes`). `auto` on JAX also spans every process when
 Keras' `KERAS_DISTRIBUTION_*` variables name several. JAX alone has `fsdp` (`training.sharding`:
-`keras.distribution.ModelParallel` splitting the batch and the large kernels over one process's devices).
+`keras.distribution.ModelParallel` splitting the batch and the large kernels over the devices, of every process as
+`auto`).
 The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy, each process feeding
 its own rows of every global batch.
 """
@@ -90,6 +91,10 @@ class Placement:
             "device_kind": self.device_kind,
             **self._processes(),
         }
+
+    def whole_weights(self, model):
+        """Called by every process before the chief writes model.keras: a placement whose weights no one process
+        holds whole (fsdp over several processes) makes them whole here. Nothing to do elsewhere."""
 
     def _processes(self):
         """{"processes", "local_devices"}: JAX's processes (a TensorFlow cluster's workers: its own class)."""

@@ -7,12 +7,12 @@ the accumulator of `accum_steps`, the average of `ema_decay`) with its variable'
 way. XLA's SPMD partitioner adds the collectives (gathered kernels, reduced gradients) with which each device
 computes its part of the step data parallelism computes, in less memory per device.
 
-Everything else (biases, norms, the class token) stays whole on every device. A kernel
-whose split axis does not divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run
-says which.
+Everything else (biases, norms, the class token) stays whole on every device. A kernel whose split axis does not
+divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run says which.
 
-Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards, and assigning one splits it
-along the variable's layout, so a checkpoint written on N devices resumes on any number, under any strategy.
+Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards (from every process of a
+multi-process run: `training.processes.gather`), and assigning one splits it along the variable's layout, so a
+checkpoint written on N devices resumes on any number, under any strategy.
 """
 
 import dataclasses
@@ -20,8 +20,8 @@ import math
 
 import keras
 
+from . import processes
 from .distribution import JaxPlacement
-from .strategy import StrategyError
 
 AXIS = "fsdp"
 
@@ -92,6 +92,19 @@ class ShardedPlacement(JaxPlacement):
             )
         return model
 
+    def whole_weights(self, model):
+        """With several processes, lays every model weight out whole on every device (gathered from the processes
+        that hold its shards), so that the chief can write model.keras; the optimizer state stays split. A collective:
+        every process calls it. One process already reads its split weights whole."""
+        if self.num_processes == 1:
+            return
+        whole = keras.distribution.TensorLayout
+        for variable in model.weights:
+            if processes.spans_processes(variable.value):
+                value = processes.gather(variable.value)
+                variable._layout = whole([None] * len(variable.shape), self.distribution.device_mesh)
+                variable.assign(value)
+
     def metrics(self):
         """`JaxPlacement.metrics`, and the share of the trainable parameters split once a model has been prepared."""
         known = {} if self.sharded_fraction is None else {"sharded_parameters": self.sharded_fraction}
@@ -110,17 +123,9 @@ def split_parameters(model):
 
 
 def placement(devices, reason, kind, local_devices, num_processes=1):
-    """The `ShardedPlacement` over `devices` (one process's), installed process-wide as `DataParallel` is.
+    """The `ShardedPlacement` over `devices` (every process's), installed process-wide as `DataParallel` is."""
+    import jax
 
-    Raises:
-        StrategyError: the run has several processes.
-    """
-    if num_processes > 1:
-        raise StrategyError(
-            f"--strategy fsdp runs in one process for now: its checkpoints gather every sharded weight on one "
-            f"host, which this run's {num_processes} processes cannot. Use --strategy auto (weights "
-            f"replicated), or start one process per run."
-        )
     distribution = FullySharded(devices)
     keras.distribution.set_distribution(distribution)
     return ShardedPlacement(
@@ -129,6 +134,9 @@ def placement(devices, reason, kind, local_devices, num_processes=1):
         reason=reason,
         num_replicas=len(devices),
         device_kind=kind,
+        is_chief=jax.process_index() == 0,
+        num_processes=num_processes,
+        process_index=jax.process_index(),
         local_devices=local_devices,
         distribution=distribution,
     )
