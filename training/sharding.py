@@ -102,6 +102,7 @@ class ShardedPlacement(JaxPlacement):
         for variable in model.weights:
             if processes.spans_processes(variable.value):
                 value = processes.gather(variable.value)
+                # Keras' JAX variables keep their layout in `_layout` (no public setter); `assign` places by it.
                 variable._layout = whole([None] * len(variable.shape), self.distribution.device_mesh)
                 variable.assign(value)
 
