@@ -29,17 +29,20 @@ def _peak_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(variant, image_size, batch, remat, accum, lora_rank=None):
+def measure(variant, image_size, batch, remat, accum, lora_rank=None, num_layers=None):
     """One setting, in this process: {"before_mib", "after_mib", "step_mib", "per_image_mib", ...}.
 
     With `lora_rank`, LoRA factors on every attention's q/k/v/out and only they and the head train
-    (`keras_vit.enable_lora`): the record adds "lora_rank" and "trainable_parameters".
+    (`keras_vit.enable_lora`): the record adds "lora_rank" and "trainable_parameters". `num_layers`: fewer encoder
+    blocks than the variant's (None keeps them), to measure a large variant's activations per block
+    (`benchmarks.fsdp_fit`) where the whole model would not fit this machine.
     """
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat)
+    layers = {} if num_layers is None else {"num_layers": num_layers}
+    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000, remat=remat, **layers)
     if lora_rank:
         keras_vit.enable_lora(model, lora_rank)
     optimizer = keras.optimizers.AdamW(1e-3, gradient_accumulation_steps=accum if accum > 1 else None)
@@ -55,7 +58,7 @@ def measure(variant, image_size, batch, remat, accum, lora_rank=None):
         "variant": variant, "image_size": image_size, "batch": batch, "remat": remat, "accum_steps": accum,
         "micro_batch": micro, "before_mib": round(before), "after_mib": round(after),
         "step_mib": round(after) - round(before), "per_image_mib": round((after - before) / micro, 1),
-        "parameters": model.count_params(), "backend": keras.backend.backend(),
+        "parameters": model.count_params(), "backend": keras.backend.backend(), "num_layers": model.config.num_layers,
     }  # fmt: skip
     if lora_rank:
         trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
@@ -97,11 +100,14 @@ def main(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lora-rank", type=int, default=None, help="measure full training against LoRA of this rank")
+    p.add_argument("--num-layers", type=int, default=None, help="encoder blocks (default: the variant's)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum[,lora]": measure in this process
     args = p.parse_args(argv)
     if args.one:
         remat, accum, lora = [*args.one.split(","), "0"][:3]
-        record = measure(args.variant, args.image_size, args.batch, remat == "True", int(accum), int(lora) or None)
+        record = measure(
+            args.variant, args.image_size, args.batch, remat == "True", int(accum), int(lora) or None, args.num_layers
+        )
         print("RESULT" + json.dumps(record))
         return
     if args.lora_rank:

@@ -22,7 +22,7 @@ def test_the_table_follows_the_annotations_and_ranges():
     assert list(rows) == [field.name for field in dataclasses.fields(TrainConfig)]
     # Choices come from the Literal annotations, ranges from training.ranges, defaults from the dataclass.
     assert option_choices("strategy") == typing.get_args(typing.get_type_hints(TrainConfig)["strategy"])
-    assert "`'auto'`, `'tpu'`, `'multi_worker'`, `'mirrored'`, `'default'` | `'auto'` |" in rows["strategy"]
+    assert "`'auto'`, `'tpu'`, `'multi_worker'`, `'mirrored'`, `'default'`, `'fsdp'` | `'auto'` |" in rows["strategy"]
     assert "`True`, `False`, `'auto'` | `'auto'` |" in rows["jit_compile"]
     assert "an integer >= 1 and <= 512 | `256` |" in rows["num_calibration"]
     assert rows["learning_rate"].startswith("| `learning_rate` | peak learning rate (after warm-up). |")

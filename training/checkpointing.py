@@ -20,7 +20,7 @@ import numpy as np
 from keras_vit import files
 from keras_vit.files import atomic_write
 
-from . import checkpoint_file
+from . import checkpoint_file, processes
 from .checkpoint_file import CheckpointError, NonFiniteStateError, listing, pair_by_path
 
 __all__ = [
@@ -109,12 +109,20 @@ class CheckpointManager:
         # under MultiWorkerMirroredStrategy reading a metric (a sync-on-read variable) is a collective.
         metrics = list(getattr(self.model, "metrics_variables", ()))
         metric_values = [np.asarray(variable.numpy()) for variable in metrics]
+        # Variables split over several processes' devices (fsdp) are gathered on every process: a collective.
+        gathered = {
+            id(variable): processes.gather(variable.value)
+            for variables in self._variables().values()
+            for variable in variables
+            if processes.spans_processes(variable.value)
+        }
         if not self.write:
             return path
         arrays = {f"metrics/{i:05d}": value for i, value in enumerate(metric_values)}
         for group, variables in self._variables().items():
             for i, variable in enumerate(variables):
-                arrays[f"{group}/{i:05d}"] = value = np.asarray(variable.numpy())
+                value = gathered[id(variable)] if id(variable) in gathered else np.asarray(variable.numpy())
+                arrays[f"{group}/{i:05d}"] = value
                 if value.dtype.kind == "f" and not np.isfinite(value).all():  # weights and optimizer moments
                     raise NonFiniteStateError(f"{variable.path} holds NaN/Inf at step {step}; not saved.")
         header = {"step": step, "paths": {g: [v.path for v in vs] for g, vs in self._variables().items()}}

@@ -9,7 +9,7 @@ from .option_types import check_fields, choices
 from .ranges import check_range
 
 # The placements `strategy` names (training.distribution), on either backend: the one list of them.
-Strategy = Literal["auto", "tpu", "multi_worker", "mirrored", "default"]
+Strategy = Literal["auto", "tpu", "multi_worker", "mirrored", "default", "fsdp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,8 @@ class TrainConfig:
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
         strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
-            `training.distribution`).
+            `training.distribution`); "fsdp" on JAX also splits the large kernels and their optimizer state over
+            the devices (`training.sharding`).
         matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
             on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
             JAX's "high" / "default".

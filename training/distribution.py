@@ -14,8 +14,11 @@ that backend's class:
 `--strategy` means the same on both: `auto` (every accelerator device, else the host devices), `tpu`, `mirrored`
 (every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters on TensorFlow; on JAX
 every process of a `jax.distributed` run, see `training.processes`). `auto` on JAX also spans every process when
-Keras' `KERAS_DISTRIBUTION_*` variables name several. The input stream stays the `tf.data` pipeline on both; Keras'
-JAX trainer reads it as numpy, each process feeding its own rows of every global batch.
+Keras' `KERAS_DISTRIBUTION_*` variables name several. JAX alone has `fsdp` (`training.sharding`:
+`keras.distribution.ModelParallel` splitting the batch and the large kernels over the devices, of every process as
+`auto`).
+The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy, each process feeding
+its own rows of every global batch.
 """
 
 import contextlib
@@ -88,6 +91,10 @@ class Placement:
             "device_kind": self.device_kind,
             **self._processes(),
         }
+
+    def whole_weights(self, model):
+        """Called by every process before the chief writes model.keras: a placement whose weights no one process
+        holds whole (fsdp over several processes) makes them whole here. Nothing to do elsewhere."""
 
     def _processes(self):
         """{"processes", "local_devices"}: JAX's processes (a TensorFlow cluster's workers: its own class)."""
@@ -227,7 +234,7 @@ def select_placement(name="auto", *, tf_strategy=None, join_timeout=300):
     """The `Placement` for `--strategy NAME` on the current Keras backend.
 
     Args:
-        name: "auto", "tpu", "multi_worker", "mirrored" or "default".
+        name: "auto", "tpu", "multi_worker", "mirrored", "default" or "fsdp" (JAX only).
         tf_strategy: a `tf.distribute.Strategy` to use as it is (TensorFlow backend only).
         join_timeout: seconds a process of a multi-process JAX run waits for its peers (`training.processes`).
 
@@ -306,6 +313,10 @@ def _jax_placement(name, join_timeout):
             local_devices=1,
         )
     reason = _jax_reason(name, num_processes, devices, accelerator)
+    if name == "fsdp":
+        from . import sharding
+
+        return sharding.placement(devices, reason, kind, local, num_processes)
     # Each process feeds its own rows of every batch (training.data), so Keras must not shard the dataset again.
     distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
     # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
@@ -346,6 +357,8 @@ def _jax_reason(name, num_processes, devices, accelerator):
         return f"auto: no accelerator, {len(devices)} host device{plural}"
     if name == "multi_worker":
         return f"multi_worker requested, but the run is one process ({len(devices)} {kind} device{plural})"
+    if name == "fsdp":
+        return f"fsdp requested: batch and large kernels split over {len(devices)} {kind} device{plural}"
     return f"{name} requested ({len(devices)} {kind} device{plural})"
 
 

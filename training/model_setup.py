@@ -57,7 +57,9 @@ def build_run(plan):
 
 def weights_checksum(model):
     """One number from every weight: what the processes of a run compare before their first step."""
-    return float(sum(np.sum(np.asarray(v.value, np.float64)) for v in model.weights))
+    # A weight split over the processes' devices (fsdp) is gathered, by every process: they all call this.
+    values = (processes.gather(v.value) if processes.spans_processes(v.value) else v.value for v in model.weights)
+    return float(sum(np.sum(np.asarray(value, np.float64)) for value in values))
 
 
 def build_model(config, num_classes, class_names=None, checkpoint=None):

@@ -207,6 +207,23 @@ def allgather(values):
     return np.asarray(multihost_utils.process_allgather(np.asarray(values)))
 
 
+def spans_processes(value):
+    """Whether `value` is a global JAX array split over several processes' devices (`--strategy fsdp` on a
+    multi-process run), so that no process holds all of it. Any other value (TensorFlow's, one process's, or whole on
+    every device) is False."""
+    return not getattr(value, "is_fully_addressable", True) and not value.is_fully_replicated
+
+
+def gather(value):
+    """The whole of a `spans_processes` array as one numpy array on this host.
+
+    A collective: every process must gather the same arrays in the same order.
+    """
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
 def agree_flags(local_flags):
     """The sum over processes of each 0/1 flag, so that every process stops at the same step."""
     return [int(v) for v in allgather(np.asarray(local_flags, np.int32)).sum(axis=0)]

@@ -103,6 +103,11 @@ def select_strategy(name="auto"):
         StrategyError: `tpu` without a TPU, `multi_worker` without TF_CONFIG, an unknown name.
     """
     check_name(name)
+    if name == "fsdp":
+        raise StrategyError(
+            "--strategy fsdp shards the weights with keras.distribution, which only Keras' JAX backend has. Set "
+            "KERAS_BACKEND=jax, or use --strategy auto on TensorFlow (every device holds all the weights)."
+        )
     if name == "tpu":
         evidence = tpu_evidence()
         if evidence is None:

@@ -170,6 +170,7 @@ def _finish(plan, model, manager, eval_ds, histories, fit_seconds):
         print(f"[training] {averaged.line()}", flush=True)
     if config.extra_evals:
         metrics["evals"] = evaluate_extra(model, config, shard=plan.placement.shard)
+    plan.placement.whole_weights(model)  # every process: with fsdp over several, a collective
     if plan.chief:
         metrics["plots"] = _write_outputs(plan, model)
         metrics["wall_seconds"] = time.time() - plan.started
