@@ -10,9 +10,9 @@ embedder's budget (`embedder.BUDGETS["float32"]`), at batches 1 and 3 (the batch
 built with `dynamic_image_size=True`, at a second image size.
 """
 
-import numpy as np
-
-from . import portable
+from . import interchange, portable
+from .embedding import BUDGETS, check_budget, compare, expected_vectors
+from .onnx import inspect
 
 NAMES = {"onnx": "embedder.onnx", "openvino": "embedder.xml"}
 MODE = "float32"
@@ -30,12 +30,7 @@ def write(fmt, model, image_size, staging, l2_normalize=False, num_threads=1):
     """Converts a head-less `model` to `fmt`, writes it into `staging` and opens it; returns (name, bytes, runner)."""
     embedding = {"dimensions": int(model.output_shape[-1]), "l2_normalized": bool(l2_normalize)}
     source = normalized_model(model) if l2_normalize else model
-    return portable.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
-
-
-def expected_vectors(vectors, l2_normalize):
-    vectors = np.asarray(vectors, np.float64)
-    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True) if l2_normalize else vectors
+    return interchange.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
 
 
 def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, num_threads=1, runs=50, warmup=5,
@@ -45,8 +40,6 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
     `model` is what is converted (the `dynamic_image_size=True` model where there is one), `x` the model-space
     verification images at `image_size` and `reference` the Keras features on them (not normalised).
     """
-    from .embedder import BUDGETS, check_budget, compare
-
     name, size, runner = write(fmt, model, image_size, staging, l2_normalize, num_threads)
     expected = expected_vectors(reference, l2_normalize)
     budget = BUDGETS[MODE]
@@ -70,8 +63,6 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
 
 
 def _batches(runner, x, expected, budget, failures):
-    from .embedder import check_budget, compare
-
     runs, found = portable.batch_runs(runner, x, expected, budget, compare, check_budget)
     failures += found
     if runs is None:
@@ -81,8 +72,6 @@ def _batches(runner, x, expected, budget, failures):
 
 def _other_size(runner, x, dynamic_model, l2_normalize, budget, failures):
     """The first images at `portable.second_size`, against the dynamic Keras model at that size."""
-    from .embedder import check_budget, compare
-
     if not runner.dynamic_image_size:
         failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
         return None
@@ -108,41 +97,10 @@ def _contract_failures(runner, entry):
 def _details(runner, x, expected):
     """The runtime, op set and ops; for OpenVINO also the plugin's default precision's figures (not budgeted)."""
     if runner.kind == "onnx":
-        from .onnx import inspect
-
         return {"runtime_version": runner.runtime_version, **inspect(runner.data)}
-    from .embedder import compare
-    from .openvino import OpenVINORunner
-
-    default = OpenVINORunner(*runner._files, num_threads=runner.num_threads, precision=None)
+    default = runner.at_default_precision()
     figures = compare(default.outputs(x), expected)
     return {"runtime_version": runner.runtime_version, "device": runner.device,
             "inference_precision": runner.inference_precision, "ops": runner.ops(),
             "default_precision": {"inference_precision": default.inference_precision,
                                   **{k: figures[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip
-
-
-def describe(entry):
-    """The report table's lines for an ONNX or OpenVINO embedder."""
-    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
-    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
-    lines = [
-        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
-        f"values, {norm}; dynamic batch: "
-        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
-    ]
-    if size:
-        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
-                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): min cosine "
-            f"{default['min_cosine']:.6f} (not budgeted)"
-        )
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in entry['ops'].items())}")
-    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
-    return lines

@@ -11,12 +11,11 @@ A model whose one output is a pooled vector (`num_classes=0`) is an image embedd
 
 from keras_vit import files
 
-from . import commit, preprocessing
+from . import commit, preprocessing, runtime
 from . import feature_maps_artifacts as artifacts
-from .embedder import _verification_images
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
-from .report import _size, publish, table
+from .report import publish
 
 # The TFLite modes offered for feature maps, and each one's budget on every output: the largest difference relative
 # to max(1, max |Keras value|) of that output, and the least cosine of a token's width vector with Keras'
@@ -109,9 +108,9 @@ def export_feature_maps(source, out, options):
     model = source.model
     notes = _check(model, options)
     modes, mode_notes = tflite_modes(options, source.has_representative)
-    images, set_name = _verification_images(source, model)
-    images = images[: options.max_verify_images]
-    x = preprocessing.to_model_space(images, _image_size(model))
+    verification = source.verification_images(runtime.image_size(model), options.max_verify_images)
+    images, set_name = verification.images, verification.name
+    x = preprocessing.to_model_space(images, runtime.image_size(model))
     keras_runner = artifacts.KerasFeatureMaps(model)
     reference = keras_runner.outputs(x)
     latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
@@ -124,7 +123,7 @@ def export_feature_maps(source, out, options):
             "out": str(out),
             "kind": "feature_maps",
             "model": {
-                "image_size": list(_image_size(model)),
+                "image_size": list(runtime.image_size(model)),
                 "parameters": int(model.count_params()),
                 "outputs": artifacts.describe_outputs(model),
             },
@@ -137,10 +136,6 @@ def export_feature_maps(source, out, options):
             "passed": all(a["passed"] for a in entries),
         }
         return publish(report, staging, target, out)
-
-
-def _image_size(model):
-    return tuple(int(d) for d in model.input_shape[1:3])
 
 
 def _summary(outputs):
@@ -159,8 +154,6 @@ def _entry(name, fmt, mode, out, size, outputs, latency, threads, budget, failur
 
 
 def _saved_model_entry(model, images, x, reference, staging, out, options):
-    from .pipeline import _dir_bytes  # pipeline imports this module
-
     if "saved_model" not in options.formats:
         return []
     path = artifacts.save_saved_model(model, staging / "saved_model")
@@ -172,16 +165,14 @@ def _saved_model_entry(model, images, x, reference, staging, out, options):
     served = artifacts.compare(runner.outputs_from_images(images), reference)
     failures = artifacts.check_budget(figures, budget)
     failures += [f"serving_default: {f}" for f in artifacts.check_budget(served, budget)]
-    size = _dir_bytes(path)
+    size = runtime.dir_bytes(path)
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     return [_entry("saved_model", "saved_model", None, out, size, figures, latency, runner.threads, budget, failures,
                    serving_default=served, signatures=[artifacts.SIGNATURE, artifacts.MODEL_SPACE])]  # fmt: skip
 
 
 def _tflite_entry(model, mode, source, x, reference, staging, out, options):
-    from .pipeline import _printed  # what the converter prints from C++, kept for the report as the classifiers'
-
-    with _printed(options) as printed:
+    with runtime.printed(options.converter_output) as printed:
         flatbuffer = artifacts.convert(model, mode, source.representative_images, options.dynamic_batch)
     name = f"feature_maps_{mode}.tflite"
     commit.write_staged(staging / name, flatbuffer)
@@ -213,7 +204,7 @@ def sidecar(model, runner, mode):
         "quantization": mode,
         "dynamic_batch": runner.dynamic_batch,
         "signature": artifacts.SIGNATURE,
-        "preprocessing": preprocessing.describe(_image_size(model)),
+        "preprocessing": preprocessing.describe(runtime.image_size(model)),
         "input": {
             "name": artifacts.INPUT,
             "dtype": "float32",
@@ -221,27 +212,3 @@ def sidecar(model, runner, mode):
         },
         "outputs": outputs,
     }
-
-
-def format_table(report):
-    """The printed summary of a feature-map export (`report.format_table` hands these reports here)."""
-    header = ("artifact", "size", "outputs", "min cos", "max rel diff", "latency ms", "threads", "status")
-    keras = report["keras"]
-    count = str(len(report["model"]["outputs"]))
-    rows = [("keras (reference)", "-", count, "-", "-", f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]
-    for a in report["artifacts"]:
-        worst = "-" if a["min_cosine"] is None else f"{a['min_cosine']:.6f}"
-        rel = "-" if a["max_rel_diff"] is None else f"{a['max_rel_diff']:.2e}"
-        rows.append((a["name"], _size(a["file_bytes"]), str(len(a["outputs"])), worst, rel, f"{a['latency_ms']:.3f}",
-                     str(a["threads"]), "ok" if a["passed"] else "FAIL"))  # fmt: skip
-    v = report["verification"]
-    lines = [f"Export of {report['source']} (feature maps)  ->  {report['out']}",
-             f"Verified on {v['images']} images from {v['set']}: every output, by name, against Keras'.",
-             "", *table(header, rows), ""]  # fmt: skip
-    lines += [f"output {name}: {what}" for name, what in report["model"]["outputs"].items()]
-    for a in report["artifacts"]:
-        budget = ", ".join(f"{k} {val:g}" for k, val in a["budget"].items())
-        lines.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
-    lines += [f"note: {note}" for note in report.get("notes", [])]
-    lines.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
-    return "\n".join(lines)

@@ -13,9 +13,10 @@ import numpy as np
 
 from keras_vit import _startup
 
-from . import embedder, preprocessing, tflite
+from . import preprocessing, tflite
+from .embedding import cosine
 from .errors import ExportError
-from .runners import _median_ms, invoke
+from .runtime import invoke, median_ms
 
 SIGNATURE = "serving_default"
 MODEL_SPACE = "model_space"
@@ -142,7 +143,7 @@ class KerasFeatureMaps:
         return _gather([{k: v.numpy() for k, v in self._call(b).items()} for b in _batches(x, batch_size)])
 
     def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
+        return median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
 
 
 class SavedModelFeatureMaps:
@@ -173,7 +174,7 @@ class SavedModelFeatureMaps:
         return _gather([{k: v.numpy() for k, v in self.serving(images=b).items()} for b in batches])
 
     def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: [v.numpy() for v in self.model_space(images=x1).values()], runs, warmup)
+        return median_ms(lambda: [v.numpy() for v in self.model_space(images=x1).values()], runs, warmup)
 
 
 class TFLiteFeatureMaps:
@@ -202,7 +203,7 @@ class TFLiteFeatureMaps:
         self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
         self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
         self.interpreter.allocate_tensors()
-        self._batch = int(self.input["shape"][0])
+        self.batch = int(self.input["shape"][0])
 
     def positions(self):
         """{name: position in the subgraph's output list}: where TFLite put each named output."""
@@ -218,7 +219,7 @@ class TFLiteFeatureMaps:
         return _gather([self._invoke(b) for b in _batches(x, batch_size if self.dynamic_batch else 1)])
 
     def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: self._invoke(np.asarray(x1, np.float32)), runs, warmup)
+        return median_ms(lambda: self._invoke(np.asarray(x1, np.float32)), runs, warmup)
 
 
 def compare(outputs, reference):
@@ -236,11 +237,11 @@ def compare(outputs, reference):
         if got.shape != ref.shape:
             figures[name] = {"shape": list(got.shape), "keras_shape": list(ref.shape)}
             continue
-        cosine = embedder.cosine(got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1]))
+        similarity = cosine(got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1]))
         scale = max(1.0, float(np.abs(ref).max()))
         diff = float(np.abs(got - ref).max())
         figures[name] = {"shape": list(ref.shape), "scale": scale, "max_abs_diff": diff, "max_rel_diff": diff / scale,
-                         "min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean())}  # fmt: skip
+                         "min_cosine": float(similarity.min()), "mean_cosine": float(similarity.mean())}  # fmt: skip
     for name in sorted(set(outputs) - set(reference)):
         figures[name] = {"unexpected": True}
     return figures

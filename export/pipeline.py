@@ -6,27 +6,31 @@ is built in a staging directory and then swapped in as a whole (`export.commit`)
 exports, interrupted or not, `out` holds exactly what its `report.json` lists.
 """
 
-import contextlib
 import dataclasses
 import os
-from pathlib import Path
 
 import numpy as np
 
-from keras_vit import _startup, files
+from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, embedder, feature_maps, gpu, portable, preprocessing, tflite
+from . import commit, embedder, feature_maps, gpu, interchange, portable, preprocessing, tflite
+from .embedding import is_feature_model
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
 from .options import DEFAULT_FORMATS, FORMATS, ExportOptions, ExportSource, check_formats  # noqa: F401  (export.*)
 from .report import publish
 from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
+from .runtime import dir_bytes, image_size, printed
 from .saved_model import save_saved_model
 from .verify import BUDGETS, check_budget, compare
 
-RANDOM_VERIFICATION_IMAGES = 32
+# Why a classifier's report has no accuracy, by where its verification set came from.
+_NO_ACCURACY = {
+    "representative": "accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras",
+    "random": "accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +124,7 @@ def _plan(source, options):
         )
     modes, note = options.modes(source.has_representative)
     notes += [note] if note else []
-    if embedder.is_feature_model(model):
+    if is_feature_model(model):
         return _Plan(model, dynamic, None, modes, tuple(notes))
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
@@ -131,23 +135,11 @@ def _plan(source, options):
 
 
 def _verify_on(source, plan, options):
-    """The verification set: held-out first, then calibration images, then seeded noise (parity only)."""
-    image_size, note = _image_size(plan.model), None
-    if source.heldout is not None:
-        images, truth = source.heldout
-        set_name = source.verification_set or "held-out set"
-    elif source.has_representative:
-        images, truth = source.representative_images, None
-        set_name = "representative images (no held-out set given)"
-        note = "accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras"
-    else:
-        rng = np.random.default_rng(0)
-        images = rng.integers(0, 256, (RANDOM_VERIFICATION_IMAGES, *image_size, 3), dtype=np.uint8)
-        truth, set_name = None, "seeded random images (no data given)"
-        note = "accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras"
-    images = images[: options.max_verify_images]
-    truth = None if truth is None else np.asarray(truth)[: len(images)]
-    x = preprocessing.to_model_space(images, image_size)
+    """The verification set (`ExportSource.verification_images`) and the Keras reference on it."""
+    size = image_size(plan.model)
+    chosen = source.verification_images(size, options.max_verify_images)
+    images, truth, note = chosen.images, chosen.truth, _NO_ACCURACY.get(chosen.origin)
+    x = preprocessing.to_model_space(images, size)
     runner = KerasRunner(plan.model, plan.labels)
     reference = runner.logits(x)
     keras_row = {
@@ -156,18 +148,8 @@ def _verify_on(source, plan, options):
         "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
         "file_bytes": files.size(source.name) if source.name and files.isfile(source.name) else None,
     }
-    pixels = app_pixels(images, image_size)
-    return _Verification(images, truth, set_name, note, x, pixels, reference, keras_row)
-
-
-def app_pixels(images, image_size):
-    """What an app feeds: uint8 pixels at the model's size (images of another size resized here, as the app's own
-    resize would; MediaPipe's resize differs from tf.image.resize, see docs/mobile.md)."""
-    return np.clip(np.round(preprocessing.resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
-
-
-def _image_size(model):
-    return tuple(int(d) for d in model.input_shape[1:3])
+    pixels = preprocessing.app_pixels(images, size)
+    return _Verification(images, truth, chosen.name, note, x, pixels, reference, keras_row)
 
 
 def _entry(name, fmt, mode, out, size, figures, timing, budget, failures, **fields):
@@ -192,11 +174,6 @@ def _timing(runner, v, options):
             "threads": runner.threads}  # fmt: skip
 
 
-def _printed(options):
-    """Captures what the converters print from C++ unless the options let it through to the terminal."""
-    return _startup.captured_native_output() if options.converter_output == "report" else contextlib.nullcontext([""])
-
-
 def _saved_model_artifacts(plan, v, staging, out, options):
     if "saved_model" not in options.formats:
         return []
@@ -209,13 +186,13 @@ def _saved_model_artifacts(plan, v, staging, out, options):
     served = compare(runner.logits_from_images(v.images), v.reference, v.truth)
     budget = BUDGETS["saved_model"]
     failures = check_budget(figures, budget) + [f"serving_default: {f}" for f in check_budget(served, budget)]
-    return [_entry("saved_model", "saved_model", None, out, _dir_bytes(path), figures, timing, budget, failures,
+    return [_entry("saved_model", "saved_model", None, out, dir_bytes(path), figures, timing, budget, failures,
                    serving_default_max_abs_logit_diff=served["max_abs_logit_diff"])]  # fmt: skip
 
 
 def _tflite_artifact(mode, source, plan, v, staging, out, options):
     metadata = {"name": source.metadata_name or f"keras-vit {plan.model.name}", **(options.metadata or {})}
-    with _printed(options) as printed:
+    with printed(options.converter_output) as output:
         flatbuffer = tflite.convert(plan.model, mode, source.representative_images, options.dynamic_batch,
                                     options.int8_io, output=options.tflite_output, labels=plan.labels,
                                     metadata=metadata)  # fmt: skip
@@ -240,7 +217,7 @@ def _tflite_artifact(mode, source, plan, v, staging, out, options):
     ]
     return _entry(name, "tflite", mode, out, len(flatbuffer), app, timing, budget, failures,
                   fed_as=_fed_as(np.dtype(runner.input["dtype"])), project_preprocessing=project,
-                  converter_output=printed[0].splitlines(),
+                  converter_output=output[0].splitlines(),
                   # The metadata as read back from the file; its labels are the report's own, so not repeated.
                   metadata={k: val for k, val in runner.metadata.items() if k != "labels"},
                   ops=ops, non_builtin_ops=non_builtin_ops(ops), gpu=on_gpu,
@@ -258,14 +235,14 @@ def _fed_as(dtype):
 def _portable_artifacts(plan, v, staging, out, options):
     entries = []
     for fmt in (f for f in options.formats if f in portable.FORMATS):
-        with _printed(options) as printed:
-            name, size, runner = portable.write(fmt, plan.dynamic_model or plan.model, plan.labels,
-                                                _image_size(plan.model), staging, options.num_threads)  # fmt: skip
+        with printed(options.converter_output) as output:
+            name, size, runner = interchange.write(fmt, plan.dynamic_model or plan.model, plan.labels,
+                                                image_size(plan.model), staging, options.num_threads)  # fmt: skip
         figures = compare(runner.outputs(v.x), v.reference, v.truth)
         timing, budget = _timing(runner, v, options), BUDGETS["float32"]
         fields, failures = portable.check(runner, v.x, v.reference, budget, plan.dynamic_model)
         entries.append(_entry(name, fmt, "float32", out, size, figures, timing, budget,
-                              check_budget(figures, budget) + failures, converter_output=printed[0].splitlines(),
+                              check_budget(figures, budget) + failures, converter_output=output[0].splitlines(),
                               **fields))  # fmt: skip
     return entries
 
@@ -275,7 +252,7 @@ def _report(source, plan, v, artifacts, out, options):
         "source": str(source.name) if source.name else type(source.model).__name__,
         "out": str(out),
         "model": {
-            "image_size": list(_image_size(plan.model)),
+            "image_size": list(image_size(plan.model)),
             "classes": len(plan.labels),
             "parameters": int(plan.model.count_params()),
         },
@@ -289,10 +266,6 @@ def _report(source, plan, v, artifacts, out, options):
         "notes": [*plan.notes, *([v.note] if v.note else [])],
         "passed": all(a["passed"] for a in artifacts),
     }
-
-
-def _dir_bytes(path):
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 def load_source(path, labels=None, representative_data=None, heldout_data=None):

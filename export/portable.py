@@ -11,13 +11,12 @@ JSON document (`CONTRACT_KEYS`).
 """
 
 import json
-import os
 
 import numpy as np
 
-from . import commit, preprocessing
+from . import preprocessing
 from .errors import ExportError
-from .runners import _check_batch, _median_ms
+from .runtime import check_batch, median_ms
 from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
@@ -32,6 +31,13 @@ DYNAMIC_SIZE_IMAGES = 32
 def output_name(embedding=None):
     """The graph's output name: `logits` for a classifier, `embedding` for an embedder."""
     return OUTPUT_NAME if embedding is None else EMBEDDING_NAME
+
+
+def input_spec(model):
+    """float32 NHWC images, batch open (and height and width, for a model built with dynamic_image_size=True)."""
+    import tensorflow as tf
+
+    return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=INPUT_NAME)
 
 
 def contract(image_size, labels, dynamic_image_size, embedding=None):
@@ -132,7 +138,7 @@ class InterchangeRunner:
         return self.num_threads
 
     def outputs(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, self.what)
+        x = check_batch(x, self.image_size, self.what)
         step = batch_size if self.dynamic_batch else int(self.input_shape[0])
         return np.concatenate([self.run(x[i : i + step]) for i in range(0, len(x), step)]).astype(np.float32)
 
@@ -144,29 +150,8 @@ class InterchangeRunner:
     logits_from_images = outputs_from_images
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        x1 = _check_batch(x1, self.image_size, self.what)
-        return _median_ms(lambda: self.run(x1), runs, warmup)
-
-
-def write(fmt, model, labels, image_size, staging, num_threads=1, embedding=None, name=None):
-    """Converts `model` to `fmt` ("onnx" or "openvino"), writes its file(s) into the staging directory and opens
-    them with the format's runtime; returns (name, bytes written, runner). `embedding`: see `contract`; `name`:
-    the file's name (default model.onnx / model.xml, the .bin beside it)."""
-    if fmt == "onnx":
-        from .onnx import NAME, OnnxRunner, convert
-
-        name = name or NAME
-        data = convert(model, labels, image_size, embedding=embedding)
-        commit.write_staged(staging / name, data)
-        return name, len(data), OnnxRunner(data, num_threads=num_threads)
-    from .openvino import NAME, OpenVINORunner, convert
-
-    name = name or NAME
-    xml, weights = convert(model, labels, image_size, embedding=embedding)
-    # The weights first: an .xml is never there without them.
-    commit.write_staged(staging / (os.path.splitext(name)[0] + ".bin"), weights)
-    commit.write_staged(staging / name, xml)
-    return name, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
+        x1 = check_batch(x1, self.image_size, self.what)
+        return median_ms(lambda: self.run(x1), runs, warmup)
 
 
 def check(runner, x, reference, budget, dynamic_model=None):
@@ -239,32 +224,3 @@ def _other_size(runner, x, dynamic_model):
     figures = compare(np.concatenate([runner.run(bigger[i : i + 16]) for i in range(0, len(bigger), 16)]), expected)
     return {"size": list(size), "images": len(bigger), **{k: figures[k] for k in ("max_rel_logit_diff",
             "max_abs_logit_diff", "top1_agreement", "logit_scale")}}  # fmt: skip
-
-
-def describe(entry):
-    """The report table's lines for an ONNX or OpenVINO entry."""
-    lines = []
-    batch = entry.get("dynamic_batch")
-    lines.append(
-        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; dynamic batch: "
-        + (f"batches {batch['batches']} max rel diff {batch['max_rel_logit_diff']:.2e}" if batch else "no")
-    )
-    size = entry.get("dynamic_image_size")
-    if size:
-        lines.append(
-            f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, max rel diff "
-            f"{size['max_rel_logit_diff']:.2e}, top1 agree {100 * size['top1_agreement']:.2f}%"
-        )
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): max rel diff "
-            f"{default['max_rel_logit_diff']:.2e}, top1 agree {100 * default['top1_agreement']:.2f}% (not budgeted)"
-        )
-    ops = ", ".join(f"{k} x{n}" for k, n in entry["ops"].items())
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {ops}")
-    lines.append(f"  labels and input contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
-    return lines

@@ -8,59 +8,23 @@ checks the tensor it is given, and times a batch-1 call; `output_kind` says whet
 
 import json
 import os
-import time
 
 import numpy as np
 
 from keras_vit import _startup, files
-from keras_vit.preprocessing import check_model_range
 
 from . import metadata as tflite_metadata
 from . import preprocessing
+from .embedding import is_feature_model
 from .errors import ExportError
 from .io import load_keras_model, model_labels, read_labels
+from .runtime import check_batch, invoke, median_ms
 
 # A feature-map file (export/feature_maps.py) has several named outputs and no classes: these runners refuse it.
 _FEATURE_MAPS = (
     "{what} (several named outputs, no classes): predict and similar take classifiers and image embedders. Read "
     "its outputs by name with export.feature_maps_artifacts (TFLiteFeatureMaps, SavedModelFeatureMaps)."
 )
-
-
-def _check_batch(x, image_size, what):
-    x = np.asarray(x)
-    expected = (*image_size, 3)
-    if x.ndim != 4 or tuple(x.shape[1:]) != expected:
-        raise ExportError(
-            f"{what} expects model-space images shaped (N, {expected[0]}, {expected[1]}, 3). Received shape "
-            f"{x.shape}. Resize raw uint8 images with export.preprocessing.to_model_space first."
-        )
-    if x.dtype != np.float32:
-        raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")
-    check_model_range(x, what, stacklevel=3)  # 0..255 floats would run and give confident nonsense: say so
-    return x
-
-
-def _median_ms(call, runs, warmup):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
-
-
-def invoke(runner, x):
-    """Feeds `x` to `runner.interpreter` (a TFLite runner with `input`, `dynamic_batch` and `_batch`), resizing an
-    open batch dimension when the batch size changed, and invokes it; the caller reads the outputs it needs."""
-    if runner.dynamic_batch and x.shape[0] != runner._batch:
-        runner.interpreter.resize_tensor_input(runner.input["index"], x.shape)
-        runner.interpreter.allocate_tensors()
-        runner._batch = x.shape[0]
-    runner.interpreter.set_tensor(runner.input["index"], x)
-    runner.interpreter.invoke()
 
 
 class KerasRunner:
@@ -71,8 +35,6 @@ class KerasRunner:
 
     def __init__(self, model, labels=None):
         import tensorflow as tf
-
-        from .embedder import is_feature_model
 
         self.model = model
         self.image_size = tuple(model.input_shape[1:3])
@@ -85,11 +47,11 @@ class KerasRunner:
         return "tf-default"
 
     def logits(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, "The Keras model")
+        x = check_batch(x, self.image_size, "The Keras model")
         return np.concatenate([np.asarray(self._call(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        return _median_ms(lambda: np.asarray(self._call(x1)), runs, warmup)
+        return median_ms(lambda: np.asarray(self._call(x1)), runs, warmup)
 
     def logits_from_images(self, images):
         return self.logits(preprocessing.to_model_space(images, self.image_size))
@@ -131,7 +93,7 @@ class SavedModelRunner:
         return "tf-default"
 
     def logits(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, "The SavedModel's model_space signature")
+        x = check_batch(x, self.image_size, "The SavedModel's model_space signature")
         out = [self.model_space(images=x[i : i + batch_size])["logits"].numpy() for i in range(0, len(x), batch_size)]
         return np.concatenate(out)
 
@@ -139,7 +101,7 @@ class SavedModelRunner:
         def run():
             return self.model_space(images=x1)["logits"].numpy()
 
-        return _median_ms(run, runs, warmup)
+        return median_ms(run, runs, warmup)
 
     def serve(self, image):
         """Runs `serving_default` on one raw uint8 image of any size; returns its output dict (numpy)."""
@@ -211,7 +173,7 @@ class TFLiteRunner:
         self.input, self.output = inputs[0], outputs[0]
         self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
         self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
-        self._batch = int(self.input["shape"][0])
+        self.batch = int(self.input["shape"][0])
 
     @property
     def threads(self):
@@ -245,7 +207,7 @@ class TFLiteRunner:
 
     def outputs(self, x, batch_size=64):
         """The model's outputs (`output_kind`) for model-space images; a uint8 input is quantized from them."""
-        x = _check_batch(x, self.image_size, "The TFLite model")
+        x = check_batch(x, self.image_size, "The TFLite model")
         return self._run(self._quantize(x), batch_size)
 
     def logits(self, x, batch_size=64):
@@ -285,8 +247,8 @@ class TFLiteRunner:
         return self._quantize(x)  # an int16 input (int8_int16) is quantized from it
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))
-        return _median_ms(lambda: self._invoke(xq), runs, warmup)
+        xq = self._quantize(check_batch(x1, self.image_size, "The TFLite model"))
+        return median_ms(lambda: self._invoke(xq), runs, warmup)
 
     def outputs_from_images(self, images):
         """Outputs for raw uint8 images of any size: bilinear resize (`tf.image.resize`), then the metadata's

@@ -1,0 +1,83 @@
+"""An image embedder's vectors judged against Keras: what a head-less model is, the cosine and norm figures, and the
+budget per mode. The embedder export (export/embedder.py, export/embedder_portable.py), the feature maps' per-token
+cosine and the runners' output kind all read it, so it imports nothing of export/.
+"""
+
+import numpy as np
+
+OUTPUT = "embedding"
+# The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
+# norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
+BUDGETS = {
+    "float32": {"min_cosine": 0.9999, "max_rel_norm_diff": 1e-4},
+    "float16": {"min_cosine": 0.999, "max_rel_norm_diff": 1e-2},
+    "dynamic_int8": {"min_cosine": 0.995, "max_rel_norm_diff": 0.05},
+    "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
+    "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
+}
+
+
+def is_feature_model(model):
+    """True for a keras_vit model without a classification head (`num_classes=0`): its output is features."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "num_classes", None) == 0:
+        return True
+    try:
+        model.get_layer("head")
+    except ValueError:
+        return True
+    return False
+
+
+def cosine(a, b):
+    """Row-wise cosine similarity of two (N, D) arrays (float64)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
+
+
+def expected_vectors(vectors, l2_normalize):
+    """The vectors a file should give: the Keras ones, L2-normalised where the file normalises them."""
+    vectors = np.asarray(vectors, np.float64)
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True) if l2_normalize else vectors
+
+
+def compare(outputs, reference):
+    """Agreement of an artifact's vectors with the Keras vectors (both (N, D))."""
+    outputs, reference = np.asarray(outputs, np.float64), np.asarray(reference, np.float64)
+    if outputs.shape != reference.shape:
+        raise ValueError(f"Shapes differ: artifact {outputs.shape} vs keras {reference.shape}.")
+    similarity = cosine(outputs, reference)
+    norms, ref_norms = np.linalg.norm(outputs, axis=-1), np.linalg.norm(reference, axis=-1)
+    return {
+        "images": len(outputs),
+        "output": OUTPUT,
+        "min_cosine": float(similarity.min()),
+        "mean_cosine": float(similarity.mean()),
+        "max_abs_diff": float(np.abs(outputs - reference).max()),
+        "max_rel_norm_diff": float((np.abs(norms - ref_norms) / np.maximum(ref_norms, 1e-30)).max()),
+        "mean_norm": float(norms.mean()),
+    }
+
+
+def check_budget(figures, budget):
+    """The budget misses of `compare`'s figures, one line each."""
+    failures = []
+    if not figures["min_cosine"] >= budget["min_cosine"]:
+        failures.append(f"min cosine similarity with Keras = {figures['min_cosine']:.6f} < {budget['min_cosine']:g}")
+    if not figures["max_rel_norm_diff"] <= budget["max_rel_norm_diff"]:
+        failures.append(
+            f"max relative norm difference = {figures['max_rel_norm_diff']:.3g} > {budget['max_rel_norm_diff']:g}"
+        )
+    return failures
+
+
+def judge(budget):
+    """`judge(outputs, reference) -> (figures, misses)` for `budget`: what the GPU check holds an embedder to."""
+
+    def judged(outputs, reference):
+        figures = compare(outputs, reference)
+        return figures, check_budget(figures, budget)
+
+    return judged
