@@ -15,9 +15,9 @@ from keras_vit import files
 
 from . import commit, embedder_portable, gpu, preprocessing, runtime, tflite
 from . import metadata as tflite_metadata
-from .embedding import BUDGETS, OUTPUT, check_budget, compare, expected_vectors, is_feature_model, judge
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
+from .kinds.embedder import BUDGETS, OUTPUT, check_budget, compare, expected_vectors, is_feature_model, judge
 from .portable import FORMATS as PORTABLE
 from .report import publish
 from .runners import KerasRunner, TFLiteRunner

@@ -11,7 +11,7 @@ built with `dynamic_image_size=True`, at a second image size.
 """
 
 from . import interchange, portable
-from .embedding import BUDGETS, check_budget, compare, expected_vectors
+from .kinds.embedder import BUDGETS, check_budget, compare, expected_vectors
 from .onnx import inspect
 
 NAMES = {"onnx": "embedder.onnx", "openvino": "embedder.xml"}

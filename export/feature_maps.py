@@ -15,40 +15,11 @@ from . import commit, preprocessing, runtime
 from . import feature_maps_artifacts as artifacts
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
+from .kinds import feature_maps as kind
+from .kinds.feature_maps import BUDGETS, MODES, REFUSED, is_feature_maps
 from .report import publish
 
-# The TFLite modes offered for feature maps, and each one's budget on every output: the largest difference relative
-# to max(1, max |Keras value|) of that output, and the least cosine of a token's width vector with Keras'
-# (margins measured in docs/export.md).
-BUDGETS = {
-    "saved_model": {"max_rel_diff": 1e-4, "min_cosine": 0.9999},
-    "float32": {"max_rel_diff": 1e-4, "min_cosine": 0.9999},
-    "float16": {"max_rel_diff": 1e-2, "min_cosine": 0.999},
-    "dynamic_int8": {"min_cosine": 0.99},
-    "int8_matmul": {"min_cosine": 0.99},
-}
-MODES = tuple(m for m in BUDGETS if m != "saved_model")
-# Why the other TFLite modes are not offered, in the one line that refuses them.
-REFUSED = {
-    "int8": "full-integer int8 (one int8 scale per activation tensor) keeps a token cosine of only 0.93 with Keras on "
-    "the test model (tests/test_export_feature_maps.py); use int8_matmul (calibrated int8 matmuls, float activations)",
-    "int8_int16": "its input and outputs are int16 tensors, and feature-map files keep float32 ones; use int8_matmul",
-    "int4_weights": "ai-edge-quantizer's int4 weights have no budget verified here for block outputs; use dynamic_int8",
-}
-
-
-def is_feature_maps(model):
-    """True for a functional model whose every output is a `TokenSplit` layer's (what `keras_vit.feature_model`
-    builds, or its `.keras` file loaded back); a keras_vit `VisionTransformer` (classifier or embedder) is not."""
-    import keras
-
-    from keras_vit.layers.token_split import TokenSplit
-    from keras_vit.models.vision_transformer import VisionTransformer
-
-    if not isinstance(model, keras.Model) or isinstance(model, VisionTransformer):
-        return False
-    outputs = getattr(model, "outputs", None) or []
-    return bool(outputs) and all(isinstance(layer, TokenSplit) for layer, _ in artifacts.output_layers(model))
+__all__ = ["BUDGETS", "MODES", "REFUSED", "export_feature_maps", "is_feature_maps", "sidecar", "tflite_modes"]
 
 
 def tflite_modes(options, has_representative):
@@ -125,7 +96,7 @@ def export_feature_maps(source, out, options):
             "model": {
                 "image_size": list(runtime.image_size(model)),
                 "parameters": int(model.count_params()),
-                "outputs": artifacts.describe_outputs(model),
+                "outputs": kind.describe_outputs(model),
             },
             "verification": {"set": set_name, "images": len(x), "labelled": False},
             "latency_runs": options.latency_runs,
@@ -138,17 +109,9 @@ def export_feature_maps(source, out, options):
         return publish(report, staging, target, out)
 
 
-def _summary(outputs):
-    """The artifact's worst figures over its outputs (its row in the table)."""
-    good = [f for f in outputs.values() if "min_cosine" in f]
-    if len(good) < len(outputs):
-        return {"min_cosine": None, "max_rel_diff": None}
-    return {"min_cosine": min(f["min_cosine"] for f in good), "max_rel_diff": max(f["max_rel_diff"] for f in good)}
-
-
 def _entry(name, fmt, mode, out, size, outputs, latency, threads, budget, failures, **fields):
     return {"name": name, "format": fmt, "kind": "feature_maps", "quantization": mode, "path": files.join(out, name),
-            "file_bytes": int(size), **_summary(outputs), "outputs": outputs, "latency_ms": latency,
+            "file_bytes": int(size), **kind.summary(outputs), "outputs": outputs, "latency_ms": latency,
             "threads": threads, **fields, "budget": budget, "failures": list(failures),
             "passed": not failures}  # fmt: skip
 
@@ -160,11 +123,11 @@ def _saved_model_entry(model, images, x, reference, staging, out, options):
     commit.fault_point("saved_model staged")
     runner = artifacts.SavedModelFeatureMaps(path)
     budget = BUDGETS["saved_model"]
-    figures = artifacts.compare(runner.outputs(x), reference)
+    figures = kind.compare(runner.outputs(x), reference)
     # The signature users call with raw pixels: resize and scaling inside the graph, the same outputs by name.
-    served = artifacts.compare(runner.outputs_from_images(images), reference)
-    failures = artifacts.check_budget(figures, budget)
-    failures += [f"serving_default: {f}" for f in artifacts.check_budget(served, budget)]
+    served = kind.compare(runner.outputs_from_images(images), reference)
+    failures = kind.check_budget(figures, budget)
+    failures += [f"serving_default: {f}" for f in kind.check_budget(served, budget)]
     size = runtime.dir_bytes(path)
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     return [_entry("saved_model", "saved_model", None, out, size, figures, latency, runner.threads, budget, failures,
@@ -180,8 +143,8 @@ def _tflite_entry(model, mode, source, x, reference, staging, out, options):
     info = sidecar(model, runner, mode)
     commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
     budget, ops = BUDGETS[mode], read_ops(flatbuffer)
-    figures = artifacts.compare(runner.outputs(x), reference)
-    failures = artifacts.check_budget(figures, budget)
+    figures = kind.compare(runner.outputs(x), reference)
+    failures = kind.check_budget(figures, budget)
     failures += [f"non-builtin ops {non_builtin_ops(ops)}"] if non_builtin_ops(ops) else []
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     return _entry(name, "tflite", mode, out, len(flatbuffer), figures, latency, runner.threads, budget, failures,
@@ -192,11 +155,11 @@ def _tflite_entry(model, mode, source, x, reference, staging, out, options):
 def sidecar(model, runner, mode):
     """The `.json` beside a feature-map `.tflite`: preprocessing, the input, and each output in the model's order
     with what it holds and where TFLite put it (its signature name is the key to read it by)."""
-    described, positions = artifacts.describe_outputs(model), runner.positions()
+    described, positions = kind.describe_outputs(model), runner.positions()
     outputs = [
         {"name": name, "meaning": described[name], "shape": [int(d) for d in detail["shape_signature"]],
          "tensor": detail["name"], "tensor_index": int(detail["index"]), "subgraph_output": positions[name]}
-        for name, detail in ((n, runner.output_details[n]) for n in artifacts.output_names(model))
+        for name, detail in ((n, runner.output_details[n]) for n in kind.output_names(model))
     ]  # fmt: skip
     return {
         "format": "tflite",

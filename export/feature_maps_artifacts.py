@@ -14,48 +14,15 @@ import numpy as np
 from keras_vit import _startup
 
 from . import preprocessing, tflite
-from .embedding import cosine
 from .errors import ExportError
+from .kinds.feature_maps import PREFIX_SUFFIX, check_budget, compare, describe_outputs, output_layers, output_names
 from .runtime import invoke, median_ms
 
 SIGNATURE = "serving_default"
 MODEL_SPACE = "model_space"
 INPUT = "images"
-PREFIX_SUFFIX = "_prefix"
 
-
-def output_layers(model):
-    """(layer, index) of each of `model`'s outputs: the layer that computes it and which of its outputs it is."""
-    # `_keras_history` is how Keras' own Functional model finds its output layers (keras/src/models/functional.py).
-    return [(t._keras_history[0], t._keras_history[2]) for t in model.outputs]
-
-
-def output_names(model):
-    """The outputs' stable names, in the model's order: `encoderblock_{i}` and `encoderblock_{i}_prefix`."""
-    names = []
-    for layer, index in output_layers(model):
-        base = layer.name.removesuffix("_features")
-        names.append(base + PREFIX_SUFFIX if index else base)
-    if len(set(names)) != len(names):
-        raise ExportError(
-            f"The feature model's outputs do not have distinct names ({names}); build it with one "
-            "keras_vit.feature_model call, which names each block's outputs after the block."
-        )
-    return names
-
-
-def describe_outputs(model):
-    """{name: what it holds}: block, patch tokens or map, or prefix tokens, and the shape."""
-    described = {}
-    for name, (layer, index), tensor in zip(output_names(model), output_layers(model), model.outputs):
-        block = name.removesuffix(PREFIX_SUFFIX)
-        if index:
-            what = "prefix tokens (class, distillation, register)"
-        else:
-            what = "patch map (NHWC)" if layer.output_form == "NHWC" else "patch tokens"
-        shape = ", ".join("batch" if d is None else str(d) for d in tensor.shape)
-        described[name] = f"{what} of {block}, ({shape})"
-    return described
+__all__ = ["PREFIX_SUFFIX", "check_budget", "compare", "describe_outputs", "output_layers", "output_names"]
 
 
 def named_call(model, names):
@@ -220,45 +187,3 @@ class TFLiteFeatureMaps:
 
     def latency_ms(self, x1, runs, warmup):
         return median_ms(lambda: self._invoke(np.asarray(x1, np.float32)), runs, warmup)
-
-
-def compare(outputs, reference):
-    """Per-output figures of an artifact's {name: array} against the Keras {name: array}, matched by name.
-
-    Differences are relative to max(1, max |Keras value|) of that output, as the classifiers' are to the logit
-    scale; cosines are of each token's (or map position's) width vector with Keras'.
-    """
-    figures = {}
-    for name, ref in reference.items():
-        if name not in outputs:
-            figures[name] = {"missing": True}
-            continue
-        got, ref = np.asarray(outputs[name], np.float64), np.asarray(ref, np.float64)
-        if got.shape != ref.shape:
-            figures[name] = {"shape": list(got.shape), "keras_shape": list(ref.shape)}
-            continue
-        similarity = cosine(got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1]))
-        scale = max(1.0, float(np.abs(ref).max()))
-        diff = float(np.abs(got - ref).max())
-        figures[name] = {"shape": list(ref.shape), "scale": scale, "max_abs_diff": diff, "max_rel_diff": diff / scale,
-                         "min_cosine": float(similarity.min()), "mean_cosine": float(similarity.mean())}  # fmt: skip
-    for name in sorted(set(outputs) - set(reference)):
-        figures[name] = {"unexpected": True}
-    return figures
-
-
-def check_budget(figures, budget):
-    """The budget misses of `compare`'s figures, one line each (empty when every output passes)."""
-    failures = []
-    for name, f in figures.items():
-        if f.get("missing") or f.get("unexpected"):
-            where = "the artifact lacks it" if f.get("missing") else "Keras has no output of that name"
-            failures.append(f"{name}: {where}")
-        elif "keras_shape" in f:
-            failures.append(f"{name}: shape {tuple(f['shape'])} != Keras {tuple(f['keras_shape'])}")
-        else:
-            if "max_rel_diff" in budget and not f["max_rel_diff"] <= budget["max_rel_diff"]:
-                failures.append(f"{name}: max relative diff {f['max_rel_diff']:.3g} > {budget['max_rel_diff']:g}")
-            if not f["min_cosine"] >= budget["min_cosine"]:
-                failures.append(f"{name}: min cosine {f['min_cosine']:.6f} < {budget['min_cosine']:g}")
-    return failures

@@ -14,8 +14,7 @@ import numpy as np
 from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, embedder, feature_maps, gpu, interchange, portable, preprocessing, tflite
-from .embedding import is_feature_model
+from . import commit, embedder, feature_maps, gpu, interchange, kinds, portable, preprocessing, tflite
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
@@ -81,10 +80,11 @@ def export_model(source, out, options=None):
     options = ExportOptions() if options is None else options
     _check_backend()
     out = os.fspath(out)
-    if feature_maps.is_feature_maps(source.model):  # keras_vit.feature_model: chosen blocks' outputs, by name
+    kind = kinds.kind_of(source.model)
+    if kind is kinds.feature_maps:  # keras_vit.feature_model: chosen blocks' outputs, by name
         return feature_maps.export_feature_maps(source, out, options)
-    plan = _plan(source, options)
-    if plan.labels is None:  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
+    plan = _plan(source, options, kind)
+    if kind is kinds.embedder:  # num_classes=0: a vector per image, for MediaPipe's ImageEmbedder
         return embedder.export_feature_model(
             source, plan.model, out, options, plan.modes, plan.notes, dynamic_model=plan.dynamic_model
         )
@@ -110,7 +110,7 @@ def _check_backend():
         )
 
 
-def _plan(source, options):
+def _plan(source, options, kind):
     """The model at a fixed size, its labels (None for an embedder), the TFLite modes and the notes so far."""
     notes = []
     model = fixed_size_model(source.model)
@@ -124,7 +124,7 @@ def _plan(source, options):
         )
     modes, note = options.modes(source.has_representative)
     notes += [note] if note else []
-    if is_feature_model(model):
+    if kind is kinds.embedder:
         return _Plan(model, dynamic, None, modes, tuple(notes))
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")

@@ -15,9 +15,9 @@ from keras_vit import _startup, files
 
 from . import metadata as tflite_metadata
 from . import preprocessing
-from .embedding import is_feature_model
 from .errors import ExportError
 from .io import load_keras_model, model_labels, read_labels
+from .kinds.embedder import is_feature_model
 from .runtime import check_batch, invoke, median_ms
 
 # A feature-map file (export/feature_maps.py) has several named outputs and no classes: these runners refuse it.

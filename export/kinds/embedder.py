@@ -1,10 +1,17 @@
-"""An image embedder's vectors judged against Keras: what a head-less model is, the cosine and norm figures, and the
-budget per mode. The embedder export (export/embedder.py, export/embedder_portable.py), the feature maps' per-token
-cosine and the runners' output kind all read it, so it imports nothing of export/.
+"""An image embedder: a head-less keras_vit model (`num_classes=0`), one vector per image, judged against the Keras
+vectors by every image's cosine similarity and the difference of their norms, with a budget per mode; its files are
+`embedder_*`, in TFLite (for MediaPipe's ImageEmbedder), ONNX and OpenVINO.
 """
 
 import numpy as np
 
+from .. import gpu
+
+NAME = "embedder"
+TITLE = " (image embedder)"
+STEM = "embedder"
+FORMATS = ("tflite", "onnx", "openvino")
+HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")
 OUTPUT = "embedding"
 # The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
 # norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
@@ -15,6 +22,11 @@ BUDGETS = {
     "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
     "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
 }
+
+
+def matches(model):
+    """A keras_vit model without a classification head."""
+    return is_feature_model(model)
 
 
 def is_feature_model(model):
@@ -81,3 +93,56 @@ def judge(budget):
         return figures, check_budget(figures, budget)
 
     return judged
+
+
+def keras_cells(report):
+    return (str(report["model"]["dimensions"]), "-", "-", "-", "-")
+
+
+def cells(a):
+    return (str(a["dimensions"]), f"{a['min_cosine']:.6f}", f"{a['mean_cosine']:.6f}", f"{a['max_abs_diff']:.2e}",
+            f"{a['max_rel_norm_diff']:.2e}")  # fmt: skip
+
+
+def verified(report):
+    v = report["verification"]
+    return f"Verified on {v['images']} images from {v['set']}: cosine similarity of each image's vector with Keras'."
+
+
+def preamble(report):
+    return []
+
+
+def lines(a):
+    """An embedder file's lines below its budget line: what its format adds."""
+    if a["format"] != "tflite":
+        return _interchange_lines(a)
+    ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
+    return [f"  metadata: {a['metadata']['description']}", f"  ops ({sum(a['ops'].values())}): {ops}",
+            gpu.describe(a["gpu"])]  # fmt: skip
+
+
+def _interchange_lines(entry):
+    """The report table's lines for an ONNX or OpenVINO embedder."""
+    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
+    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
+    lines = [
+        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
+        f"values, {norm}; dynamic batch: "
+        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
+    ]
+    if size:
+        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
+                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
+    if entry["format"] == "onnx":
+        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
+    else:
+        default = entry["default_precision"]
+        lines.append(
+            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
+            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): min cosine "
+            f"{default['min_cosine']:.6f} (not budgeted)"
+        )
+    lines.append(f"  ops ({sum(entry['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in entry['ops'].items())}")
+    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
+    return lines

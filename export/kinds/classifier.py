@@ -1,0 +1,111 @@
+"""A classifier: logits per image, judged against the Keras logits (export/verify.py) by their difference relative to
+the logit scale, top-1 agreement and accuracy, with a budget per file and mode; its files are `model_*` and it is
+exported in every format."""
+
+from .. import gpu
+from ..verify import BUDGETS, check_budget, compare
+
+NAME = "classifier"
+TITLE = ""
+STEM = "model"
+FORMATS = ("saved_model", "tflite", "onnx", "openvino")
+# max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
+HEADER = ("output", "max|diff|", "top1 agree", "top1 acc")
+
+__all__ = ["BUDGETS", "check_budget", "compare", "matches"]
+
+
+def matches(model):
+    """Any model the other kinds do not take: logits per image."""
+    return True
+
+
+def keras_cells(report):
+    return ("logits", "-", "-", _pct(report["keras"].get("top1_accuracy")))
+
+
+def cells(a):
+    return (_output(a), f"{_max_diff(a):.2e}", _pct(a["top1_agreement"]), _pct(a["top1_accuracy"]))
+
+
+def verified(report):
+    v = report["verification"]
+    return (
+        f"Verified on {v['images']} images from {v['set']} ({'labelled' if v['labelled'] else 'no labels'}); "
+        f"latency: median of {report['latency_runs']} batch-1 runs after {report['latency_warmup']} warm-up."
+    )
+
+
+def preamble(report):
+    return []
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def _output(figures):
+    return "probs" if figures.get("output") == "probabilities" else "logits"
+
+
+def _max_diff(figures):
+    return figures["max_abs_probability_diff" if figures.get("output") == "probabilities" else "max_abs_logit_diff"]
+
+
+def lines(a):
+    """A classifier artifact's lines below its budget line: what its format adds."""
+    out = []
+    if "serving_default_max_abs_logit_diff" in a:
+        served = a["serving_default_max_abs_logit_diff"]
+        out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
+    if a["format"] == "tflite":
+        project = a["project_preprocessing"]
+        out.append(
+            f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
+            f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
+            f"top1 acc {_pct(project['top1_accuracy'])}"
+        )
+        meta = a.get("metadata")
+        out.append(
+            "  metadata: none" if not meta else
+            f"  metadata: {meta['name']!r} v{meta['version']}, input normalisation mean {meta['input']['mean']} "
+            f"std {meta['input']['std']}, output {meta['output']['name']}, "
+            f"labels in {meta['output']['labels_file']}"
+        )  # fmt: skip
+        ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
+        out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
+        out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
+        if "gpu" in a:
+            out.append(gpu.describe(a["gpu"]))
+    if a["format"] in ("onnx", "openvino"):
+        out.extend(_interchange_lines(a))
+    return out
+
+
+def _interchange_lines(entry):
+    """The report table's lines for an ONNX or OpenVINO entry."""
+    lines = []
+    batch = entry.get("dynamic_batch")
+    lines.append(
+        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; dynamic batch: "
+        + (f"batches {batch['batches']} max rel diff {batch['max_rel_logit_diff']:.2e}" if batch else "no")
+    )
+    size = entry.get("dynamic_image_size")
+    if size:
+        lines.append(
+            f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, max rel diff "
+            f"{size['max_rel_logit_diff']:.2e}, top1 agree {100 * size['top1_agreement']:.2f}%"
+        )
+    if entry["format"] == "onnx":
+        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
+    else:
+        default = entry["default_precision"]
+        lines.append(
+            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
+            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): max rel diff "
+            f"{default['max_rel_logit_diff']:.2e}, top1 agree {100 * default['top1_agreement']:.2f}% (not budgeted)"
+        )
+    ops = ", ".join(f"{k} x{n}" for k, n in entry["ops"].items())
+    lines.append(f"  ops ({sum(entry['ops'].values())}): {ops}")
+    lines.append(f"  labels and input contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
+    return lines
