@@ -17,7 +17,8 @@ from . import commit, embedder_portable, gpu, preprocessing, runtime, tflite
 from . import metadata as tflite_metadata
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
-from .kinds.embedder import BUDGETS, OUTPUT, check_budget, compare, expected_vectors, is_feature_model, judge
+from .kinds import embedder as kind
+from .kinds.embedder import BUDGETS, OUTPUT, check_budget, expected_vectors, figures, is_feature_model
 from .portable import FORMATS as PORTABLE
 from .report import publish
 from .runners import KerasRunner, TFLiteRunner
@@ -117,9 +118,17 @@ def sidecar(model, flatbuffer, quantize, l2_normalize):
         "l2_normalized": bool(l2_normalize),
         "preprocessing": preprocessing.describe(model.input_shape[1:3]),
         "input": {"dtype": np.dtype(runner.input["dtype"]).name, "shape": [int(d) for d in runner.input["shape"]]},
-        "output": {"name": OUTPUT, "meaning": OUTPUT, "shape": [int(d) for d in runner.output["shape"]]},
+        "output": {
+            "name": OUTPUT,
+            "meaning": OUTPUT,
+            "shape": [int(d) for d in runner.output_details[OUTPUT]["shape"]],
+        },
         "metadata": True,
     }
+
+
+def _shape(detail):
+    return [int(d) for d in detail["shape"]]
 
 
 def export_feature_model(source, model, out, options, modes, notes=(), l2_normalize=False, dynamic_model=None):
@@ -150,7 +159,7 @@ def export_feature_model(source, model, out, options, modes, notes=(), l2_normal
     x, pixels = preprocessing.to_model_space(images, image_size), preprocessing.app_pixels(images, image_size)
     keras_runner = KerasRunner(model)
     reference = keras_runner.outputs(x)
-    expected = expected_vectors(reference, l2_normalize)
+    expected = {OUTPUT: expected_vectors(reference[OUTPUT], l2_normalize)}
     latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None, "latency_ms": latency}
     metadata = {**({"name": source.metadata_name} if source.metadata_name else {}), **(options.metadata or {})}
@@ -200,14 +209,13 @@ def _artifact(model, mode, representative_images, l2_normalize, metadata, x, pix
     commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
     runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads)
     budget = BUDGETS[mode]
-    figures = compare(runner.outputs_from_pixels(pixels), expected)
+    found = figures(runner.outputs_from_pixels(pixels), expected)
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     ops = read_ops(flatbuffer)
-    on_gpu = gpu.check_artifact(staging / name, runner, pixels, expected, None, OUTPUT, budget, options.gpu_check,
-                                judge=judge(budget))  # fmt: skip
-    failures = check_budget(figures, budget) + on_gpu["failures"]
+    on_gpu = gpu.check_artifact(staging / name, runner, pixels, expected, None, kind, budget, options.gpu_check)
+    failures = check_budget(found, budget) + on_gpu["failures"]
     return {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
-            "path": files.join(out, name), "file_bytes": len(flatbuffer), **figures, "latency_ms": latency,
+            "path": files.join(out, name), "file_bytes": len(flatbuffer), **found, "latency_ms": latency,
             "threads": runner.threads, "budget": budget, "failures": failures, "ops": ops,
             "dimensions": info["dimensions"], "l2_normalized": bool(l2_normalize),
             "non_builtin_ops": non_builtin_ops(ops), "metadata": tflite_metadata.read_metadata(flatbuffer),

@@ -11,7 +11,8 @@ built with `dynamic_image_size=True`, at a second image size.
 """
 
 from . import interchange, portable
-from .kinds.embedder import BUDGETS, check_budget, compare, expected_vectors
+from .kinds import embedder as kind
+from .kinds.embedder import BUDGETS, OUTPUT, check_budget, compare, expected_vectors, figures
 from .onnx import inspect
 
 NAMES = {"onnx": "embedder.onnx", "openvino": "embedder.xml"}
@@ -38,16 +39,17 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
     """Writes and verifies one embedder file; returns its report entry.
 
     `model` is what is converted (the `dynamic_image_size=True` model where there is one), `x` the model-space
-    verification images at `image_size` and `reference` the Keras features on them (not normalised).
+    verification images at `image_size` and `reference` the Keras features on them by name, {"embedding": vectors}
+    (not normalised).
     """
     name, size, runner = write(fmt, model, image_size, staging, l2_normalize, num_threads)
-    expected = expected_vectors(reference, l2_normalize)
+    expected = {OUTPUT: expected_vectors(reference[OUTPUT], l2_normalize)}
     budget = BUDGETS[MODE]
-    figures = compare(runner.outputs(x), expected)
+    found = figures(runner.outputs(x), expected)
     entry = {"name": name, "format": fmt, "kind": "embedder", "quantization": MODE, "path": str(staging / name),
-             "file_bytes": int(size), **figures, "latency_ms": runner.latency_ms(x[:1], runs, warmup),
-             "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
-             "dimensions": int(expected.shape[-1]), "l2_normalized": bool(l2_normalize)}  # fmt: skip
+             "file_bytes": int(size), **found, "latency_ms": runner.latency_ms(x[:1], runs, warmup),
+             "threads": runner.threads, "budget": budget, "failures": check_budget(found, budget),
+             "dimensions": int(expected[OUTPUT].shape[-1]), "l2_normalized": bool(l2_normalize)}  # fmt: skip
     entry["input_shape"] = [n if d is None else d for n, d in zip(("batch", "height", "width", "channels"),
                                                                     runner.input_shape)]  # fmt: skip
     entry["dynamic_batch"] = _batches(runner, x, expected, budget, entry["failures"])
@@ -63,7 +65,7 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
 
 
 def _batches(runner, x, expected, budget, failures):
-    runs, found = portable.batch_runs(runner, x, expected, budget, compare, check_budget)
+    runs, found = portable.batch_runs(runner, x, expected, budget, kind)
     failures += found
     if runs is None:
         return None
@@ -77,10 +79,10 @@ def _other_size(runner, x, dynamic_model, l2_normalize, budget, failures):
         return None
     size, bigger = portable.second_size(runner, x[: portable.DYNAMIC_SIZE_IMAGES], dynamic_model)
     expected = expected_vectors(dynamic_model(bigger, training=False), l2_normalize)
-    figures = compare(runner.run(bigger), expected)
-    failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(figures, budget)]
-    return {"size": list(size), "images": len(bigger), "min_cosine": figures["min_cosine"],
-            "max_rel_norm_diff": figures["max_rel_norm_diff"]}  # fmt: skip
+    found = compare(runner.run(bigger), expected)
+    failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(found, budget)]
+    return {"size": list(size), "images": len(bigger), "min_cosine": found["min_cosine"],
+            "max_rel_norm_diff": found["max_rel_norm_diff"]}  # fmt: skip
 
 
 def _contract_failures(runner, entry):
@@ -99,8 +101,8 @@ def _details(runner, x, expected):
     if runner.kind == "onnx":
         return {"runtime_version": runner.runtime_version, **inspect(runner.data)}
     default = runner.at_default_precision()
-    figures = compare(default.outputs(x), expected)
+    found = figures(default.outputs(x), expected)
     return {"runtime_version": runner.runtime_version, "device": runner.device,
             "inference_precision": runner.inference_precision, "ops": runner.ops(),
             "default_precision": {"inference_precision": default.inference_precision,
-                                  **{k: figures[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip
+                                  **{k: found[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip

@@ -18,6 +18,7 @@ from .flatbuffer import non_builtin_ops, read_ops
 from .kinds import feature_maps as kind
 from .kinds.feature_maps import BUDGETS, MODES, REFUSED, is_feature_maps
 from .report import publish
+from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
 
 __all__ = ["BUDGETS", "MODES", "REFUSED", "export_feature_maps", "is_feature_maps", "sidecar", "tflite_modes"]
 
@@ -82,7 +83,7 @@ def export_feature_maps(source, out, options):
     verification = source.verification_images(runtime.image_size(model), options.max_verify_images)
     images, set_name = verification.images, verification.name
     x = preprocessing.to_model_space(images, runtime.image_size(model))
-    keras_runner = artifacts.KerasFeatureMaps(model)
+    keras_runner = KerasRunner(model)
     reference = keras_runner.outputs(x)
     latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
     keras_row = {"threads": keras_runner.threads, "latency_ms": latency}
@@ -121,11 +122,11 @@ def _saved_model_entry(model, images, x, reference, staging, out, options):
         return []
     path = artifacts.save_saved_model(model, staging / "saved_model")
     commit.fault_point("saved_model staged")
-    runner = artifacts.SavedModelFeatureMaps(path)
+    runner = SavedModelRunner(path)
     budget = BUDGETS["saved_model"]
-    figures = kind.compare(runner.outputs(x), reference)
+    figures = kind.figures(runner.outputs(x), reference)
     # The signature users call with raw pixels: resize and scaling inside the graph, the same outputs by name.
-    served = kind.compare(runner.outputs_from_images(images), reference)
+    served = kind.figures(runner.outputs_from_images(images), reference)
     failures = kind.check_budget(figures, budget)
     failures += [f"serving_default: {f}" for f in kind.check_budget(served, budget)]
     size = runtime.dir_bytes(path)
@@ -139,11 +140,11 @@ def _tflite_entry(model, mode, source, x, reference, staging, out, options):
         flatbuffer = artifacts.convert(model, mode, source.representative_images, options.dynamic_batch)
     name = f"feature_maps_{mode}.tflite"
     commit.write_staged(staging / name, flatbuffer)
-    runner = artifacts.TFLiteFeatureMaps(flatbuffer, num_threads=options.num_threads)
+    runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads, by_signature=True)
     info = sidecar(model, runner, mode)
     commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
     budget, ops = BUDGETS[mode], read_ops(flatbuffer)
-    figures = kind.compare(runner.outputs(x), reference)
+    figures = kind.figures(runner.outputs(x), reference)
     failures = kind.check_budget(figures, budget)
     failures += [f"non-builtin ops {non_builtin_ops(ops)}"] if non_builtin_ops(ops) else []
     latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)

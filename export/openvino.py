@@ -16,6 +16,7 @@ from keras_vit import files
 
 from . import commit, portable
 from .errors import ExportError
+from .kinds import classifier
 
 NAME = "model.xml"
 WEIGHTS = "model.bin"
@@ -123,10 +124,8 @@ class OpenVINORunner(portable.InterchangeRunner):
     def details(self, x, reference):
         """What the report states beside the figures: runtime, device, precision, op counts, and the figures with
         the plugin's default precision (one more compile; not budgeted)."""
-        from .verify import compare
-
         default = self.at_default_precision()
-        figures = compare(default.outputs(x), reference)
+        figures = classifier.figures(default.outputs(x), reference)
         return {
             "runtime_version": self.runtime_version,
             "device": self.device,

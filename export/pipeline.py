@@ -18,12 +18,13 @@ from . import commit, embedder, feature_maps, gpu, interchange, kinds, portable,
 from .errors import ExportError
 from .flatbuffer import non_builtin_ops, read_ops
 from .io import check_labels, load_image_set, load_keras_model, model_labels, read_labels
+from .kinds import classifier as kind
+from .kinds.classifier import BUDGETS, check_budget
 from .options import DEFAULT_FORMATS, FORMATS, ExportOptions, ExportSource, check_formats  # noqa: F401  (export.*)
 from .report import publish
 from .runners import KerasRunner, SavedModelRunner, TFLiteRunner
 from .runtime import dir_bytes, image_size, printed
 from .saved_model import save_saved_model
-from .verify import BUDGETS, check_budget, compare
 
 # Why a classifier's report has no accuracy, by where its verification set came from.
 _NO_ACCURACY = {
@@ -53,7 +54,7 @@ class _Verification:
     note: str  # why there is no accuracy, or None
     x: object  # model space: float32 in [-1, 1] at the model's size
     pixels: object  # uint8 at the model's size: what an app feeds
-    reference: object  # the Keras logits
+    reference: dict  # the Keras outputs by name: {"logits": ...}
     keras: dict  # the report's Keras row
 
 
@@ -141,11 +142,11 @@ def _verify_on(source, plan, options):
     images, truth, note = chosen.images, chosen.truth, _NO_ACCURACY.get(chosen.origin)
     x = preprocessing.to_model_space(images, size)
     runner = KerasRunner(plan.model, plan.labels)
-    reference = runner.logits(x)
+    reference = runner.outputs(x)
     keras_row = {
         "threads": runner.threads,
         "latency_ms": runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup),
-        "top1_accuracy": None if truth is None else float((reference.argmax(-1) == truth).mean()),
+        "top1_accuracy": None if truth is None else float((reference["logits"].argmax(-1) == truth).mean()),
         "file_bytes": files.size(source.name) if source.name and files.isfile(source.name) else None,
     }
     pixels = preprocessing.app_pixels(images, size)
@@ -180,10 +181,10 @@ def _saved_model_artifacts(plan, v, staging, out, options):
     path = save_saved_model(plan.model, staging / "saved_model", plan.labels, top_k=options.top_k)
     commit.fault_point("saved_model staged")
     runner = SavedModelRunner(path)
-    figures = compare(runner.logits(v.x), v.reference, v.truth)
+    figures = kind.figures(runner.outputs(v.x), v.reference, v.truth)
     timing = _timing(runner, v, options)
     # The signature users call: raw uint8 images in, resize and scaling inside the graph.
-    served = compare(runner.logits_from_images(v.images), v.reference, v.truth)
+    served = kind.figures(runner.outputs_from_images(v.images), v.reference, v.truth)
     budget = BUDGETS["saved_model"]
     failures = check_budget(figures, budget) + [f"serving_default: {f}" for f in check_budget(served, budget)]
     return [_entry("saved_model", "saved_model", None, out, dir_bytes(path), figures, timing, budget, failures,
@@ -204,11 +205,11 @@ def _tflite_artifact(mode, source, plan, v, staging, out, options):
     runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads)
     # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's own
     # preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
-    app = compare(runner.outputs_from_pixels(v.pixels), v.reference, v.truth, options.tflite_output)
-    project = compare(runner.outputs(v.x), v.reference, v.truth, options.tflite_output)
+    app = kind.figures(runner.outputs_from_pixels(v.pixels), v.reference, v.truth)
+    project = kind.figures(runner.outputs(v.x), v.reference, v.truth)
     timing, budget, ops = _timing(runner, v, options), BUDGETS[mode], read_ops(flatbuffer)
-    on_gpu = gpu.check_artifact(staging / name, runner, v.pixels, v.reference, v.truth, options.tflite_output,
-                                budget, options.gpu_check)  # fmt: skip
+    on_gpu = gpu.check_artifact(staging / name, runner, v.pixels, v.reference, v.truth, kind, budget,
+                                options.gpu_check)  # fmt: skip
     failures = [
         *check_budget(app, budget),
         *(f"project preprocessing: {f}" for f in check_budget(project, budget)),
@@ -238,7 +239,7 @@ def _portable_artifacts(plan, v, staging, out, options):
         with printed(options.converter_output) as output:
             name, size, runner = interchange.write(fmt, plan.dynamic_model or plan.model, plan.labels,
                                                 image_size(plan.model), staging, options.num_threads)  # fmt: skip
-        figures = compare(runner.outputs(v.x), v.reference, v.truth)
+        figures = kind.figures(runner.outputs(v.x), v.reference, v.truth)
         timing, budget = _timing(runner, v, options), BUDGETS["float32"]
         fields, failures = portable.check(runner, v.x, v.reference, budget, plan.dynamic_model)
         entries.append(_entry(name, fmt, "float32", out, size, figures, timing, budget,

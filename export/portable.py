@@ -16,7 +16,8 @@ import numpy as np
 
 from . import preprocessing
 from .errors import ExportError
-from .runtime import check_batch, median_ms
+from .kinds import classifier
+from .runtime import batches, check_batch, median_ms
 from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
@@ -108,10 +109,11 @@ def first_line(exc):
 
 
 class InterchangeRunner:
-    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to logits.
+    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to one output, named
+    `logits` or `embedding` as the file's contract says.
 
     Subclasses set `kind`, `what`, `input_shape` (None for open dimensions), `contract` (read back from the
-    file) and `num_threads`, and define `run(x)` for a batch of any shape the file accepts.
+    file) and `num_threads`, and define `run(x)`, the runtime's array for a batch of any shape the file accepts.
     """
 
     output_kind = "logits"
@@ -119,6 +121,7 @@ class InterchangeRunner:
     def _setup(self, path):
         self.labels = self.contract["labels"]
         self.output_kind = output_kind(self.contract)
+        self.names = [self.output_kind]
         self.contract_in_file = contract_complete(self.contract)
         static = self.input_shape[1:3]
         if self.contract["input"] is not None:
@@ -140,14 +143,10 @@ class InterchangeRunner:
     def outputs(self, x, batch_size=64):
         x = check_batch(x, self.image_size, self.what)
         step = batch_size if self.dynamic_batch else int(self.input_shape[0])
-        return np.concatenate([self.run(x[i : i + step]) for i in range(0, len(x), step)]).astype(np.float32)
-
-    logits = outputs
+        return {self.output_kind: np.concatenate([self.run(b) for b in batches(x, step)]).astype(np.float32)}
 
     def outputs_from_images(self, images):
         return self.outputs(preprocessing.to_model_space(images, self.image_size))
-
-    logits_from_images = outputs_from_images
 
     def latency_ms(self, x1, runs=50, warmup=5):
         x1 = check_batch(x1, self.image_size, self.what)
@@ -155,8 +154,9 @@ class InterchangeRunner:
 
 
 def check(runner, x, reference, budget, dynamic_model=None):
-    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO file (see `export.pipeline`):
-    returns (the entry's fields beyond the shared ones, the failures).
+    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO classifier (see
+    `export.pipeline`; `reference`: the Keras outputs by name): returns (the entry's fields beyond the shared ones,
+    the failures).
 
     Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
     Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:
@@ -183,19 +183,19 @@ def check(runner, x, reference, budget, dynamic_model=None):
     return fields, failures
 
 
-def batch_runs(runner, x, reference, budget, compare=compare, check_budget=check_budget):
-    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference`: (the figures of each
-    size, failures), or (None, the failure) when the file's batch is fixed. `compare` and `check_budget` are the
-    artifact's own (logits here; cosine and norm for an embedder)."""
+def batch_runs(runner, x, reference, budget, kind=classifier):
+    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference` (the Keras outputs by
+    name): (the figures of each size, failures), or (None, the failure) when the file's batch is fixed. The
+    figures and budget are the kind's (export/kinds/)."""
     if not runner.dynamic_batch:
         return None, [f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open"]
     runs, failures = [], []
     for batch in DYNAMIC_BATCHES:
         if len(x) < batch:
             continue
-        out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
-        runs.append(compare(out, reference[: len(out)]))
-        failures += [f"batch {batch}: {f}" for f in check_budget(runs[-1], budget)]
+        out = np.concatenate([runner.run(b) for b in batches(x[: batch * (len(x) // batch)], batch)])
+        runs.append(kind.figures({runner.output_kind: out}, {k: v[: len(out)] for k, v in reference.items()}))
+        failures += [f"batch {batch}: {f}" for f in kind.check_budget(runs[-1], budget)]
     return runs, failures
 
 

@@ -54,6 +54,28 @@ def invoke(runner, x):
     runner.interpreter.invoke()
 
 
+def named_call(model, names):
+    """A function of model-space images returning {name: output} for `model`'s outputs in order: the one form in
+    which every runner, file and comparison holds a model's outputs."""
+
+    def call(images):
+        outputs = model(images, training=False)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return dict(zip(names, outputs))
+
+    return call
+
+
+def batches(x, step):
+    """`x` in consecutive slices of at most `step`."""
+    return [x[i : i + step] for i in range(0, len(x), step)]
+
+
+def gather(results):
+    """[{name: array}] -> {name: the arrays concatenated}."""
+    return {name: np.concatenate([np.asarray(r[name]) for r in results]) for name in results[0]}
+
+
 def printed(converter_output):
     """Captures what the converters print from C++ (yields a one-item list that holds it once the block ends)
     when `converter_output` is "report"; lets it through to the terminal ("terminal")."""

@@ -20,6 +20,17 @@ def matches(model):
     return True
 
 
+def output_names(model):
+    """A classifier's one output: its logits."""
+    return ["logits"]
+
+
+def figures(outputs, reference, truth=None):
+    """`compare` on named outputs: the file's one output (`logits` or `probabilities`) against the Keras `logits`."""
+    ((name, values),) = outputs.items()
+    return compare(values, reference["logits"], truth, name)
+
+
 def keras_cells(report):
     return ("logits", "-", "-", _pct(report["keras"].get("top1_accuracy")))
 

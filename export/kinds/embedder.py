@@ -73,6 +73,11 @@ def compare(outputs, reference):
     }
 
 
+def figures(outputs, reference, truth=None):
+    """`compare` on named outputs: the file's `embedding` against the Keras one (`truth` has no use here)."""
+    return compare(outputs[OUTPUT], reference[OUTPUT])
+
+
 def check_budget(figures, budget):
     """The budget misses of `compare`'s figures, one line each."""
     failures = []
@@ -85,14 +90,9 @@ def check_budget(figures, budget):
     return failures
 
 
-def judge(budget):
-    """`judge(outputs, reference) -> (figures, misses)` for `budget`: what the GPU check holds an embedder to."""
-
-    def judged(outputs, reference):
-        figures = compare(outputs, reference)
-        return figures, check_budget(figures, budget)
-
-    return judged
+def output_names(model):
+    """An embedder's one output: the vector."""
+    return [OUTPUT]
 
 
 def keras_cells(report):
