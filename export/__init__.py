@@ -27,7 +27,7 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "ExportOptions": ".options",
         "ExportSource": ".options",
         "FORMATS": ".pipeline",
-        "export_model": ".pipeline",
+        "export_model": ".job",
         "export_path": ".pipeline",
         "export_workdir": ".pipeline",
         "load_source": ".pipeline",

@@ -11,19 +11,13 @@ similarity of every image's two vectors, with a budget per mode (`BUDGETS`).
 
 import numpy as np
 
-from keras_vit import files
-
-from . import commit, embedder_portable, gpu, preprocessing, runtime, tflite
 from . import metadata as tflite_metadata
+from . import preprocessing, tflite
 from .errors import ExportError
-from .flatbuffer import non_builtin_ops, read_ops
-from .kinds import embedder as kind
-from .kinds.embedder import BUDGETS, OUTPUT, check_budget, expected_vectors, figures, is_feature_model
-from .portable import FORMATS as PORTABLE
-from .report import publish
-from .runners import KerasRunner, TFLiteRunner
+from .kinds.embedder import BUDGETS, OUTPUT, is_feature_model
+from .runners import TFLiteRunner
 
-__all__ = ["BUDGETS", "OUTPUT", "build_metadata", "convert", "export_feature_model", "feature_model",
+__all__ = ["BUDGETS", "OUTPUT", "build_metadata", "convert", "feature_model",
            "frozen_function", "is_feature_model", "sidecar"]  # fmt: skip
 
 QUANTIZATION_WORDS = {
@@ -129,94 +123,3 @@ def sidecar(model, flatbuffer, quantize, l2_normalize):
 
 def _shape(detail):
     return [int(d) for d in detail["shape"]]
-
-
-def export_feature_model(source, model, out, options, modes, notes=(), l2_normalize=False, dynamic_model=None):
-    """`export_model` for a head-less model (`model`, `source.model` at a fixed size): `embedder_<mode>.tflite`
-    + sidecar per mode (the SavedModel's signatures are a classifier's), each verified against the Keras features
-    and run on the GPU check, and `embedder.onnx` / `embedder.xml` for "onnx" / "openvino" (export/embedder_portable.py,
-    converted from `dynamic_model` where the model was built with dynamic_image_size=True); verified on the held-out
-    images, else the representative ones, else seeded random images; committed as a whole like every export.
-    Returns the report (also `out/report.json`).
-
-    Raises:
-        ExportError: no embedder format asked for. VerificationError: a file missed its budget.
-    """
-    if not any(f == "tflite" or f in PORTABLE for f in options.formats):
-        raise ExportError(
-            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
-            "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
-            "--formats tflite,onnx,openvino."
-        )
-    if "saved_model" in options.formats:
-        notes = [
-            *notes,
-            "saved_model not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only",
-        ]
-    image_size = runtime.image_size(model)
-    verification = source.verification_images(image_size, options.max_verify_images)
-    images, set_name = verification.images, verification.name
-    x, pixels = preprocessing.to_model_space(images, image_size), preprocessing.app_pixels(images, image_size)
-    keras_runner = KerasRunner(model)
-    reference = keras_runner.outputs(x)
-    expected = {OUTPUT: expected_vectors(reference[OUTPUT], l2_normalize)}
-    latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
-    keras_row = {"threads": keras_runner.threads, "top1_accuracy": None, "file_bytes": None, "latency_ms": latency}
-    metadata = {**({"name": source.metadata_name} if source.metadata_name else {}), **(options.metadata or {})}
-    with commit.staged(out) as (target, staging):
-        tflite_modes = modes if "tflite" in options.formats else ()
-        artifacts = [_artifact(model, mode, source.representative_images, l2_normalize, metadata, x, pixels, expected,
-                               staging, out, options) for mode in tflite_modes]  # fmt: skip
-        artifacts += [_portable_artifact(fmt, model, dynamic_model, image_size, staging, out, x, reference,
-                                         l2_normalize, options)
-                      for fmt in options.formats if fmt in PORTABLE]  # fmt: skip
-        report = {
-            "source": str(source.name) if source.name else type(model).__name__,
-            "out": str(out),
-            "kind": "embedder",
-            "model": {
-                "image_size": list(image_size),
-                "dimensions": int(model.output_shape[-1]),
-                "parameters": int(model.count_params()),
-            },
-            "verification": {"set": set_name, "images": len(x), "labelled": False},
-            "latency_runs": options.latency_runs,
-            "latency_warmup": options.latency_warmup,
-            "keras": keras_row,
-            "artifacts": artifacts,
-            "notes": list(notes),
-            "passed": all(a["passed"] for a in artifacts),
-        }
-        return publish(report, staging, target, out)
-
-
-def _portable_artifact(fmt, model, dynamic_model, image_size, staging, out, x, reference, l2_normalize, options):
-    """`embedder.onnx` or `embedder.xml`, staged and verified by its own runtime; its complete report entry."""
-    with runtime.printed("report") as printed:  # what tf2onnx and OpenVINO's frontend print
-        entry = embedder_portable.artifact(
-            fmt, dynamic_model or model, image_size, staging, x, reference, l2_normalize, options.num_threads,
-            options.latency_runs, options.latency_warmup, dynamic_model,
-        )  # fmt: skip
-    return {**entry, "path": files.join(out, entry["name"]), "converter_output": printed[0].splitlines()}
-
-
-def _artifact(model, mode, representative_images, l2_normalize, metadata, x, pixels, expected, staging, out, options):
-    """One `embedder_<mode>.tflite`, staged with its sidecar, and its complete report entry."""
-    flatbuffer = convert(model, mode, representative_images, l2_normalize, metadata)
-    name = f"embedder_{mode}.tflite"
-    commit.write_staged(staging / name, flatbuffer)
-    info = sidecar(model, flatbuffer, mode, l2_normalize)
-    commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
-    runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads)
-    budget = BUDGETS[mode]
-    found = figures(runner.outputs_from_pixels(pixels), expected)
-    latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
-    ops = read_ops(flatbuffer)
-    on_gpu = gpu.check_artifact(staging / name, runner, pixels, expected, None, kind, budget, options.gpu_check)
-    failures = check_budget(found, budget) + on_gpu["failures"]
-    return {"name": name, "format": "tflite", "kind": "embedder", "quantization": mode,
-            "path": files.join(out, name), "file_bytes": len(flatbuffer), **found, "latency_ms": latency,
-            "threads": runner.threads, "budget": budget, "failures": failures, "ops": ops,
-            "dimensions": info["dimensions"], "l2_normalized": bool(l2_normalize),
-            "non_builtin_ops": non_builtin_ops(ops), "metadata": tflite_metadata.read_metadata(flatbuffer),
-            "gpu": on_gpu, "passed": not failures}  # fmt: skip

@@ -155,7 +155,7 @@ class InterchangeRunner:
 
 def check(runner, x, reference, budget, dynamic_model=None):
     """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO classifier (see
-    `export.pipeline`; `reference`: the Keras outputs by name): returns (the entry's fields beyond the shared ones,
+    export/formats/interchange.py; `reference`: the Keras outputs by name): returns (the entry's fields beyond the shared ones,
     the failures).
 
     Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.

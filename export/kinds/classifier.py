@@ -2,15 +2,26 @@
 the logit scale, top-1 agreement and accuracy, with a budget per file and mode; its files are `model_*` and it is
 exported in every format."""
 
+from keras_vit import files
+
 from .. import gpu
+from ..errors import ExportError
+from ..io import check_labels
 from ..verify import BUDGETS, check_budget, compare
 
 NAME = "classifier"
+TAG = {}  # what its report and entries say of the kind: nothing, as before kinds were named
 TITLE = ""
 STEM = "model"
 FORMATS = ("saved_model", "tflite", "onnx", "openvino")
 # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
 HEADER = ("output", "max|diff|", "top1 agree", "top1 acc")
+LABELLED = True  # judged on the verification set's labels where it has them
+# Why a classifier's report has no accuracy, by where its verification set came from.
+NO_ACCURACY = {
+    "representative": "accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras",
+    "random": "accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras",
+}
 
 __all__ = ["BUDGETS", "check_budget", "compare", "matches"]
 
@@ -18,6 +29,35 @@ __all__ = ["BUDGETS", "check_budget", "compare", "matches"]
 def matches(model):
     """Any model the other kinds do not take: logits per image."""
     return True
+
+
+def plan(source, options, model):
+    """(labels, TFLite modes, notes) of a classifier's export; raises for a model without (batch, classes) logits."""
+    modes, note = options.modes(source.has_representative)
+    if len(model.output_shape) != 2:
+        raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")
+    num_classes = int(model.output_shape[-1])
+    labels = source.labels if source.labels is not None else getattr(model, "class_names", None)
+    labels = check_labels(labels, num_classes) if labels is not None else [str(i) for i in range(num_classes)]
+    return labels, modes, [note] if note else []
+
+
+def describe_model(plan):
+    return {"classes": len(plan.labels), "parameters": int(plan.model.count_params())}
+
+
+def report_fields(plan, options):
+    return {"tflite_output": options.tflite_output if plan.modes else None, "labels": plan.labels}
+
+
+def keras_fields(reference, truth, source):
+    accuracy = None if truth is None else float((reference["logits"].argmax(-1) == truth).mean())
+    return {"top1_accuracy": accuracy,
+            "file_bytes": files.size(source.name) if source.name and files.isfile(source.name) else None}  # fmt: skip
+
+
+def entry_figures(found, plan):
+    return found
 
 
 def output_names(model):

@@ -6,13 +6,16 @@ vectors by every image's cosine similarity and the difference of their norms, wi
 import numpy as np
 
 from .. import gpu
+from ..errors import ExportError
 
 NAME = "embedder"
+TAG = {"kind": NAME}
 TITLE = " (image embedder)"
 STEM = "embedder"
 FORMATS = ("tflite", "onnx", "openvino")
 HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")
 OUTPUT = "embedding"
+LABELLED = False
 # The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
 # norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
 BUDGETS = {
@@ -88,6 +91,39 @@ def check_budget(figures, budget):
             f"max relative norm difference = {figures['max_rel_norm_diff']:.3g} > {budget['max_rel_norm_diff']:g}"
         )
     return failures
+
+
+def plan(source, options, model):
+    """(labels: None, TFLite modes, notes) of an embedder's export; raises when no embedder format is asked for."""
+    modes, note = options.modes(source.has_representative)
+    if not any(f in FORMATS for f in options.formats):
+        raise ExportError(
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
+            "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
+            "--formats tflite,onnx,openvino."
+        )
+    notes = [note] if note else []
+    if "saved_model" in options.formats:
+        notes.append(
+            "saved_model not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only"
+        )
+    return None, modes, notes
+
+
+def describe_model(plan):
+    return {"dimensions": int(plan.model.output_shape[-1]), "parameters": int(plan.model.count_params())}
+
+
+def report_fields(plan, options):
+    return {}
+
+
+def keras_fields(reference, truth, source):
+    return {"top1_accuracy": None, "file_bytes": None}
+
+
+def entry_figures(found, plan):
+    return {**found, "dimensions": int(plan.model.output_shape[-1]), "l2_normalized": bool(plan.l2_normalize)}
 
 
 def output_names(model):

@@ -9,11 +9,13 @@ from ..errors import ExportError
 from .embedder import cosine
 
 NAME = "feature_maps"
+TAG = {"kind": NAME}
 TITLE = " (feature maps)"
 STEM = "feature_maps"
 FORMATS = ("saved_model", "tflite")
 HEADER = ("outputs", "min cos", "max rel diff")
 PREFIX_SUFFIX = "_prefix"
+LABELLED = False
 
 # The TFLite modes offered for feature maps, and each one's budget on every output: the largest difference relative
 # to max(1, max |Keras value|) of that output, and the least cosine of a token's width vector with Keras'
@@ -139,6 +141,74 @@ def summary(outputs):
     if len(good) < len(outputs):
         return {"min_cosine": None, "max_rel_diff": None}
     return {"min_cosine": min(f["min_cosine"] for f in good), "max_rel_diff": max(f["max_rel_diff"] for f in good)}
+
+
+def tflite_modes(options, has_representative):
+    """The TFLite modes to convert and the notes on what was left out.
+
+    Raises:
+        ExportError: a mode that feature maps are not exported in, named with the reason and what to use.
+    """
+    if options.quantize is not None:
+        for mode in options.quantize:
+            if mode not in MODES:
+                raise ExportError(
+                    f"Feature maps export as TFLite {', '.join(MODES)}; {mode} is not offered: {REFUSED[mode]} "
+                    "(e.g. --quantize float32,dynamic_int8)."
+                )
+    modes, note = options.modes(has_representative)
+    notes = [note] if note else []
+    left_out = [m for m in modes if m not in MODES]
+    notes += [f"{m} not written for feature maps: {REFUSED[m]}" for m in left_out]
+    return tuple(m for m in modes if m in MODES), notes
+
+
+def _check(model, options):
+    """The notes on the formats not written; raises for a request that cannot be met."""
+    if any(d is None for d in model.input_shape[1:]):
+        raise ExportError(
+            f"Feature maps export at one image size; this feature model's input is {model.input_shape} "
+            "(dynamic_image_size=True). Build it from the fixed-size model: keras_vit.feature_model("
+            "keras_vit.models.vision_transformer.fixed_size_model(model), ...)."
+        )
+    if not {"saved_model", "tflite"} & set(options.formats):
+        raise ExportError(
+            "A feature-map model exports as saved_model and tflite only; --formats asks for "
+            f"{','.join(options.formats)}. Pass --formats saved_model,tflite."
+        )
+    if options.gpu_check == "require":
+        raise ExportError(
+            "--gpu-check require checks single-output classifier and embedder files; feature-map files are not run "
+            "on the GPU check. Pass --gpu-check auto or off."
+        )
+    others = [f for f in options.formats if f not in ("saved_model", "tflite")]
+    notes = [f"{', '.join(others)} not written: a feature-map model exports as saved_model and tflite"] * bool(others)
+    if "tflite" in options.formats and options.gpu_check == "auto":
+        notes.append("GPU check not run: it checks single-output files")
+    return notes
+
+
+def plan(source, options, model):
+    """(labels: None, TFLite modes, notes) of a feature-map export; raises for a request it cannot meet."""
+    notes = _check(model, options)
+    modes, mode_notes = tflite_modes(options, source.has_representative)
+    return None, modes, notes + mode_notes
+
+
+def describe_model(plan):
+    return {"parameters": int(plan.model.count_params()), "outputs": describe_outputs(plan.model)}
+
+
+def report_fields(plan, options):
+    return {}
+
+
+def keras_fields(reference, truth, source):
+    return {}
+
+
+def entry_figures(found, plan):
+    return {**summary(found), "outputs": found}
 
 
 def keras_cells(report):
