@@ -36,7 +36,7 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "similar": ".predict",
         "to_model_space": ".preprocessing",
         "format_table": ".report",
-        "load_runner": ".runners",
+        "load_runner": ".formats",
         "write_saved_model": ".saved_model",
         "QUANTIZATION_MODES": ".tflite",
         "convert_tflite": ".tflite:convert",

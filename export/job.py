@@ -18,7 +18,7 @@ from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import commit, kinds, preprocessing
 from .errors import ExportError
-from .formats import FORMATS
+from .formats import FORMATS, offered_formats, owned_names
 from .options import ExportOptions, ExportSource
 from .report import publish
 from .runners import KerasRunner
@@ -81,7 +81,7 @@ def export_model(source, out, options=None):
     out = os.fspath(out)
     plan = _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
-    with commit.staged(out) as (target, staging):
+    with commit.staged(out, owned_names(kinds.KINDS)) as (target, staging):
         v = _verify_on(plan, options)
         artifacts = [
             fmt.entry(plan, mode, v, staging, out, options) for fmt in plan.formats for mode in fmt.modes(plan)
@@ -113,8 +113,9 @@ def _plan(source, options):
             "and the metadata need one input size (the SavedModel's serving signature resizes to it; ONNX and "
             "OpenVINO keep the open size)"
         )
-    labels, modes, kind_notes = kind.plan(source, options, model)
-    formats = tuple(fmt for name, fmt in FORMATS.items() if name in options.formats and name in kind.FORMATS)
+    offered = offered_formats(kind)
+    labels, modes, kind_notes = kind.plan(source, options, model, offered)
+    formats = tuple(FORMATS[name] for name in offered if name in options.formats)
     return Plan(source, kind, model, dynamic, labels, formats, modes, (*notes, *kind_notes))
 
 

@@ -11,10 +11,11 @@ import dataclasses
 
 import numpy as np
 
-from . import gpu, portable, tflite
+from . import gpu, tflite
 from .errors import ExportError, check_choices, check_count
+from .formats import FORMATS as FORMAT_TABLE
 
-FORMATS = ("saved_model", "tflite", *portable.FORMATS)
+FORMATS = tuple(FORMAT_TABLE)  # the registry's, in its order
 DEFAULT_FORMATS = FORMATS
 # How many seeded random images an export verifies on when it is given none.
 RANDOM_VERIFICATION_IMAGES = 32

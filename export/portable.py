@@ -155,8 +155,8 @@ class InterchangeRunner:
 
 def check(runner, x, reference, budget, dynamic_model=None):
     """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO classifier (see
-    export/formats/interchange.py; `reference`: the Keras outputs by name): returns (the entry's fields beyond the shared ones,
-    the failures).
+    export/formats/interchange.py; `reference`: the Keras outputs by name): returns (the entry's fields beyond the
+    shared ones, the failures).
 
     Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
     Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:

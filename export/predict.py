@@ -8,8 +8,8 @@ from keras_vit.images import DEFAULT_BACKGROUND
 from keras_vit.labels import decode_predictions, softmax
 
 from .errors import ExportError, check_count
+from .formats import load_runner
 from .io import read_image, read_labels
-from .runners import load_runner
 
 # What predict and similar read: one output that is a classifier's or an embedder's.
 _SINGLE = ("logits", "probabilities", "embedding")

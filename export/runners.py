@@ -5,7 +5,8 @@ Every runner maps model-space float32 images (N, H, W, 3) in [-1, 1] to the mode
 images of any size go through `outputs_from_images(images)`. The names are the kind's (export/kinds/): `logits`
 (Keras, SavedModel, `--tflite-output logits`) or `probabilities` (TFLite by default) for a classifier, `embedding`
 for an image embedder, each block output's name for feature maps; `output_kind` is the first name. `load_runner`
-picks the runner from the path; ONNX and OpenVINO's runners (export/portable.py) have the same interface.
+(export/formats/) picks the runner from the path; ONNX and OpenVINO's runners (export/portable.py) have the same
+interface.
 """
 
 import json
@@ -18,7 +19,7 @@ from keras_vit import _startup, files
 from . import kinds, preprocessing
 from . import metadata as tflite_metadata
 from .errors import ExportError
-from .io import load_keras_model, model_labels, read_labels
+from .io import read_labels
 from .runtime import batches, check_batch, gather, invoke, median_ms, named_call
 
 SIGNATURE, MODEL_SPACE, INPUT = "serving_default", "model_space", "images"
@@ -259,42 +260,3 @@ def _signature_outputs(interpreter, where):
     details = runner.get_output_details()
     del runner  # it holds the interpreter's internals, and LiteRT refuses to run while anything else does
     return details
-
-
-def load_runner(path, num_threads=1):
-    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, a `.tflite` file, a
-    `.onnx` file (onnxruntime) or an OpenVINO `.xml` (with its `.bin`).
-
-    Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
-    older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
-    or, without one, the model's embedded metadata; ONNX metadata_props, OpenVINO rt_info.
-    """
-    path = os.fspath(path)
-    is_dir = files.isdir(path)
-    if (
-        is_dir
-        and not files.isfile(files.join(path, "saved_model.pb"))
-        and files.isfile(files.join(path, "model.keras"))
-    ):
-        path, is_dir = files.join(path, "model.keras"), False  # a training workdir: its Keras model
-    if is_dir:
-        return SavedModelRunner(path)
-    if path.endswith(".tflite"):
-        return TFLiteRunner(path=path, num_threads=num_threads)
-    if path.endswith(".onnx"):
-        from .onnx import OnnxRunner
-
-        return OnnxRunner(path=path, num_threads=num_threads)
-    if path.endswith((".xml", ".bin")):
-        from .openvino import OpenVINORunner
-
-        return OpenVINORunner(path=os.path.splitext(path)[0] + ".xml", num_threads=num_threads)
-    if path.endswith(".keras"):
-        model = load_keras_model(path)
-        return KerasRunner(model, model_labels(model, path))
-    if not files.exists(path):
-        raise ExportError(f"No artifact at {str(path)!r}.")
-    raise ExportError(
-        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory, a .tflite, .onnx or "
-        "OpenVINO .xml file."
-    )

@@ -5,7 +5,6 @@ import tempfile
 from pathlib import Path
 
 from keras_vit import files
-from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import preprocessing
 
@@ -30,6 +29,8 @@ def build_serving_module(model, labels, top_k=5):
         top_k: how many classes the serving signature returns (capped at the class count).
     """
     import tensorflow as tf
+
+    from keras_vit.models.vision_transformer import fixed_size_model
 
     model = fixed_size_model(model)
     height, width, channels = model.input_shape[1:]

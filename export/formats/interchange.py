@@ -4,17 +4,28 @@ OpenVINO's CPU plugin): float32 files converted by Keras' own `model.export` fro
 (and a second image size for a dynamic model), with the input and output contract read back from the file.
 A classifier's checks are export/portable.py's, an embedder's export/embedder_portable.py's."""
 
+import os
+
 from keras_vit import files
 
 from .. import embedder_portable, interchange, portable, runtime
 from ..entry import record
+from ..onnx import OnnxRunner
+from ..openvino import OpenVINORunner
 
 
 class Interchange:
-    """One interchange format (`NAME` "onnx" or "openvino") as a value: its modes and its entry."""
+    """One interchange format (`NAME` "onnx" or "openvino") as a value: its file names, runner, modes and entry."""
 
-    def __init__(self, name):
-        self.NAME = name
+    def __init__(self, name, suffixes, runner):
+        self.NAME, self.SUFFIXES, self._runner = name, suffixes, runner
+        self.KINDS = ("classifier", "embedder")  # the kinds of model it writes (one output each)
+        # The names it writes at the top of `out`, `{stem}` the kind's (regular expressions).
+        self.OWNED = (r"{stem}\.(" + "|".join(s.lstrip(".") for s in suffixes) + ")",)
+
+    def open(self, path, num_threads=1):
+        """The runner of a written file (`load_runner`), from its .xml for OpenVINO's .xml + .bin."""
+        return self._runner(path=os.path.splitext(path)[0] + self.SUFFIXES[0], num_threads=num_threads)
 
     def modes(self, plan):
         return ("float32",)
@@ -44,5 +55,5 @@ class Interchange:
         return {**entry, "path": files.join(out, entry["name"]), "converter_output": output[0].splitlines()}
 
 
-ONNX = Interchange("onnx")
-OPENVINO = Interchange("openvino")
+ONNX = Interchange("onnx", (".onnx",), OnnxRunner)
+OPENVINO = Interchange("openvino", (".xml", ".bin"), OpenVINORunner)

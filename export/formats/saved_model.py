@@ -10,6 +10,14 @@ from ..runners import SavedModelRunner
 from ..saved_model import save_saved_model
 
 NAME = "saved_model"
+KINDS = ("classifier", "feature_maps")  # the kinds of model it writes (an embedder's vector has no serving form here)
+OWNED = ("saved_model",)  # the names it writes at the top of `out`, `{stem}` the kind's (regular expressions)
+SUFFIXES = ()  # a directory, not a file: `load_runner` opens any directory with saved_model.pb
+
+
+def open(path, num_threads=1):
+    """The runner of a written file (`load_runner`)."""
+    return SavedModelRunner(path)
 
 
 def modes(plan):

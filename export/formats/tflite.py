@@ -19,6 +19,13 @@ from ..metadata import read_metadata
 from ..runners import TFLiteRunner
 
 NAME = "tflite"
+OWNED = (r"{stem}_[A-Za-z0-9_]+\.(tflite|json)",)  # the names it writes at the top of `out` (regular expressions)
+SUFFIXES = (".tflite",)  # the files `load_runner` opens with it
+
+
+def open(path, num_threads=1):
+    """The runner of a written file (`load_runner`): its sidecar, else its metadata, says what it holds."""
+    return TFLiteRunner(path=path, num_threads=num_threads)
 
 
 def modes(plan):
@@ -126,8 +133,10 @@ def _feature_maps_judged(plan, v, runner, info, path, budget, options):
     return found, plan.kind.check_budget(found, budget), {"io": info["outputs"]}
 
 
+# What differs by kind: the file, its sidecar, the checks beyond the shared ones.
 _BY_KIND = {
     "classifier": (_classifier_file, _classifier_sidecar, _classifier_judged),
     "embedder": (_embedder_file, _embedder_sidecar, _embedder_judged),
     "feature_maps": (_feature_maps_file, _feature_maps_sidecar, _feature_maps_judged),
 }
+KINDS = tuple(_BY_KIND)  # the kinds of model it writes

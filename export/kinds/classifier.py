@@ -1,6 +1,6 @@
 """A classifier: logits per image, judged against the Keras logits (export/verify.py) by their difference relative to
 the logit scale, top-1 agreement and accuracy, with a budget per file and mode; its files are `model_*` and it is
-exported in every format."""
+exported in every format that writes classifiers."""
 
 from keras_vit import files
 
@@ -13,7 +13,6 @@ NAME = "classifier"
 TAG = {}  # what its report and entries say of the kind: nothing, as before kinds were named
 TITLE = ""
 STEM = "model"
-FORMATS = ("saved_model", "tflite", "onnx", "openvino")
 # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.
 HEADER = ("output", "max|diff|", "top1 agree", "top1 acc")
 LABELLED = True  # judged on the verification set's labels where it has them
@@ -31,8 +30,9 @@ def matches(model):
     return True
 
 
-def plan(source, options, model):
-    """(labels, TFLite modes, notes) of a classifier's export; raises for a model without (batch, classes) logits."""
+def plan(source, options, model, offered):
+    """(labels, TFLite modes, notes) of a classifier's export (in any of the `offered` formats); raises for a model
+    without (batch, classes) logits."""
     modes, note = options.modes(source.has_representative)
     if len(model.output_shape) != 2:
         raise ExportError(f"Expected a classifier with logits shaped (batch, classes); output is {model.output_shape}.")

@@ -12,7 +12,6 @@ NAME = "embedder"
 TAG = {"kind": NAME}
 TITLE = " (image embedder)"
 STEM = "embedder"
-FORMATS = ("tflite", "onnx", "openvino")
 HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")
 OUTPUT = "embedding"
 LABELLED = False
@@ -93,19 +92,20 @@ def check_budget(figures, budget):
     return failures
 
 
-def plan(source, options, model):
-    """(labels: None, TFLite modes, notes) of an embedder's export; raises when no embedder format is asked for."""
+def plan(source, options, model, offered):
+    """(labels: None, TFLite modes, notes) of an embedder's export; raises when none of the `offered` formats (those
+    that write embedders) is asked for."""
     modes, note = options.modes(source.has_representative)
-    if not any(f in FORMATS for f in options.formats):
+    if not any(f in offered for f in options.formats):
         raise ExportError(
             f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
             "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
-            "--formats tflite,onnx,openvino."
+            f"--formats {','.join(offered)}."
         )
     notes = [note] if note else []
-    if "saved_model" in options.formats:
+    for name in (f for f in options.formats if f not in offered):
         notes.append(
-            "saved_model not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only"
+            f"{name} not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only"
         )
     return None, modes, notes
 

@@ -12,7 +12,6 @@ NAME = "feature_maps"
 TAG = {"kind": NAME}
 TITLE = " (feature maps)"
 STEM = "feature_maps"
-FORMATS = ("saved_model", "tflite")
 HEADER = ("outputs", "min cos", "max rel diff")
 PREFIX_SUFFIX = "_prefix"
 LABELLED = False
@@ -163,7 +162,7 @@ def tflite_modes(options, has_representative):
     return tuple(m for m in modes if m in MODES), notes
 
 
-def _check(model, options):
+def _check(model, options, offered):
     """The notes on the formats not written; raises for a request that cannot be met."""
     if any(d is None for d in model.input_shape[1:]):
         raise ExportError(
@@ -171,26 +170,27 @@ def _check(model, options):
             "(dynamic_image_size=True). Build it from the fixed-size model: keras_vit.feature_model("
             "keras_vit.models.vision_transformer.fixed_size_model(model), ...)."
         )
-    if not {"saved_model", "tflite"} & set(options.formats):
+    if not set(offered) & set(options.formats):
         raise ExportError(
-            "A feature-map model exports as saved_model and tflite only; --formats asks for "
-            f"{','.join(options.formats)}. Pass --formats saved_model,tflite."
+            f"A feature-map model exports as {' and '.join(offered)} only; --formats asks for "
+            f"{','.join(options.formats)}. Pass --formats {','.join(offered)}."
         )
     if options.gpu_check == "require":
         raise ExportError(
             "--gpu-check require checks single-output classifier and embedder files; feature-map files are not run "
             "on the GPU check. Pass --gpu-check auto or off."
         )
-    others = [f for f in options.formats if f not in ("saved_model", "tflite")]
-    notes = [f"{', '.join(others)} not written: a feature-map model exports as saved_model and tflite"] * bool(others)
+    others = [f for f in options.formats if f not in offered]
+    notes = [f"{', '.join(others)} not written: a feature-map model exports as {' and '.join(offered)}"] * bool(others)
     if "tflite" in options.formats and options.gpu_check == "auto":
         notes.append("GPU check not run: it checks single-output files")
     return notes
 
 
-def plan(source, options, model):
-    """(labels: None, TFLite modes, notes) of a feature-map export; raises for a request it cannot meet."""
-    notes = _check(model, options)
+def plan(source, options, model, offered):
+    """(labels: None, TFLite modes, notes) of a feature-map export (in the `offered` formats, those that write feature
+    maps); raises for a request it cannot meet."""
+    notes = _check(model, options, offered)
     modes, mode_notes = tflite_modes(options, source.has_representative)
     return None, modes, notes + mode_notes
 
