@@ -23,7 +23,7 @@ RANDOM_VERIFICATION_IMAGES = 32
 
 def check_formats(formats):
     """Validates a list (or comma-separated string) of formats; returns a list."""
-    return check_choices(formats, FORMATS, "format(s)", "--formats saved_model,tflite")
+    return check_choices(formats, tuple(FORMAT_TABLE), "format(s)", "--formats saved_model,tflite")
 
 
 @dataclasses.dataclass(frozen=True)
