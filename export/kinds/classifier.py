@@ -4,7 +4,7 @@ exported in every format that writes classifiers."""
 
 from keras_vit import files
 
-from .. import gpu
+from .. import gpu, table_lines
 from ..errors import ExportError
 from ..io import check_labels
 from ..verify import BUDGETS, check_budget, compare
@@ -123,8 +123,7 @@ def lines(a):
             f"std {meta['input']['std']}, output {meta['output']['name']}, "
             f"labels in {meta['output']['labels_file']}"
         )  # fmt: skip
-        ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
-        out.append(f"  ops ({sum(a['ops'].values())}): {ops}")
+        out.append(table_lines.ops(a))
         out.append(f"  non-builtin ops: {', '.join(a['non_builtin_ops']) or 'none'}")
         if "gpu" in a:
             out.append(gpu.describe(a["gpu"]))
@@ -147,16 +146,9 @@ def _interchange_lines(entry):
             f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, max rel diff "
             f"{size['max_rel_logit_diff']:.2e}, top1 agree {100 * size['top1_agreement']:.2f}%"
         )
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): max rel diff "
-            f"{default['max_rel_logit_diff']:.2e}, top1 agree {100 * default['top1_agreement']:.2f}% (not budgeted)"
-        )
-    ops = ", ".join(f"{k} x{n}" for k, n in entry["ops"].items())
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {ops}")
+    default = entry.get("default_precision") or {}
+    figures = (f"max rel diff {default.get('max_rel_logit_diff', 0):.2e}, "
+               f"top1 agree {100 * default.get('top1_agreement', 0):.2f}%")  # fmt: skip
+    lines += [table_lines.interchange_runtime(entry, figures), table_lines.ops(entry)]
     lines.append(f"  labels and input contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
     return lines

@@ -5,7 +5,7 @@ vectors by every image's cosine similarity and the difference of their norms, wi
 
 import numpy as np
 
-from .. import gpu
+from .. import gpu, table_lines
 from ..errors import ExportError
 
 NAME = "embedder"
@@ -153,9 +153,7 @@ def lines(a):
     """An embedder file's lines below its budget line: what its format adds."""
     if a["format"] != "tflite":
         return _interchange_lines(a)
-    ops = ", ".join(f"{k} x{n}" for k, n in a["ops"].items())
-    return [f"  metadata: {a['metadata']['description']}", f"  ops ({sum(a['ops'].values())}): {ops}",
-            gpu.describe(a["gpu"])]  # fmt: skip
+    return [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
 
 
 def _interchange_lines(entry):
@@ -170,15 +168,8 @@ def _interchange_lines(entry):
     if size:
         lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
                      f"cosine {size['min_cosine']:.6f}")  # fmt: skip
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): min cosine "
-            f"{default['min_cosine']:.6f} (not budgeted)"
-        )
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in entry['ops'].items())}")
+    default = entry.get("default_precision") or {}
+    lines += [table_lines.interchange_runtime(entry, f"min cosine {default.get('min_cosine', 0):.6f}"),
+              table_lines.ops(entry)]  # fmt: skip
     lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
     return lines
