@@ -45,14 +45,11 @@ def frozen_function(model, l2_normalize=False):
     """The model at batch 1, variables frozen, returning {"embedding": features} (L2-normalised if asked)."""
     import tensorflow as tf
 
-    shape = (1, *model.input_shape[1:])
-
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
-    def function(images):
+    def outputs(images):
         features = model(images, training=False)
         return {OUTPUT: tf.math.l2_normalize(features, axis=-1) if l2_normalize else features}
 
-    return tflite.freeze_named(function)
+    return tflite.freeze(model, outputs)
 
 
 def build_metadata(image_size, dim, quantize, l2_normalized, name="keras-vit image embedder", description=None,

@@ -19,16 +19,7 @@ __all__ = ["PREFIX_SUFFIX", "check_budget", "compare", "describe_outputs", "outp
 
 def frozen_function(model, names, dynamic_batch=False):
     """The model at batch 1 (or an open batch), variables frozen into constants, returning {name: output}."""
-    import tensorflow as tf
-
-    call = named_call(model, names)
-    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
-
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name=INPUT)])
-    def function(images):
-        return call(images)
-
-    return tflite.freeze_named(function)
+    return tflite.freeze(model, named_call(model, names), dynamic_batch)
 
 
 def convert(model, mode, representative_images=None, dynamic_batch=False):

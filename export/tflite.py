@@ -63,20 +63,32 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
     import tensorflow as tf
 
     model = _fixed_size(model)
-    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
-    if any(d is None for d in shape[1:]):
+    if any(d is None for d in model.input_shape[1:]):
         raise ExportError(
             f"TFLite export needs a static image size; the model's input shape is {model.input_shape}. "
             "Build the model with a fixed image_size (a keras_vit model with dynamic_image_size=True is exported "
             "at its image_size)."
         )
 
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
-    def function(images):
+    def outputs(images):
         logits = model(images, training=False)
         if output == "probabilities":
             return {"probabilities": tf.nn.softmax(logits, axis=-1)}
         return {"logits": logits}
+
+    return freeze(model, outputs, dynamic_batch)
+
+
+def freeze(model, outputs, dynamic_batch=False):
+    """The one freeze of every kind's TFLite file: `outputs(images) -> {name: tensor}` traced at `model`'s input
+    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`)."""
+    import tensorflow as tf
+
+    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
+    def function(images):
+        return outputs(images)
 
     return freeze_named(function)
 

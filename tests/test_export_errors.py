@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import export
-from export import pipeline
 from export.__main__ import main as cli
 from export.runners import KerasRunner, TFLiteRunner
 from keras_vit import files
@@ -155,7 +154,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
     def explode(*args, **kwargs):
         raise RuntimeError("simulated crash during conversion")
 
-    monkeypatch.setattr(pipeline.tflite, "convert", explode)
+    monkeypatch.setattr(export.tflite, "convert", explode)
     with pytest.raises(RuntimeError, match="simulated crash"):
         export.export_path(root / "model.keras", **options)
     assert tree_digest(out) == before
