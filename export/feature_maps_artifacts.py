@@ -9,12 +9,23 @@ them as output names. TFLite orders a subgraph's outputs by its own rule (the su
 the model's order), so the runners read every output through the signature's name -> tensor map, never by position.
 """
 
-from . import preprocessing, tflite
+from . import tflite
 from .kinds.feature_maps import PREFIX_SUFFIX, check_budget, compare, describe_outputs, output_layers, output_names
 from .runners import INPUT, MODEL_SPACE, SIGNATURE, KerasRunner, SavedModelRunner, TFLiteRunner
 from .runtime import named_call
+from .saved_model import serving_module
 
-__all__ = ["PREFIX_SUFFIX", "check_budget", "compare", "describe_outputs", "output_layers", "output_names"]
+__all__ = [
+    "INPUT",
+    "MODEL_SPACE",
+    "PREFIX_SUFFIX",
+    "SIGNATURE",
+    "check_budget",
+    "compare",
+    "describe_outputs",
+    "output_layers",
+    "output_names",
+]
 
 
 def frozen_function(model, names, dynamic_batch=False):
@@ -38,22 +49,7 @@ def save_saved_model(model, path):
     """
     import tensorflow as tf
 
-    names = output_names(model)
-    height, width, channels = model.input_shape[1:]
-    call = named_call(model, names)
-    module = tf.Module()
-    module.model = model
-
-    @tf.function(input_signature=[tf.TensorSpec((None, height, width, channels), tf.float32, name=INPUT)])
-    def model_space(images):
-        return call(images)
-
-    @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name=INPUT)])
-    def serving(images):
-        return call(preprocessing.model_space_in_graph(images, (height, width)))
-
-    module.serving, module.model_space = serving, model_space
-    signatures = {SIGNATURE: serving.get_concrete_function(), MODEL_SPACE: model_space.get_concrete_function()}
+    module, signatures = serving_module(model, named_call(model, output_names(model)))
     tf.saved_model.save(module, str(path), signatures=signatures)
     return path
 
