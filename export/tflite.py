@@ -22,6 +22,7 @@ from . import maintained, preprocessing
 from . import metadata as tflite_metadata
 from .errors import ExportError, check_choices
 from .flatbuffer import non_builtin_ops, read_ops
+from .io import check_labels
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul", "int8_int16", "int4_weights")
 # What an export converts unless --quantize says otherwise; the last two (export/maintained.py) are opt-in.
@@ -175,15 +176,7 @@ def convert(
 
 
 def _metadata_labels(labels, num_classes):
-    labels = [str(i) for i in range(num_classes)] if labels is None else list(labels)
-    if len(labels) != num_classes:
-        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
-    bad_labels = [label for label in labels if "\n" in label or "\r" in label]
-    if bad_labels:
-        raise ExportError(
-            f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}"
-        )
-    return labels
+    return [str(i) for i in range(num_classes)] if labels is None else check_labels(labels, num_classes)
 
 
 def convert_function(model, function, quantize, representative_images=None, int8_io="float32",
