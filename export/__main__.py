@@ -16,6 +16,7 @@ from keras_vit import _extras, _startup
 from keras_vit.files import describe_os_error, describe_storage_error
 
 from .errors import ExportError
+from .formats import FORMATS
 from .predict import similar
 
 PROG, PREDICT_PROG = _startup.command_names(__package__, "export", "predict")
@@ -40,8 +41,8 @@ def _export_parser():
     )
     p.add_argument(
         "--formats",
-        default="saved_model,tflite,onnx,openvino",
-        help="comma-separated: saved_model,tflite,onnx,openvino (default: all four)",
+        default=",".join(FORMATS),
+        help=f"comma-separated: {','.join(FORMATS)} (default: all of them)",
     )
     p.add_argument(
         "--quantize",

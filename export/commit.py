@@ -49,12 +49,9 @@ from keras_vit import files
 from .errors import ExportError
 
 REPORT = "report.json"
-# What an export writes at the top of `out`; anything else there means `out` is not an export directory.
-# (`.staging-*`: what an export killed before this module existed left inside `out`.)
-_OWNED = re.compile(
-    r"^(report\.json|saved_model|model_[A-Za-z0-9_]+\.(tflite|json)|model\.(onnx|xml|bin)|embedder_[A-Za-z0-9_]+\.(tflite|json)"
-    r"|embedder\.(onnx|xml|bin)|feature_maps_[A-Za-z0-9_]+\.(tflite|json)|\.staging-.*)$"
-)
+# What every export writes at the top of `out` besides its formats' files (`staged`'s `owned`); anything else there
+# means `out` is not an export directory. (`.staging-*`: what an export killed before this module existed left.)
+ALWAYS_OWNED = (r"report\.json", r"\.staging-.*")
 _points = itertools.count(1)  # fault points reached in this process
 
 
@@ -69,14 +66,16 @@ def fault_point(name):
         signal.raise_signal(signal.SIGKILL)  # not os.kill(os.getpid()): the tests fake the PID
 
 
-def check_target(out):
-    """Raises `ExportError` unless `out` is absent, an empty directory, or holds only export artifacts."""
+def check_target(out, owned):
+    """Raises `ExportError` unless `out` is absent, an empty directory, or holds only export artifacts: names that
+    match `owned` (regular expressions, the formats' `OWNED`) or `ALWAYS_OWNED`."""
     out = os.fspath(out)
     if not files.exists(out):
         return
     if not files.isdir(out):
         raise ExportError(f"The output path {out!r} is a file. Pass a directory (absent, empty, or an earlier export).")
-    foreign = [name for name in files.listdir(out) if not _OWNED.match(name)]
+    pattern = re.compile("^(" + "|".join((*ALWAYS_OWNED, *owned)) + ")$")
+    foreign = [name for name in files.listdir(out) if not pattern.match(name)]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ExportError(
@@ -163,11 +162,11 @@ def _recover(out):
 
 
 @contextlib.contextmanager
-def staged(out):
+def staged(out, owned):
     """`claim`, `check_target` and `staging_dir` in one: yields (the path to commit to, the staging directory),
     and removes the staging directory however the block ends (after `commit` it is gone already)."""
     with claim(out) as target:
-        check_target(target)
+        check_target(target, owned)
         staging = staging_dir(target)
         try:
             yield target, staging

@@ -10,9 +10,10 @@ embedder's budget (`embedder.BUDGETS["float32"]`), at batches 1 and 3 (the batch
 built with `dynamic_image_size=True`, at a second image size.
 """
 
-import numpy as np
-
-from . import portable
+from . import interchange, portable
+from .kinds import embedder as kind
+from .kinds.embedder import BUDGETS, OUTPUT, check_budget, compare, expected_vectors, figures
+from .onnx import inspect
 
 NAMES = {"onnx": "embedder.onnx", "openvino": "embedder.xml"}
 MODE = "float32"
@@ -30,12 +31,7 @@ def write(fmt, model, image_size, staging, l2_normalize=False, num_threads=1):
     """Converts a head-less `model` to `fmt`, writes it into `staging` and opens it; returns (name, bytes, runner)."""
     embedding = {"dimensions": int(model.output_shape[-1]), "l2_normalized": bool(l2_normalize)}
     source = normalized_model(model) if l2_normalize else model
-    return portable.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
-
-
-def expected_vectors(vectors, l2_normalize):
-    vectors = np.asarray(vectors, np.float64)
-    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True) if l2_normalize else vectors
+    return interchange.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
 
 
 def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, num_threads=1, runs=50, warmup=5,
@@ -43,18 +39,17 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
     """Writes and verifies one embedder file; returns its report entry.
 
     `model` is what is converted (the `dynamic_image_size=True` model where there is one), `x` the model-space
-    verification images at `image_size` and `reference` the Keras features on them (not normalised).
+    verification images at `image_size` and `reference` the Keras features on them by name, {"embedding": vectors}
+    (not normalised).
     """
-    from .embedder import BUDGETS, check_budget, compare
-
     name, size, runner = write(fmt, model, image_size, staging, l2_normalize, num_threads)
-    expected = expected_vectors(reference, l2_normalize)
+    expected = {OUTPUT: expected_vectors(reference[OUTPUT], l2_normalize)}
     budget = BUDGETS[MODE]
-    figures = compare(runner.outputs(x), expected)
+    found = figures(runner.outputs(x), expected)
     entry = {"name": name, "format": fmt, "kind": "embedder", "quantization": MODE, "path": str(staging / name),
-             "file_bytes": int(size), **figures, "latency_ms": runner.latency_ms(x[:1], runs, warmup),
-             "threads": runner.threads, "budget": budget, "failures": check_budget(figures, budget),
-             "dimensions": int(expected.shape[-1]), "l2_normalized": bool(l2_normalize)}  # fmt: skip
+             "file_bytes": int(size), **found, "latency_ms": runner.latency_ms(x[:1], runs, warmup),
+             "threads": runner.threads, "budget": budget, "failures": check_budget(found, budget),
+             "dimensions": int(expected[OUTPUT].shape[-1]), "l2_normalized": bool(l2_normalize)}  # fmt: skip
     entry["input_shape"] = [n if d is None else d for n, d in zip(("batch", "height", "width", "channels"),
                                                                     runner.input_shape)]  # fmt: skip
     entry["dynamic_batch"] = _batches(runner, x, expected, budget, entry["failures"])
@@ -70,9 +65,7 @@ def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, 
 
 
 def _batches(runner, x, expected, budget, failures):
-    from .embedder import check_budget, compare
-
-    runs, found = portable.batch_runs(runner, x, expected, budget, compare, check_budget)
+    runs, found = portable.batch_runs(runner, x, expected, budget, kind)
     failures += found
     if runs is None:
         return None
@@ -81,17 +74,15 @@ def _batches(runner, x, expected, budget, failures):
 
 def _other_size(runner, x, dynamic_model, l2_normalize, budget, failures):
     """The first images at `portable.second_size`, against the dynamic Keras model at that size."""
-    from .embedder import check_budget, compare
-
     if not runner.dynamic_image_size:
         failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
         return None
     size, bigger = portable.second_size(runner, x[: portable.DYNAMIC_SIZE_IMAGES], dynamic_model)
     expected = expected_vectors(dynamic_model(bigger, training=False), l2_normalize)
-    figures = compare(runner.run(bigger), expected)
-    failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(figures, budget)]
-    return {"size": list(size), "images": len(bigger), "min_cosine": figures["min_cosine"],
-            "max_rel_norm_diff": figures["max_rel_norm_diff"]}  # fmt: skip
+    found = compare(runner.run(bigger), expected)
+    failures += [f"at {size[0]}x{size[1]}: {f}" for f in check_budget(found, budget)]
+    return {"size": list(size), "images": len(bigger), "min_cosine": found["min_cosine"],
+            "max_rel_norm_diff": found["max_rel_norm_diff"]}  # fmt: skip
 
 
 def _contract_failures(runner, entry):
@@ -108,41 +99,10 @@ def _contract_failures(runner, entry):
 def _details(runner, x, expected):
     """The runtime, op set and ops; for OpenVINO also the plugin's default precision's figures (not budgeted)."""
     if runner.kind == "onnx":
-        from .onnx import inspect
-
         return {"runtime_version": runner.runtime_version, **inspect(runner.data)}
-    from .embedder import compare
-    from .openvino import OpenVINORunner
-
-    default = OpenVINORunner(*runner._files, num_threads=runner.num_threads, precision=None)
-    figures = compare(default.outputs(x), expected)
+    default = runner.at_default_precision()
+    found = figures(default.outputs(x), expected)
     return {"runtime_version": runner.runtime_version, "device": runner.device,
             "inference_precision": runner.inference_precision, "ops": runner.ops(),
             "default_precision": {"inference_precision": default.inference_precision,
-                                  **{k: figures[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip
-
-
-def describe(entry):
-    """The report table's lines for an ONNX or OpenVINO embedder."""
-    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
-    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
-    lines = [
-        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
-        f"values, {norm}; dynamic batch: "
-        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
-    ]
-    if size:
-        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
-                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): min cosine "
-            f"{default['min_cosine']:.6f} (not budgeted)"
-        )
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {', '.join(f'{k} x{n}' for k, n in entry['ops'].items())}")
-    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
-    return lines
+                                  **{k: found[k] for k in ("min_cosine", "max_rel_norm_diff")}}}  # fmt: skip

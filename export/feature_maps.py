@@ -1,211 +1,30 @@
 """Feature maps on export: a `keras_vit.feature_model` (chosen blocks' outputs, one or many) to SavedModel and TFLite.
 
-`export.export_model` hands a feature model here. It writes `saved_model/` (signatures `serving_default` for raw
-uint8 images and `model_space`, each returning every output by name) and `feature_maps_<mode>.tflite` with its
-`.json` sidecar (the outputs' names, what each holds, and where TFLite put it), for the LiteRT interpreter or
+The export job (export/job.py) writes a feature model as `saved_model/` (signatures `serving_default` for raw uint8
+images and `model_space`, each returning every output by name) and `feature_maps_<mode>.tflite` with the `.json`
+sidecar written here (the outputs' names, what each holds, and where TFLite put it), for the LiteRT interpreter or
 CompiledModel: no TFLite metadata, since MediaPipe Tasks have no task that reads feature maps. Every file is
 reloaded by the runtime that will run it and each named output compared with the Keras model's output of that name
-on the same images (`BUDGETS`); the export directory is then committed as a whole, as every export is.
+on the same images (export/kinds/feature_maps.py: `BUDGETS`, `compare`).
 A model whose one output is a pooled vector (`num_classes=0`) is an image embedder (export/embedder.py) instead.
 """
 
-from keras_vit import files
-
-from . import commit, preprocessing
 from . import feature_maps_artifacts as artifacts
-from .embedder import _verification_images
-from .errors import ExportError
-from .flatbuffer import non_builtin_ops, read_ops
-from .report import _size, publish, table
+from . import preprocessing, runtime
+from .kinds import feature_maps as kind
+from .kinds.feature_maps import BUDGETS, MODES, REFUSED, is_feature_maps, tflite_modes
 
-# The TFLite modes offered for feature maps, and each one's budget on every output: the largest difference relative
-# to max(1, max |Keras value|) of that output, and the least cosine of a token's width vector with Keras'
-# (margins measured in docs/export.md).
-BUDGETS = {
-    "saved_model": {"max_rel_diff": 1e-4, "min_cosine": 0.9999},
-    "float32": {"max_rel_diff": 1e-4, "min_cosine": 0.9999},
-    "float16": {"max_rel_diff": 1e-2, "min_cosine": 0.999},
-    "dynamic_int8": {"min_cosine": 0.99},
-    "int8_matmul": {"min_cosine": 0.99},
-}
-MODES = tuple(m for m in BUDGETS if m != "saved_model")
-# Why the other TFLite modes are not offered, in the one line that refuses them.
-REFUSED = {
-    "int8": "full-integer int8 (one int8 scale per activation tensor) keeps a token cosine of only 0.93 with Keras on "
-    "the test model (tests/test_export_feature_maps.py); use int8_matmul (calibrated int8 matmuls, float activations)",
-    "int8_int16": "its input and outputs are int16 tensors, and feature-map files keep float32 ones; use int8_matmul",
-    "int4_weights": "ai-edge-quantizer's int4 weights have no budget verified here for block outputs; use dynamic_int8",
-}
-
-
-def is_feature_maps(model):
-    """True for a functional model whose every output is a `TokenSplit` layer's (what `keras_vit.feature_model`
-    builds, or its `.keras` file loaded back); a keras_vit `VisionTransformer` (classifier or embedder) is not."""
-    import keras
-
-    from keras_vit.layers.token_split import TokenSplit
-    from keras_vit.models.vision_transformer import VisionTransformer
-
-    if not isinstance(model, keras.Model) or isinstance(model, VisionTransformer):
-        return False
-    outputs = getattr(model, "outputs", None) or []
-    return bool(outputs) and all(isinstance(layer, TokenSplit) for layer, _ in artifacts.output_layers(model))
-
-
-def tflite_modes(options, has_representative):
-    """The TFLite modes to convert and the notes on what was left out.
-
-    Raises:
-        ExportError: a mode that feature maps are not exported in, named with the reason and what to use.
-    """
-    if options.quantize is not None:
-        for mode in options.quantize:
-            if mode not in MODES:
-                raise ExportError(
-                    f"Feature maps export as TFLite {', '.join(MODES)}; {mode} is not offered: {REFUSED[mode]} "
-                    "(e.g. --quantize float32,dynamic_int8)."
-                )
-    modes, note = options.modes(has_representative)
-    notes = [note] if note else []
-    left_out = [m for m in modes if m not in MODES]
-    notes += [f"{m} not written for feature maps: {REFUSED[m]}" for m in left_out]
-    return tuple(m for m in modes if m in MODES), notes
-
-
-def _check(model, options):
-    """The notes on the formats not written; raises for a request that cannot be met."""
-    if any(d is None for d in model.input_shape[1:]):
-        raise ExportError(
-            f"Feature maps export at one image size; this feature model's input is {model.input_shape} "
-            "(dynamic_image_size=True). Build it from the fixed-size model: keras_vit.feature_model("
-            "keras_vit.models.vision_transformer.fixed_size_model(model), ...)."
-        )
-    if not {"saved_model", "tflite"} & set(options.formats):
-        raise ExportError(
-            "A feature-map model exports as saved_model and tflite only; --formats asks for "
-            f"{','.join(options.formats)}. Pass --formats saved_model,tflite."
-        )
-    if options.gpu_check == "require":
-        raise ExportError(
-            "--gpu-check require checks single-output classifier and embedder files; feature-map files are not run "
-            "on the GPU check. Pass --gpu-check auto or off."
-        )
-    others = [f for f in options.formats if f not in ("saved_model", "tflite")]
-    notes = [f"{', '.join(others)} not written: a feature-map model exports as saved_model and tflite"] * bool(others)
-    if "tflite" in options.formats and options.gpu_check == "auto":
-        notes.append("GPU check not run: it checks single-output files")
-    return notes
-
-
-def export_feature_maps(source, out, options):
-    """`export_model` for a feature model (`is_feature_maps`): `saved_model/` and `feature_maps_<mode>.tflite` +
-    `.json` per mode, each output verified by name against the Keras model on the held-out images, else the
-    representative ones, else seeded random images; committed as a whole. Returns the report (also report.json).
-
-    Raises:
-        ExportError: a request feature maps cannot meet (before anything is written). VerificationError: a file
-            missed its budget; `out` is left as it was.
-    """
-    model = source.model
-    notes = _check(model, options)
-    modes, mode_notes = tflite_modes(options, source.has_representative)
-    images, set_name = _verification_images(source, model)
-    images = images[: options.max_verify_images]
-    x = preprocessing.to_model_space(images, _image_size(model))
-    keras_runner = artifacts.KerasFeatureMaps(model)
-    reference = keras_runner.outputs(x)
-    latency = keras_runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
-    keras_row = {"threads": keras_runner.threads, "latency_ms": latency}
-    with commit.staged(out) as (target, staging):
-        entries = _saved_model_entry(model, images, x, reference, staging, out, options)
-        entries += [_tflite_entry(model, mode, source, x, reference, staging, out, options) for mode in modes]
-        report = {
-            "source": str(source.name) if source.name else type(model).__name__,
-            "out": str(out),
-            "kind": "feature_maps",
-            "model": {
-                "image_size": list(_image_size(model)),
-                "parameters": int(model.count_params()),
-                "outputs": artifacts.describe_outputs(model),
-            },
-            "verification": {"set": set_name, "images": len(x), "labelled": False},
-            "latency_runs": options.latency_runs,
-            "latency_warmup": options.latency_warmup,
-            "keras": keras_row,
-            "artifacts": entries,
-            "notes": [*notes, *mode_notes],
-            "passed": all(a["passed"] for a in entries),
-        }
-        return publish(report, staging, target, out)
-
-
-def _image_size(model):
-    return tuple(int(d) for d in model.input_shape[1:3])
-
-
-def _summary(outputs):
-    """The artifact's worst figures over its outputs (its row in the table)."""
-    good = [f for f in outputs.values() if "min_cosine" in f]
-    if len(good) < len(outputs):
-        return {"min_cosine": None, "max_rel_diff": None}
-    return {"min_cosine": min(f["min_cosine"] for f in good), "max_rel_diff": max(f["max_rel_diff"] for f in good)}
-
-
-def _entry(name, fmt, mode, out, size, outputs, latency, threads, budget, failures, **fields):
-    return {"name": name, "format": fmt, "kind": "feature_maps", "quantization": mode, "path": files.join(out, name),
-            "file_bytes": int(size), **_summary(outputs), "outputs": outputs, "latency_ms": latency,
-            "threads": threads, **fields, "budget": budget, "failures": list(failures),
-            "passed": not failures}  # fmt: skip
-
-
-def _saved_model_entry(model, images, x, reference, staging, out, options):
-    from .pipeline import _dir_bytes  # pipeline imports this module
-
-    if "saved_model" not in options.formats:
-        return []
-    path = artifacts.save_saved_model(model, staging / "saved_model")
-    commit.fault_point("saved_model staged")
-    runner = artifacts.SavedModelFeatureMaps(path)
-    budget = BUDGETS["saved_model"]
-    figures = artifacts.compare(runner.outputs(x), reference)
-    # The signature users call with raw pixels: resize and scaling inside the graph, the same outputs by name.
-    served = artifacts.compare(runner.outputs_from_images(images), reference)
-    failures = artifacts.check_budget(figures, budget)
-    failures += [f"serving_default: {f}" for f in artifacts.check_budget(served, budget)]
-    size = _dir_bytes(path)
-    latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
-    return [_entry("saved_model", "saved_model", None, out, size, figures, latency, runner.threads, budget, failures,
-                   serving_default=served, signatures=[artifacts.SIGNATURE, artifacts.MODEL_SPACE])]  # fmt: skip
-
-
-def _tflite_entry(model, mode, source, x, reference, staging, out, options):
-    from .pipeline import _printed  # what the converter prints from C++, kept for the report as the classifiers'
-
-    with _printed(options) as printed:
-        flatbuffer = artifacts.convert(model, mode, source.representative_images, options.dynamic_batch)
-    name = f"feature_maps_{mode}.tflite"
-    commit.write_staged(staging / name, flatbuffer)
-    runner = artifacts.TFLiteFeatureMaps(flatbuffer, num_threads=options.num_threads)
-    info = sidecar(model, runner, mode)
-    commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
-    budget, ops = BUDGETS[mode], read_ops(flatbuffer)
-    figures = artifacts.compare(runner.outputs(x), reference)
-    failures = artifacts.check_budget(figures, budget)
-    failures += [f"non-builtin ops {non_builtin_ops(ops)}"] if non_builtin_ops(ops) else []
-    latency = runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup)
-    return _entry(name, "tflite", mode, out, len(flatbuffer), figures, latency, runner.threads, budget, failures,
-                  ops=ops, non_builtin_ops=non_builtin_ops(ops), io=info["outputs"],
-                  converter_output=printed[0].splitlines())  # fmt: skip
+__all__ = ["BUDGETS", "MODES", "REFUSED", "is_feature_maps", "sidecar", "tflite_modes"]
 
 
 def sidecar(model, runner, mode):
     """The `.json` beside a feature-map `.tflite`: preprocessing, the input, and each output in the model's order
     with what it holds and where TFLite put it (its signature name is the key to read it by)."""
-    described, positions = artifacts.describe_outputs(model), runner.positions()
+    described, positions = kind.describe_outputs(model), runner.positions()
     outputs = [
         {"name": name, "meaning": described[name], "shape": [int(d) for d in detail["shape_signature"]],
          "tensor": detail["name"], "tensor_index": int(detail["index"]), "subgraph_output": positions[name]}
-        for name, detail in ((n, runner.output_details[n]) for n in artifacts.output_names(model))
+        for name, detail in ((n, runner.output_details[n]) for n in kind.output_names(model))
     ]  # fmt: skip
     return {
         "format": "tflite",
@@ -213,7 +32,7 @@ def sidecar(model, runner, mode):
         "quantization": mode,
         "dynamic_batch": runner.dynamic_batch,
         "signature": artifacts.SIGNATURE,
-        "preprocessing": preprocessing.describe(_image_size(model)),
+        "preprocessing": preprocessing.describe(runtime.image_size(model)),
         "input": {
             "name": artifacts.INPUT,
             "dtype": "float32",
@@ -221,27 +40,3 @@ def sidecar(model, runner, mode):
         },
         "outputs": outputs,
     }
-
-
-def format_table(report):
-    """The printed summary of a feature-map export (`report.format_table` hands these reports here)."""
-    header = ("artifact", "size", "outputs", "min cos", "max rel diff", "latency ms", "threads", "status")
-    keras = report["keras"]
-    count = str(len(report["model"]["outputs"]))
-    rows = [("keras (reference)", "-", count, "-", "-", f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]
-    for a in report["artifacts"]:
-        worst = "-" if a["min_cosine"] is None else f"{a['min_cosine']:.6f}"
-        rel = "-" if a["max_rel_diff"] is None else f"{a['max_rel_diff']:.2e}"
-        rows.append((a["name"], _size(a["file_bytes"]), str(len(a["outputs"])), worst, rel, f"{a['latency_ms']:.3f}",
-                     str(a["threads"]), "ok" if a["passed"] else "FAIL"))  # fmt: skip
-    v = report["verification"]
-    lines = [f"Export of {report['source']} (feature maps)  ->  {report['out']}",
-             f"Verified on {v['images']} images from {v['set']}: every output, by name, against Keras'.",
-             "", *table(header, rows), ""]  # fmt: skip
-    lines += [f"output {name}: {what}" for name, what in report["model"]["outputs"].items()]
-    for a in report["artifacts"]:
-        budget = ", ".join(f"{k} {val:g}" for k, val in a["budget"].items())
-        lines.append(f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}"))
-    lines += [f"note: {note}" for note in report.get("notes", [])]
-    lines.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
-    return "\n".join(lines)

@@ -9,77 +9,28 @@ them as output names. TFLite orders a subgraph's outputs by its own rule (the su
 the model's order), so the runners read every output through the signature's name -> tensor map, never by position.
 """
 
-import numpy as np
+from . import tflite
+from .kinds.feature_maps import PREFIX_SUFFIX, check_budget, compare, describe_outputs, output_layers, output_names
+from .runners import INPUT, MODEL_SPACE, SIGNATURE, KerasRunner, SavedModelRunner, TFLiteRunner
+from .runtime import named_call
+from .saved_model import serving_module
 
-from keras_vit import _startup
-
-from . import embedder, preprocessing, tflite
-from .errors import ExportError
-from .runners import _median_ms, invoke
-
-SIGNATURE = "serving_default"
-MODEL_SPACE = "model_space"
-INPUT = "images"
-PREFIX_SUFFIX = "_prefix"
-
-
-def output_layers(model):
-    """(layer, index) of each of `model`'s outputs: the layer that computes it and which of its outputs it is."""
-    # `_keras_history` is how Keras' own Functional model finds its output layers (keras/src/models/functional.py).
-    return [(t._keras_history[0], t._keras_history[2]) for t in model.outputs]
-
-
-def output_names(model):
-    """The outputs' stable names, in the model's order: `encoderblock_{i}` and `encoderblock_{i}_prefix`."""
-    names = []
-    for layer, index in output_layers(model):
-        base = layer.name.removesuffix("_features")
-        names.append(base + PREFIX_SUFFIX if index else base)
-    if len(set(names)) != len(names):
-        raise ExportError(
-            f"The feature model's outputs do not have distinct names ({names}); build it with one "
-            "keras_vit.feature_model call, which names each block's outputs after the block."
-        )
-    return names
-
-
-def describe_outputs(model):
-    """{name: what it holds}: block, patch tokens or map, or prefix tokens, and the shape."""
-    described = {}
-    for name, (layer, index), tensor in zip(output_names(model), output_layers(model), model.outputs):
-        block = name.removesuffix(PREFIX_SUFFIX)
-        if index:
-            what = "prefix tokens (class, distillation, register)"
-        else:
-            what = "patch map (NHWC)" if layer.output_form == "NHWC" else "patch tokens"
-        shape = ", ".join("batch" if d is None else str(d) for d in tensor.shape)
-        described[name] = f"{what} of {block}, ({shape})"
-    return described
-
-
-def named_call(model, names):
-    """A function of float32 model-space images returning {name: output} (the TF graph both files are built from)."""
-
-    def call(images):
-        outputs = model(images, training=False)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        return dict(zip(names, outputs))
-
-    return call
+__all__ = [
+    "INPUT",
+    "MODEL_SPACE",
+    "PREFIX_SUFFIX",
+    "SIGNATURE",
+    "check_budget",
+    "compare",
+    "describe_outputs",
+    "output_layers",
+    "output_names",
+]
 
 
 def frozen_function(model, names, dynamic_batch=False):
     """The model at batch 1 (or an open batch), variables frozen into constants, returning {name: output}."""
-    import tensorflow as tf
-
-    call = named_call(model, names)
-    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
-
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name=INPUT)])
-    def function(images):
-        return call(images)
-
-    return tflite.freeze_named(function)
+    return tflite.freeze(model, named_call(model, names), dynamic_batch)
 
 
 def convert(model, mode, representative_images=None, dynamic_batch=False):
@@ -98,166 +49,18 @@ def save_saved_model(model, path):
     """
     import tensorflow as tf
 
-    names = output_names(model)
-    height, width, channels = model.input_shape[1:]
-    call = named_call(model, names)
-    module = tf.Module()
-    module.model = model
-
-    @tf.function(input_signature=[tf.TensorSpec((None, height, width, channels), tf.float32, name=INPUT)])
-    def model_space(images):
-        return call(images)
-
-    @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name=INPUT)])
-    def serving(images):
-        return call(preprocessing.model_space_in_graph(images, (height, width)))
-
-    module.serving, module.model_space = serving, model_space
-    signatures = {SIGNATURE: serving.get_concrete_function(), MODEL_SPACE: model_space.get_concrete_function()}
+    module, signatures = serving_module(model, named_call(model, output_names(model)))
     tf.saved_model.save(module, str(path), signatures=signatures)
     return path
 
 
-def _batches(x, step):
-    return [x[i : i + step] for i in range(0, len(x), step)]
+# The runners are export/runners.py's (every runner names its outputs); these names stay for feature-map files.
+KerasFeatureMaps = KerasRunner
+SavedModelFeatureMaps = SavedModelRunner
 
 
-def _gather(batches):
-    """[{name: array}] -> {name: concatenated array}."""
-    return {name: np.concatenate([np.asarray(b[name]) for b in batches]) for name in batches[0]}
+class TFLiteFeatureMaps(TFLiteRunner):
+    """A feature-map flatbuffer in LiteRT's interpreter: every output read through its signature name."""
 
-
-class KerasFeatureMaps:
-    """The Keras reference: the feature model through one traced function, {name: array} per call."""
-
-    threads = "tf-default"
-
-    def __init__(self, model):
-        import tensorflow as tf
-
-        self.names = output_names(model)
-        self._call = tf.function(named_call(model, self.names))
-
-    def outputs(self, x, batch_size=64):
-        return _gather([{k: v.numpy() for k, v in self._call(b).items()} for b in _batches(x, batch_size)])
-
-    def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
-
-
-class SavedModelFeatureMaps:
-    """A written feature-map SavedModel, reloaded: `model_space` for model-space images, `serving_default` for
-    raw uint8 ones; outputs by signature name."""
-
-    threads = "tf-default"
-
-    def __init__(self, path):
-        import tensorflow as tf
-
-        self.loaded = tf.saved_model.load(str(path))  # held: the signatures' variables live with it
-        missing = {SIGNATURE, MODEL_SPACE} - set(self.loaded.signatures)
-        if missing:
-            raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
-        self.model_space = self.loaded.signatures[MODEL_SPACE]
-        self.serving = self.loaded.signatures[SIGNATURE]
-        self.names = sorted(self.model_space.structured_outputs)
-
-    def outputs(self, x, batch_size=64):
-        return _gather([{k: v.numpy() for k, v in self.model_space(images=b).items()} for b in _batches(x, batch_size)])
-
-    def outputs_from_images(self, images, batch_size=64):
-        """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
-        images = preprocessing.check_images(images)
-        one_size = len({image.shape for image in images}) == 1
-        batches = [np.stack(b) for b in _batches(images, batch_size)] if one_size else [i[None] for i in images]
-        return _gather([{k: v.numpy() for k, v in self.serving(images=b).items()} for b in batches])
-
-    def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: [v.numpy() for v in self.model_space(images=x1).values()], runs, warmup)
-
-
-class TFLiteFeatureMaps:
-    """A feature-map flatbuffer in LiteRT's interpreter; each output read through its signature name."""
-
-    def __init__(self, flatbuffer, num_threads=1):
-        from ai_edge_litert.interpreter import Interpreter
-
-        with _startup.native_lines_dropped(_startup.LITERT_NOTICES):
-            self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
-        self.threads = int(num_threads)
-        signatures = self.interpreter.get_signature_list()
-        if SIGNATURE not in signatures or signatures[SIGNATURE]["inputs"] != [INPUT]:
-            raise ExportError(
-                f"The TFLite model has no signature {SIGNATURE!r} with one input {INPUT!r} (found {signatures}); "
-                "feature-map files name their outputs through it. Re-export the model with export/."
-            )
-        runner = self.interpreter.get_signature_runner(SIGNATURE)
-        self.input = runner.get_input_details()[INPUT]
-        # name -> the output tensor's index in the interpreter: the mapping every read below goes through.
-        self.output_details = runner.get_output_details()
-        del runner  # it holds the interpreter's internals, and LiteRT refuses to run while anything else does
-        self.names = sorted(self.output_details)
-        if self.input["dtype"] != np.float32 or any(d["dtype"] != np.float32 for d in self.output_details.values()):
-            raise ExportError("Feature-map TFLite files have float32 input and outputs; this one does not.")
-        self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
-        self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
-        self.interpreter.allocate_tensors()
-        self._batch = int(self.input["shape"][0])
-
-    def positions(self):
-        """{name: position in the subgraph's output list}: where TFLite put each named output."""
-        order = [d["index"] for d in self.interpreter.get_output_details()]
-        return {name: order.index(d["index"]) for name, d in self.output_details.items()}
-
-    def _invoke(self, x):
-        invoke(self, x)
-        return {name: self.interpreter.get_tensor(d["index"]) for name, d in self.output_details.items()}
-
-    def outputs(self, x, batch_size=64):
-        x = np.asarray(x, np.float32)
-        return _gather([self._invoke(b) for b in _batches(x, batch_size if self.dynamic_batch else 1)])
-
-    def latency_ms(self, x1, runs, warmup):
-        return _median_ms(lambda: self._invoke(np.asarray(x1, np.float32)), runs, warmup)
-
-
-def compare(outputs, reference):
-    """Per-output figures of an artifact's {name: array} against the Keras {name: array}, matched by name.
-
-    Differences are relative to max(1, max |Keras value|) of that output, as the classifiers' are to the logit
-    scale; cosines are of each token's (or map position's) width vector with Keras'.
-    """
-    figures = {}
-    for name, ref in reference.items():
-        if name not in outputs:
-            figures[name] = {"missing": True}
-            continue
-        got, ref = np.asarray(outputs[name], np.float64), np.asarray(ref, np.float64)
-        if got.shape != ref.shape:
-            figures[name] = {"shape": list(got.shape), "keras_shape": list(ref.shape)}
-            continue
-        cosine = embedder.cosine(got.reshape(-1, got.shape[-1]), ref.reshape(-1, ref.shape[-1]))
-        scale = max(1.0, float(np.abs(ref).max()))
-        diff = float(np.abs(got - ref).max())
-        figures[name] = {"shape": list(ref.shape), "scale": scale, "max_abs_diff": diff, "max_rel_diff": diff / scale,
-                         "min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean())}  # fmt: skip
-    for name in sorted(set(outputs) - set(reference)):
-        figures[name] = {"unexpected": True}
-    return figures
-
-
-def check_budget(figures, budget):
-    """The budget misses of `compare`'s figures, one line each (empty when every output passes)."""
-    failures = []
-    for name, f in figures.items():
-        if f.get("missing") or f.get("unexpected"):
-            where = "the artifact lacks it" if f.get("missing") else "Keras has no output of that name"
-            failures.append(f"{name}: {where}")
-        elif "keras_shape" in f:
-            failures.append(f"{name}: shape {tuple(f['shape'])} != Keras {tuple(f['keras_shape'])}")
-        else:
-            if "max_rel_diff" in budget and not f["max_rel_diff"] <= budget["max_rel_diff"]:
-                failures.append(f"{name}: max relative diff {f['max_rel_diff']:.3g} > {budget['max_rel_diff']:g}")
-            if not f["min_cosine"] >= budget["min_cosine"]:
-                failures.append(f"{name}: min cosine {f['min_cosine']:.6f} < {budget['min_cosine']:g}")
-    return failures
+    def __init__(self, flatbuffer=None, path=None, num_threads=1):
+        super().__init__(flatbuffer, path, num_threads, by_signature=True)

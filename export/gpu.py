@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ExportError
-from .verify import check_budget, compare
 
 ICD_ENV = "VK_ICD_FILENAMES"
 # Debian's chromium package: SwiftShader, a Vulkan 1.x driver that runs on the CPU.
@@ -189,8 +188,8 @@ def verdict(result):
     return f"partly accelerated: {split}{total}nodes on the CPU ({ops or 'the delegate named no op'})"
 
 
-def check_artifact(path, runner, pixels, reference, truth, output, budget, mode="auto", timeout_s=DEFAULT_TIMEOUT_S,
-                   max_images=DEFAULT_MAX_IMAGES, judge=None):  # fmt: skip
+def check_artifact(path, runner, pixels, reference, truth, kind, budget, mode="auto", timeout_s=DEFAULT_TIMEOUT_S,
+                   max_images=DEFAULT_MAX_IMAGES):  # fmt: skip
     """The export report's `gpu` entry for one .tflite file.
 
     Args:
@@ -198,12 +197,11 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
         runner: its `TFLiteRunner` (the CPU run, and how an app feeds the model).
         pixels: uint8 images at the model's size; the first `max_images` are run, or as many as run in
             DEFAULT_RUN_SECONDS.
-        reference: the Keras logits for those images; truth: their labels or None.
-        output: "probabilities" or "logits", what the model outputs.
-        budget: the artifact's budget (export/verify.py), which the GPU's outputs are held to as well.
+        reference: the Keras outputs for those images by name; truth: their labels or None.
+        kind: the model's kind (export/kinds/), whose `figures` and `check_budget` judge the GPU's outputs.
+        budget: the artifact's budget, which the GPU's outputs are held to as well.
         mode: "auto" (run where a driver exists; a miss is reported, not fatal), "require" (no driver, a failed
             run or a miss fails the export) or "off".
-        judge: for outputs other than a classifier's, `judge(outputs, reference) -> (figures, misses)`.
 
     Returns:
         dict with `verdict` (one line), `status`, the driver, what the delegate logged, the output figures vs
@@ -233,7 +231,7 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
     if result["status"] != "ran":
         entry["failures"] = [f"GPU: {entry['verdict']}"] if mode == "require" else []
         return entry
-    figures, misses, vs_cpu = _judged(result, runner, pixels, reference, truth, output, budget, judge)
+    figures, misses, vs_cpu = _judged(result, runner, pixels, reference, truth, kind, budget)
     failures = [f"GPU: {m}" for m in misses] if mode == "require" else []
     if entry["cpu_ops"] and mode == "require":
         failures.append(f"GPU: {entry['verdict']}")
@@ -251,16 +249,16 @@ def check_artifact(path, runner, pixels, reference, truth, output, budget, mode=
     }
 
 
-def _judged(result, runner, pixels, reference, truth, output, budget, judge):
+def _judged(result, runner, pixels, reference, truth, kind, budget):
     """The GPU's outputs against Keras (figures, budget misses) and their largest difference from the CPU's."""
-    outputs = _dequantize(result["outputs"], runner.output)
+    name = runner.output_kind
+    outputs = _dequantize(result["outputs"], runner.output_details[name])
     n = len(outputs)  # the images run in the time allowed
-    if judge is None:
-        figures = compare(outputs, reference[:n], None if truth is None else truth[:n], output)
-        misses = check_budget(figures, budget)
-    else:
-        figures, misses = judge(outputs, reference[:n])
-    return figures, misses, float(np.abs(outputs - runner.outputs_from_pixels(pixels[:n])).max())
+    figures = kind.figures(
+        {name: outputs}, {k: v[:n] for k, v in reference.items()}, None if truth is None else truth[:n]
+    )
+    on_cpu = runner.outputs_from_pixels(pixels[:n])[name]
+    return figures, kind.check_budget(figures, budget), float(np.abs(outputs - on_cpu).max())
 
 
 def describe(entry):

@@ -38,7 +38,7 @@ MAX_ASSOCIATED_FILE_BYTES = 16 * 2**20
 
 
 @functools.lru_cache(maxsize=1)
-def _metadata_schema():
+def metadata_schema():
     """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package."""
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
@@ -65,7 +65,8 @@ def _model_schema():
     return schema
 
 
-def _finish(table, identifier):
+def finish(table, identifier):
+    """The bytes of a packed object-API `table` (metadata or model) with its file identifier."""
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)
@@ -76,7 +77,7 @@ def _finish(table, identifier):
 def input_tensor_metadata(image_size, input_dtype):
     """The input tensor's metadata (`TensorMetadataT`): an RGB image at `image_size`, with the project's
     normalisation as NormalizationOptions for a float32 input, raw pixels for a uint8 one."""
-    m = _metadata_schema()
+    m = metadata_schema()
     height, width = (int(d) for d in image_size)
     image = m.ImagePropertiesT()
     image.colorSpace = m.ColorSpaceType.RGB
@@ -130,7 +131,7 @@ def build_metadata(
     Returns:
         bytes.
     """
-    m = _metadata_schema()
+    m = metadata_schema()
     if output_kind not in OUTPUT_KINDS:
         raise ExportError(f"output_kind must be one of {OUTPUT_KINDS}. Received: {output_kind!r}")
     height, width = (int(d) for d in image_size)
@@ -148,7 +149,7 @@ def build_metadata(
     model.author, model.license = author, license
     model.subgraphMetadata = [subgraph]
     model.minParserVersion = MIN_PARSER_VERSION
-    return _finish(model, METADATA_IDENTIFIER)
+    return finish(model, METADATA_IDENTIFIER)
 
 
 def _classifier_output(m, output_kind):
@@ -214,7 +215,7 @@ def add_metadata(flatbuffer, metadata, associated_files):
     entry.buffer = len(model.buffers) - 1
     model.metadata = [*entries, entry]
     packed = io.BytesIO()
-    packed.write(_finish(model, TFLITE_IDENTIFIER))
+    packed.write(finish(model, TFLITE_IDENTIFIER))
     # ZIP_STORED: the readers (MediaPipe, the Task Library) extract associated files without decompressing.
     with zipfile.ZipFile(packed, "a", compression=zipfile.ZIP_STORED) as zf:
         for file_name, content in associated_files.items():
@@ -238,7 +239,7 @@ def read_metadata(flatbuffer):
         "mean", "std", "color_space", "size", "min", "max"}, "output": {"name", "kind", "min", "max",
         "labels_file"}, "labels": [...] or None}.
     """
-    m = _metadata_schema()
+    m = metadata_schema()
     meta = _read_model_metadata(flatbuffer, m)
     if meta is None:
         return None

@@ -7,20 +7,13 @@ import tempfile
 
 from keras_vit import files
 
-from . import portable
+from . import commit, portable
 from .errors import ExportError
 
 NAME = "model.onnx"
 # Stated, not left to tf2onnx's default (15): opset 17 runs on onnxruntime >= 1.12, OpenVINO and TensorRT 8.5+.
 OPSET = 17
 METADATA_PREFIX = "keras_vit."
-
-
-def input_spec(model):
-    """float32 NHWC images, batch open (and height and width, for a model built with dynamic_image_size=True)."""
-    import tensorflow as tf
-
-    return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=portable.INPUT_NAME)
 
 
 def convert(model, labels, image_size, embedding=None):
@@ -34,7 +27,8 @@ def convert(model, labels, image_size, embedding=None):
 
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, NAME)
-        model.export(path, format="onnx", verbose=False, input_signature=[input_spec(model)], opset_version=OPSET)
+        spec = [portable.input_spec(model)]
+        model.export(path, format="onnx", verbose=False, input_signature=spec, opset_version=OPSET)
         proto = onnx.load(path)
     new = portable.output_name(embedding)
     if len(proto.graph.output) != 1:
@@ -62,6 +56,14 @@ def inspect(data):
         "opset": {(o.domain or "ai.onnx"): int(o.version) for o in proto.opset_import},
         "ops": dict(sorted(ops.items())),
     }
+
+
+def write(model, labels, image_size, staging, num_threads=1, embedding=None, name=NAME):
+    """Converts `model`, writes `name` into the staging directory and opens it with onnxruntime; returns (name,
+    bytes written, runner). `embedding`: see `portable.contract`."""
+    data = convert(model, labels, image_size, embedding=embedding)
+    commit.write_staged(staging / name, data)
+    return name, len(data), OnnxRunner(data, num_threads=num_threads)
 
 
 class OnnxRunner(portable.InterchangeRunner):

@@ -14,8 +14,9 @@ import numpy as np
 
 from keras_vit import files
 
-from . import portable
+from . import commit, portable
 from .errors import ExportError
+from .kinds import classifier
 
 NAME = "model.xml"
 WEIGHTS = "model.bin"
@@ -31,11 +32,9 @@ def convert(model, labels, image_size, embedding=None):
     vector named `embedding`; see `portable.contract`), with the contract in rt_info."""
     import openvino as ov
 
-    from .onnx import input_spec
-
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "keras.xml")
-        model.export(path, format="openvino", verbose=False, input_signature=[input_spec(model)])
+        model.export(path, format="openvino", verbose=False, input_signature=[portable.input_spec(model)])
         ov_model = ov.Core().read_model(path)
         # The TensorFlow frontend also returns some shape scalars of a dynamic-size graph as results
         # (OpenVINO 2026.4, Keras 3.15): keep the model's output only.
@@ -49,6 +48,16 @@ def convert(model, labels, image_size, embedding=None):
         ov.save_model(ov_model, out, compress_to_fp16=False)
         with open(out, "rb") as xml, open(os.path.join(scratch, WEIGHTS), "rb") as weights:
             return xml.read(), weights.read()
+
+
+def write(model, labels, image_size, staging, num_threads=1, embedding=None, name=NAME):
+    """Converts `model`, writes `name` and the .bin beside it into the staging directory and opens them with
+    OpenVINO; returns (name, bytes written, runner). `embedding`: see `portable.contract`."""
+    xml, weights = convert(model, labels, image_size, embedding=embedding)
+    # The weights first: an .xml is never there without them.
+    commit.write_staged(staging / (os.path.splitext(name)[0] + ".bin"), weights)
+    commit.write_staged(staging / name, xml)
+    return name, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
 
 
 def _read(core, xml, weights, where):
@@ -115,10 +124,8 @@ class OpenVINORunner(portable.InterchangeRunner):
     def details(self, x, reference):
         """What the report states beside the figures: runtime, device, precision, op counts, and the figures with
         the plugin's default precision (one more compile; not budgeted)."""
-        from .verify import compare
-
-        default = OpenVINORunner(*self._files, num_threads=self.num_threads, precision=None)
-        figures = compare(default.outputs(x), reference)
+        default = self.at_default_precision()
+        figures = classifier.figures(default.outputs(x), reference)
         return {
             "runtime_version": self.runtime_version,
             "device": self.device,
@@ -129,6 +136,11 @@ class OpenVINORunner(portable.InterchangeRunner):
             },
             "ops": self.ops(),
         }
+
+    def at_default_precision(self):
+        """The same files compiled again with the plugin's default inference precision (bfloat16 on CPUs with
+        AVX512-BF16 or AMX)."""
+        return OpenVINORunner(*self._files, num_threads=self.num_threads, precision=None)
 
     def run(self, x):
         return np.array(self.request.infer([x])[self.compiled.outputs[0]])

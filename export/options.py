@@ -9,16 +9,21 @@ the report and the TFLite metadata give it); `export.load_source` builds one fro
 
 import dataclasses
 
-from . import gpu, portable, tflite
-from .errors import ExportError, check_choices, check_count
+import numpy as np
 
-FORMATS = ("saved_model", "tflite", *portable.FORMATS)
+from . import gpu, tflite
+from .errors import ExportError, check_choices, check_count
+from .formats import FORMATS as FORMAT_TABLE
+
+FORMATS = tuple(FORMAT_TABLE)  # the registry's, in its order
 DEFAULT_FORMATS = FORMATS
+# How many seeded random images an export verifies on when it is given none.
+RANDOM_VERIFICATION_IMAGES = 32
 
 
 def check_formats(formats):
     """Validates a list (or comma-separated string) of formats; returns a list."""
-    return check_choices(formats, FORMATS, "format(s)", "--formats saved_model,tflite")
+    return check_choices(formats, tuple(FORMAT_TABLE), "format(s)", "--formats saved_model,tflite")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,3 +147,33 @@ class ExportSource:
     @property
     def has_representative(self):
         return self.representative_images is not None and len(self.representative_images) > 0
+
+    def verification_images(self, image_size, max_images):
+        """The one rule for what every export verifies on: the held-out images, else the representative ones,
+        else `RANDOM_VERIFICATION_IMAGES` seeded random images at `image_size`; at most `max_images` of them.
+
+        Returns:
+            A `VerificationSet`: the uint8 images, their labels (held-out labels only, else None), the set's name
+            in the report, and where it came from ("held-out", "representative" or "random").
+        """
+        if self.heldout is not None:
+            (images, truth), name, origin = self.heldout, self.verification_set or "held-out set", "held-out"
+        elif self.has_representative:
+            images, truth = self.representative_images, None
+            name, origin = "representative images (no held-out set given)", "representative"
+        else:
+            rng = np.random.default_rng(0)
+            images = rng.integers(0, 256, (RANDOM_VERIFICATION_IMAGES, *image_size, 3), dtype=np.uint8)
+            truth, name, origin = None, "seeded random images (no data given)", "random"
+        images = images[:max_images]
+        return VerificationSet(images, None if truth is None else np.asarray(truth)[: len(images)], name, origin)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationSet:
+    """What an export verifies on (`ExportSource.verification_images`)."""
+
+    images: object  # uint8, any size
+    truth: object  # labels or None
+    name: str  # the report's name for it
+    origin: str  # "held-out", "representative" or "random"

@@ -11,13 +11,13 @@ JSON document (`CONTRACT_KEYS`).
 """
 
 import json
-import os
 
 import numpy as np
 
-from . import commit, preprocessing
+from . import preprocessing
 from .errors import ExportError
-from .runners import _check_batch, _median_ms
+from .kinds import classifier
+from .runtime import batches, check_batch, median_ms
 from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
@@ -32,6 +32,13 @@ DYNAMIC_SIZE_IMAGES = 32
 def output_name(embedding=None):
     """The graph's output name: `logits` for a classifier, `embedding` for an embedder."""
     return OUTPUT_NAME if embedding is None else EMBEDDING_NAME
+
+
+def input_spec(model):
+    """float32 NHWC images, batch open (and height and width, for a model built with dynamic_image_size=True)."""
+    import tensorflow as tf
+
+    return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=INPUT_NAME)
 
 
 def contract(image_size, labels, dynamic_image_size, embedding=None):
@@ -102,10 +109,11 @@ def first_line(exc):
 
 
 class InterchangeRunner:
-    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to logits.
+    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to one output, named
+    `logits` or `embedding` as the file's contract says.
 
     Subclasses set `kind`, `what`, `input_shape` (None for open dimensions), `contract` (read back from the
-    file) and `num_threads`, and define `run(x)` for a batch of any shape the file accepts.
+    file) and `num_threads`, and define `run(x)`, the runtime's array for a batch of any shape the file accepts.
     """
 
     output_kind = "logits"
@@ -113,6 +121,7 @@ class InterchangeRunner:
     def _setup(self, path):
         self.labels = self.contract["labels"]
         self.output_kind = output_kind(self.contract)
+        self.names = [self.output_kind]
         self.contract_in_file = contract_complete(self.contract)
         static = self.input_shape[1:3]
         if self.contract["input"] is not None:
@@ -132,46 +141,22 @@ class InterchangeRunner:
         return self.num_threads
 
     def outputs(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, self.what)
+        x = check_batch(x, self.image_size, self.what)
         step = batch_size if self.dynamic_batch else int(self.input_shape[0])
-        return np.concatenate([self.run(x[i : i + step]) for i in range(0, len(x), step)]).astype(np.float32)
-
-    logits = outputs
+        return {self.output_kind: np.concatenate([self.run(b) for b in batches(x, step)]).astype(np.float32)}
 
     def outputs_from_images(self, images):
         return self.outputs(preprocessing.to_model_space(images, self.image_size))
 
-    logits_from_images = outputs_from_images
-
     def latency_ms(self, x1, runs=50, warmup=5):
-        x1 = _check_batch(x1, self.image_size, self.what)
-        return _median_ms(lambda: self.run(x1), runs, warmup)
-
-
-def write(fmt, model, labels, image_size, staging, num_threads=1, embedding=None, name=None):
-    """Converts `model` to `fmt` ("onnx" or "openvino"), writes its file(s) into the staging directory and opens
-    them with the format's runtime; returns (name, bytes written, runner). `embedding`: see `contract`; `name`:
-    the file's name (default model.onnx / model.xml, the .bin beside it)."""
-    if fmt == "onnx":
-        from .onnx import NAME, OnnxRunner, convert
-
-        name = name or NAME
-        data = convert(model, labels, image_size, embedding=embedding)
-        commit.write_staged(staging / name, data)
-        return name, len(data), OnnxRunner(data, num_threads=num_threads)
-    from .openvino import NAME, OpenVINORunner, convert
-
-    name = name or NAME
-    xml, weights = convert(model, labels, image_size, embedding=embedding)
-    # The weights first: an .xml is never there without them.
-    commit.write_staged(staging / (os.path.splitext(name)[0] + ".bin"), weights)
-    commit.write_staged(staging / name, xml)
-    return name, len(xml) + len(weights), OpenVINORunner(xml, weights, num_threads=num_threads)
+        x1 = check_batch(x1, self.image_size, self.what)
+        return median_ms(lambda: self.run(x1), runs, warmup)
 
 
 def check(runner, x, reference, budget, dynamic_model=None):
-    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO file (see `export.pipeline`):
-    returns (the entry's fields beyond the shared ones, the failures).
+    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO classifier (see
+    export/formats/interchange.py; `reference`: the Keras outputs by name): returns (the entry's fields beyond the
+    shared ones, the failures).
 
     Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
     Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:
@@ -198,19 +183,19 @@ def check(runner, x, reference, budget, dynamic_model=None):
     return fields, failures
 
 
-def batch_runs(runner, x, reference, budget, compare=compare, check_budget=check_budget):
-    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference`: (the figures of each
-    size, failures), or (None, the failure) when the file's batch is fixed. `compare` and `check_budget` are the
-    artifact's own (logits here; cosine and norm for an embedder)."""
+def batch_runs(runner, x, reference, budget, kind=classifier):
+    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference` (the Keras outputs by
+    name): (the figures of each size, failures), or (None, the failure) when the file's batch is fixed. The
+    figures and budget are the kind's (export/kinds/)."""
     if not runner.dynamic_batch:
         return None, [f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open"]
     runs, failures = [], []
     for batch in DYNAMIC_BATCHES:
         if len(x) < batch:
             continue
-        out = np.concatenate([runner.run(x[i : i + batch]) for i in range(0, batch * (len(x) // batch), batch)])
-        runs.append(compare(out, reference[: len(out)]))
-        failures += [f"batch {batch}: {f}" for f in check_budget(runs[-1], budget)]
+        out = np.concatenate([runner.run(b) for b in batches(x[: batch * (len(x) // batch)], batch)])
+        runs.append(kind.figures({runner.output_kind: out}, {k: v[: len(out)] for k, v in reference.items()}))
+        failures += [f"batch {batch}: {f}" for f in kind.check_budget(runs[-1], budget)]
     return runs, failures
 
 
@@ -239,32 +224,3 @@ def _other_size(runner, x, dynamic_model):
     figures = compare(np.concatenate([runner.run(bigger[i : i + 16]) for i in range(0, len(bigger), 16)]), expected)
     return {"size": list(size), "images": len(bigger), **{k: figures[k] for k in ("max_rel_logit_diff",
             "max_abs_logit_diff", "top1_agreement", "logit_scale")}}  # fmt: skip
-
-
-def describe(entry):
-    """The report table's lines for an ONNX or OpenVINO entry."""
-    lines = []
-    batch = entry.get("dynamic_batch")
-    lines.append(
-        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; dynamic batch: "
-        + (f"batches {batch['batches']} max rel diff {batch['max_rel_logit_diff']:.2e}" if batch else "no")
-    )
-    size = entry.get("dynamic_image_size")
-    if size:
-        lines.append(
-            f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, max rel diff "
-            f"{size['max_rel_logit_diff']:.2e}, top1 agree {100 * size['top1_agreement']:.2f}%"
-        )
-    if entry["format"] == "onnx":
-        lines.append(f"  runtime onnxruntime {entry['runtime_version']}, opset {entry['opset']}")
-    else:
-        default = entry["default_precision"]
-        lines.append(
-            f"  runtime OpenVINO {entry['runtime_version']} on {entry['device']}, inference precision "
-            f"{entry['inference_precision']}; its default here ({default['inference_precision']}): max rel diff "
-            f"{default['max_rel_logit_diff']:.2e}, top1 agree {100 * default['top1_agreement']:.2f}% (not budgeted)"
-        )
-    ops = ", ".join(f"{k} x{n}" for k, n in entry["ops"].items())
-    lines.append(f"  ops ({sum(entry['ops'].values())}): {ops}")
-    lines.append(f"  labels and input contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
-    return lines

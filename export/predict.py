@@ -8,8 +8,23 @@ from keras_vit.images import DEFAULT_BACKGROUND
 from keras_vit.labels import decode_predictions, softmax
 
 from .errors import ExportError, check_count
+from .formats import load_runner
 from .io import read_image, read_labels
-from .runners import load_runner
+
+# What predict and similar read: one output that is a classifier's or an embedder's.
+_SINGLE = ("logits", "probabilities", "embedding")
+
+
+def _open(artifact, num_threads):
+    """The runner of `artifact`; a feature-map file (several named outputs, no classes) refused in one line."""
+    runner = load_runner(artifact, num_threads=num_threads)
+    if runner.output_kind not in _SINGLE or len(runner.names) != 1:
+        what = "a feature-map SavedModel" if runner.kind == "saved_model" else "a feature-map file"
+        raise ExportError(
+            f"{str(artifact)!r} is {what} (several named outputs, no classes): predict and similar take classifiers "
+            "and image embedders. Read its outputs by name with export.load_runner(path).outputs(x)."
+        )
+    return runner
 
 
 def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DEFAULT_BACKGROUND):
@@ -30,7 +45,7 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DE
     """
     check_count("top_k", top_k, 1, "--top-k")
     check_count("num_threads", num_threads, 1, "--num-threads")
-    runner = load_runner(artifact, num_threads=num_threads)
+    runner = _open(artifact, num_threads)
     names, arrays = [], []
     for i, image in enumerate(images):
         if isinstance(image, (str, Path)):
@@ -41,7 +56,7 @@ def predict(artifact, images, top_k=5, labels=None, num_threads=1, background=DE
             arrays.append(image)
     if not arrays:
         raise ExportError("No images given. Pass one or more image files.")
-    outputs = runner.outputs_from_images(arrays)
+    outputs = runner.outputs_from_images(arrays)[runner.output_kind]
     if runner.output_kind == "embedding":  # an image embedder: the vector, its size and its norm
         return [
             {"image": name, "embedding": [float(v) for v in row], "size": int(row.size),
@@ -90,12 +105,12 @@ def similar(artifact, first, second, num_threads=1, background=DEFAULT_BACKGROUN
     """The cosine similarity of two images' vectors under an image embedder (a `.keras` head-less model, an
     `embedder_<mode>.tflite`, `embedder.onnx` or `embedder.xml`); image files or uint8 RGB arrays of any size."""
     check_count("num_threads", num_threads, 1, "--num-threads")
-    runner = load_runner(artifact, num_threads=num_threads)
+    runner = _open(artifact, num_threads)
     if runner.output_kind != "embedding":
         raise ExportError(
             f"{str(artifact)!r} is a classifier ({runner.output_kind} out), not an image embedder. Pass a "
             "num_classes=0 model (.keras) or an embedder_<mode>.tflite, embedder.onnx or embedder.xml file."
         )
     arrays = [read_image(x, background) if isinstance(x, (str, Path)) else x for x in (first, second)]
-    a, b = np.asarray(runner.outputs_from_images(arrays), np.float64)
+    a, b = np.asarray(runner.outputs_from_images(arrays)["embedding"], np.float64)
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))

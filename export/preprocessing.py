@@ -60,6 +60,12 @@ def resize_pixels(images, image_size):
     return np.stack(batch)
 
 
+def app_pixels(images, image_size):
+    """What an app feeds: uint8 pixels at the model's size (images of another size resized here, as the app's own
+    resize would; MediaPipe's resize differs from tf.image.resize, see docs/mobile.md)."""
+    return np.clip(np.round(resize_pixels(images, image_size)), 0, 255).astype(np.uint8)
+
+
 def model_space_in_graph(images, image_size):
     """Inside a TensorFlow graph (the SavedModels' `serving_default`): a uint8 batch (N, any H, any W, 3) ->
     float32 model-space images at `image_size`, by the same bilinear `tf.image.resize` and scaling as

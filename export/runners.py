@@ -1,108 +1,64 @@
-"""One interface over the three artifact kinds: a Keras model, a SavedModel directory, a .tflite file.
+"""One runner interface over every file an export writes and the Keras model it came from.
 
-Each runner turns model-space float32 images (N, H, W, 3) in [-1, 1] into its model's outputs (N, classes),
-checks the tensor it is given, and times a batch-1 call; `output_kind` says whether the outputs are "logits"
-(Keras, SavedModel's model_space, `--tflite-output logits`) or "probabilities" (TFLite models by default).
-`load_runner` picks the kind from the path.
+Every runner maps model-space float32 images (N, H, W, 3) in [-1, 1] to the model's outputs BY NAME,
+`outputs(x) -> {name: array}`, checks the tensor it is given, and times a batch-1 call (`latency_ms`); raw uint8
+images of any size go through `outputs_from_images(images)`. The names are the kind's (export/kinds/): `logits`
+(Keras, SavedModel, `--tflite-output logits`) or `probabilities` (TFLite by default) for a classifier, `embedding`
+for an image embedder, each block output's name for feature maps; `output_kind` is the first name. `load_runner`
+(export/formats/) picks the runner from the path; ONNX and OpenVINO's runners (export/portable.py) have the same
+interface.
 """
 
 import json
 import os
-import time
 
 import numpy as np
 
 from keras_vit import _startup, files
-from keras_vit.preprocessing import check_model_range
 
+from . import kinds, preprocessing
 from . import metadata as tflite_metadata
-from . import preprocessing
 from .errors import ExportError
-from .io import load_keras_model, model_labels, read_labels
+from .io import read_labels
+from .runtime import batches, check_batch, gather, invoke, median_ms, named_call
 
-# A feature-map file (export/feature_maps.py) has several named outputs and no classes: these runners refuse it.
-_FEATURE_MAPS = (
-    "{what} (several named outputs, no classes): predict and similar take classifiers and image embedders. Read "
-    "its outputs by name with export.feature_maps_artifacts (TFLiteFeatureMaps, SavedModelFeatureMaps)."
-)
-
-
-def _check_batch(x, image_size, what):
-    x = np.asarray(x)
-    expected = (*image_size, 3)
-    if x.ndim != 4 or tuple(x.shape[1:]) != expected:
-        raise ExportError(
-            f"{what} expects model-space images shaped (N, {expected[0]}, {expected[1]}, 3). Received shape "
-            f"{x.shape}. Resize raw uint8 images with export.preprocessing.to_model_space first."
-        )
-    if x.dtype != np.float32:
-        raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")
-    check_model_range(x, what, stacklevel=3)  # 0..255 floats would run and give confident nonsense: say so
-    return x
-
-
-def _median_ms(call, runs, warmup):
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
-
-
-def invoke(runner, x):
-    """Feeds `x` to `runner.interpreter` (a TFLite runner with `input`, `dynamic_batch` and `_batch`), resizing an
-    open batch dimension when the batch size changed, and invokes it; the caller reads the outputs it needs."""
-    if runner.dynamic_batch and x.shape[0] != runner._batch:
-        runner.interpreter.resize_tensor_input(runner.input["index"], x.shape)
-        runner.interpreter.allocate_tensors()
-        runner._batch = x.shape[0]
-    runner.interpreter.set_tensor(runner.input["index"], x)
-    runner.interpreter.invoke()
+SIGNATURE, MODEL_SPACE, INPUT = "serving_default", "model_space", "images"
 
 
 class KerasRunner:
-    """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do)."""
+    """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do), its outputs
+    named as its kind names them."""
 
     kind = "keras"
-    output_kind = "logits"
+    threads = "tf-default"
 
     def __init__(self, model, labels=None):
         import tensorflow as tf
 
-        from .embedder import is_feature_model
-
         self.model = model
         self.image_size = tuple(model.input_shape[1:3])
         self.labels = labels
-        self.output_kind = "embedding" if is_feature_model(model) else "logits"
-        self._call = tf.function(lambda x: model(x, training=False))
+        self.names = kinds.kind_of(model).output_names(model)
+        self.output_kind = self.names[0]
+        self._call = tf.function(named_call(model, self.names))
 
-    @property
-    def threads(self):
-        return "tf-default"
-
-    def logits(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, "The Keras model")
-        return np.concatenate([np.asarray(self._call(x[i : i + batch_size])) for i in range(0, len(x), batch_size)])
+    def outputs(self, x, batch_size=64):
+        x = check_batch(x, self.image_size, "The Keras model")
+        return gather([{k: v.numpy() for k, v in self._call(b).items()} for b in batches(x, batch_size)])
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        return _median_ms(lambda: np.asarray(self._call(x1)), runs, warmup)
+        return median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
 
-    def logits_from_images(self, images):
-        return self.logits(preprocessing.to_model_space(images, self.image_size))
-
-    outputs = logits
-    outputs_from_images = logits_from_images
+    def outputs_from_images(self, images):
+        return self.outputs(preprocessing.to_model_space(images, self.image_size))
 
 
 class SavedModelRunner:
-    """Runs an exported SavedModel: `model_space` for tensors, `serving_default` for raw images."""
+    """Runs an exported SavedModel: `model_space` for model-space tensors, `serving_default` for raw uint8 images
+    (resized and scaled inside). A classifier's outputs are its `logits`; feature maps' every output by name."""
 
     kind = "saved_model"
-    output_kind = "logits"
+    threads = "tf-default"
 
     def __init__(self, path):
         import tensorflow as tf
@@ -111,64 +67,55 @@ class SavedModelRunner:
         if not files.isfile(files.join(path, "saved_model.pb")):
             raise ExportError(f"{str(path)!r} is not a SavedModel directory (no saved_model.pb).")
         try:
-            self.loaded = tf.saved_model.load(str(path))
+            self.loaded = tf.saved_model.load(str(path))  # held: the signatures' variables live with it
         except Exception as exc:
             raise ExportError(f"Could not load the SavedModel at {str(path)!r}: {exc}") from exc
-        missing = {"serving_default", "model_space"} - set(self.loaded.signatures)
+        missing = {SIGNATURE, MODEL_SPACE} - set(self.loaded.signatures)
         if missing:
             raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
-        self.serving = self.loaded.signatures["serving_default"]
-        self.model_space = self.loaded.signatures["model_space"]
-        if "logits" not in self.model_space.structured_outputs:
-            raise ExportError(_FEATURE_MAPS.format(what=f"{str(path)!r} is a feature-map SavedModel"))
-        spec = self.model_space.structured_input_signature[1]["images"]
+        self.serving = self.loaded.signatures[SIGNATURE]
+        self.model_space = self.loaded.signatures[MODEL_SPACE]
+        named = self.model_space.structured_outputs
+        # A classifier's signatures also return the softmax (and serving_default the top k): its logits are what
+        # it is judged and predicted by.
+        self.names = ["logits"] if "logits" in named else sorted(named)
+        self.output_kind = self.names[0]
+        spec = self.model_space.structured_input_signature[1][INPUT]
         self.image_size = tuple(int(d) for d in spec.shape[1:3])
         labels_file = files.join(path, "assets", "labels.txt")
         self.labels = read_labels(labels_file) if files.isfile(labels_file) else None
 
-    @property
-    def threads(self):
-        return "tf-default"
+    def _named(self, result):
+        return {name: result[name].numpy() for name in self.names}
 
-    def logits(self, x, batch_size=64):
-        x = _check_batch(x, self.image_size, "The SavedModel's model_space signature")
-        out = [self.model_space(images=x[i : i + batch_size])["logits"].numpy() for i in range(0, len(x), batch_size)]
-        return np.concatenate(out)
+    def outputs(self, x, batch_size=64):
+        x = check_batch(x, self.image_size, "The SavedModel's model_space signature")
+        return gather([self._named(self.model_space(images=b)) for b in batches(x, batch_size)])
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        def run():
-            return self.model_space(images=x1)["logits"].numpy()
+        return median_ms(lambda: self._named(self.model_space(images=x1)), runs, warmup)
 
-        return _median_ms(run, runs, warmup)
-
-    def serve(self, image):
-        """Runs `serving_default` on one raw uint8 image of any size; returns its output dict (numpy)."""
-        (image,) = preprocessing.check_images(np.asarray(image)[None] if np.ndim(image) == 3 else image)
-        return {k: v.numpy() for k, v in self.serving(images=image[None]).items()}
-
-    def logits_from_images(self, images, batch_size=64):
+    def outputs_from_images(self, images, batch_size=64):
+        """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
         images = preprocessing.check_images(images)
-        if len({image.shape for image in images}) == 1:  # one size: batch them through the signature
-            batches = [np.stack(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
-            return np.concatenate([self.serving(images=b)["logits"].numpy() for b in batches])
-        return np.concatenate([self.serve(image)["logits"] for image in images])
-
-    outputs = logits
-    outputs_from_images = logits_from_images
+        one_size = len({image.shape for image in images}) == 1
+        batched = [np.stack(b) for b in batches(images, batch_size)] if one_size else [i[None] for i in images]
+        return gather([self._named(self.serving(images=b)) for b in batched])
 
 
 class TFLiteRunner:
     """Runs a .tflite flatbuffer with LiteRT's interpreter; quantized I/O is (de)quantized here.
 
-    Labels, the output kind and the input normalisation come from the `.json` sidecar beside a file, else from
-    the model's embedded metadata (what MediaPipe reads), else the project's defaults.
+    A file of one output names it by what it holds (`output_kind`): from the `.json` sidecar beside a file, else
+    the model's embedded metadata (what MediaPipe reads), else "logits". A file of several (feature maps), or any
+    file with `by_signature=True`, names them by its signature `serving_default`: TFLite orders a subgraph's
+    outputs by its own rule, so they are read through the signature's name -> tensor map, never by position.
+    Labels and the input normalisation come from the sidecar or the metadata, else the project's defaults.
     """
 
     kind = "tflite"
 
-    def __init__(self, flatbuffer=None, path=None, num_threads=1, labels=None):
-        from ai_edge_litert.interpreter import Interpreter
-
+    def __init__(self, flatbuffer=None, path=None, num_threads=1, labels=None, by_signature=False):
         output_kind = None
         if flatbuffer is None:
             path = os.fspath(path)
@@ -178,44 +125,42 @@ class TFLiteRunner:
             sidecar = os.path.splitext(path)[0] + ".json"
             if files.isfile(sidecar):
                 info = json.loads(files.read_text(sidecar))
-                if info.get("kind") == "feature_maps":
-                    raise ExportError(_FEATURE_MAPS.format(what=f"{str(path)!r} is a feature-map file"))
+                by_signature = by_signature or info.get("kind") == "feature_maps"
                 labels = info.get("labels") if labels is None else labels
                 output_kind = (info.get("output") or {}).get("meaning")
-        try:
-            with _startup.native_lines_dropped(_startup.LITERT_NOTICES):  # LiteRT's once-per-process INFO line
-                self.interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
-                self.interpreter.allocate_tensors()
-        except Exception as exc:
-            where = f" {str(path)!r}" if path else ""
-            raise ExportError(f"LiteRT could not load the flatbuffer{where}: {exc}") from exc
+        where = f" {str(path)!r}" if path else ""
+        self.interpreter = _interpreter(flatbuffer, num_threads, where)
         self.flatbuffer = bytes(flatbuffer)
-        self.num_threads = int(num_threads)
+        self.threads = int(num_threads)
         try:
             self.metadata = tflite_metadata.read_metadata(self.flatbuffer)
         except ExportError as exc:
-            raise ExportError(
-                f"The TFLite model{' ' + repr(str(path)) if path else ''} has unreadable metadata: {exc}"
-            ) from exc
+            raise ExportError(f"The TFLite model{where} has unreadable metadata: {exc}") from exc
         meta = self.metadata or {"input": {}, "output": {}}
         self.labels = labels if labels is not None else meta.get("labels")
-        self.output_kind = output_kind or meta["output"].get("kind") or "logits"
         mean, std = meta["input"].get("mean"), meta["input"].get("std")
         # One mean/std for all channels (what this exporter writes); per-channel values are not used here.
         self.normalization = (
             (float(mean[0]), float(std[0])) if mean and std else (preprocessing.PIXEL_CENTER, preprocessing.PIXEL_SCALE)
         )
         inputs, outputs = self.interpreter.get_input_details(), self.interpreter.get_output_details()
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise ExportError(f"Expected one input and one output tensor; found {len(inputs)} and {len(outputs)}.")
-        self.input, self.output = inputs[0], outputs[0]
+        if len(inputs) != 1:
+            raise ExportError(f"Expected one input tensor{where}; found {len(inputs)}.")
+        self.input = inputs[0]
+        if by_signature or len(outputs) > 1:
+            self.output_details = _signature_outputs(self.interpreter, where)
+        else:
+            self.output_details = {output_kind or meta["output"].get("kind") or "logits": outputs[0]}
+        self.names = list(self.output_details)
+        self.output_kind = self.names[0]
         self.image_size = tuple(int(d) for d in self.input["shape"][1:3])
         self.dynamic_batch = int(self.input["shape_signature"][0]) == -1
-        self._batch = int(self.input["shape"][0])
+        self.batch = int(self.input["shape"][0])
 
-    @property
-    def threads(self):
-        return self.num_threads
+    def positions(self):
+        """{name: position in the subgraph's output list}: where TFLite put each named output."""
+        order = [d["index"] for d in self.interpreter.get_output_details()]
+        return {name: order.index(d["index"]) for name, d in self.output_details.items()}
 
     def _quantize(self, x):
         dtype = self.input["dtype"]
@@ -228,33 +173,26 @@ class TFLiteRunner:
         q = x.astype(np.float64) / scale + zero_point
         return np.clip(np.sign(q) * np.floor(np.abs(q) + 0.5), info.min, info.max).astype(dtype)
 
-    def _dequantize(self, y):
-        if self.output["dtype"] == np.float32:
+    def dequantize(self, name, y):
+        """Output `name`'s raw tensor values as float32 (its scale and zero point applied where it is quantized)."""
+        detail = self.output_details[name]
+        if detail["dtype"] == np.float32:
             return y
-        scale, zero_point = self.output["quantization"]
+        scale, zero_point = detail["quantization"]
         return (y.astype(np.float32) - zero_point) * scale
 
     def _invoke(self, xq):
         invoke(self, xq)
-        return self.interpreter.get_tensor(self.output["index"])
+        return {name: self.interpreter.get_tensor(d["index"]) for name, d in self.output_details.items()}
 
     def _run(self, feed, batch_size=64):
-        step = batch_size if self.dynamic_batch else 1
-        out = [self._dequantize(self._invoke(feed[i : i + step])) for i in range(0, len(feed), step)]
-        return np.concatenate(out).astype(np.float32)
+        runs = [self._invoke(b) for b in batches(feed, batch_size if self.dynamic_batch else 1)]
+        return {name: self.dequantize(name, y).astype(np.float32) for name, y in gather(runs).items()}
 
     def outputs(self, x, batch_size=64):
-        """The model's outputs (`output_kind`) for model-space images; a uint8 input is quantized from them."""
-        x = _check_batch(x, self.image_size, "The TFLite model")
+        """The model's outputs for model-space images; a quantized input is quantized from them."""
+        x = check_batch(x, self.image_size, "The TFLite model")
         return self._run(self._quantize(x), batch_size)
-
-    def logits(self, x, batch_size=64):
-        if self.output_kind != "logits":
-            raise ExportError(
-                f"This TFLite model outputs {self.output_kind}, not logits. Use .outputs(x), or export with "
-                "--tflite-output logits."
-            )
-        return self.outputs(x, batch_size)
 
     def outputs_from_pixels(self, pixels, batch_size=64):
         """The model's outputs for uint8 images at its input size, fed the way apps feed them.
@@ -285,8 +223,8 @@ class TFLiteRunner:
         return self._quantize(x)  # an int16 input (int8_int16) is quantized from it
 
     def latency_ms(self, x1, runs=50, warmup=5):
-        xq = self._quantize(_check_batch(x1, self.image_size, "The TFLite model"))
-        return _median_ms(lambda: self._invoke(xq), runs, warmup)
+        xq = self._quantize(check_batch(x1, self.image_size, "The TFLite model"))
+        return median_ms(lambda: self._invoke(xq), runs, warmup)
 
     def outputs_from_images(self, images):
         """Outputs for raw uint8 images of any size: bilinear resize (`tf.image.resize`), then the metadata's
@@ -297,44 +235,28 @@ class TFLiteRunner:
         mean, std = self.normalization
         return self._run(self._quantize(((pixels - mean) / std).astype(np.float32)))
 
-    def logits_from_images(self, images):
-        return self.logits(preprocessing.to_model_space(images, self.image_size))
+
+def _interpreter(flatbuffer, num_threads, where):
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        with _startup.native_lines_dropped(_startup.LITERT_NOTICES):  # LiteRT's once-per-process INFO line
+            interpreter = Interpreter(model_content=bytes(flatbuffer), num_threads=int(num_threads))
+            interpreter.allocate_tensors()
+    except Exception as exc:
+        raise ExportError(f"LiteRT could not load the flatbuffer{where}: {exc}") from exc
+    return interpreter
 
 
-def load_runner(path, num_threads=1):
-    """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, a `.tflite` file, a
-    `.onnx` file (onnxruntime) or an OpenVINO `.xml` (with its `.bin`).
-
-    Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
-    older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
-    or, without one, the model's embedded metadata; ONNX metadata_props, OpenVINO rt_info.
-    """
-    path = os.fspath(path)
-    is_dir = files.isdir(path)
-    if (
-        is_dir
-        and not files.isfile(files.join(path, "saved_model.pb"))
-        and files.isfile(files.join(path, "model.keras"))
-    ):
-        path, is_dir = files.join(path, "model.keras"), False  # a training workdir: its Keras model
-    if is_dir:
-        return SavedModelRunner(path)
-    if path.endswith(".tflite"):
-        return TFLiteRunner(path=path, num_threads=num_threads)
-    if path.endswith(".onnx"):
-        from .onnx import OnnxRunner
-
-        return OnnxRunner(path=path, num_threads=num_threads)
-    if path.endswith((".xml", ".bin")):
-        from .openvino import OpenVINORunner
-
-        return OpenVINORunner(path=os.path.splitext(path)[0] + ".xml", num_threads=num_threads)
-    if path.endswith(".keras"):
-        model = load_keras_model(path)
-        return KerasRunner(model, model_labels(model, path))
-    if not files.exists(path):
-        raise ExportError(f"No artifact at {str(path)!r}.")
-    raise ExportError(
-        f"Cannot tell what {str(path)!r} is. Pass a .keras file, a SavedModel directory, a .tflite, .onnx or "
-        "OpenVINO .xml file."
-    )
+def _signature_outputs(interpreter, where):
+    """{name: output detail} through the signature `serving_default` (its one input named `images`)."""
+    signatures = interpreter.get_signature_list()
+    if SIGNATURE not in signatures or signatures[SIGNATURE]["inputs"] != [INPUT]:
+        raise ExportError(
+            f"The TFLite model{where} has no signature {SIGNATURE!r} with one input {INPUT!r} (found {signatures}); "
+            "files of several outputs name them through it. Re-export the model with export/."
+        )
+    runner = interpreter.get_signature_runner(SIGNATURE)
+    details = runner.get_output_details()
+    del runner  # it holds the interpreter's internals, and LiteRT refuses to run while anything else does
+    return details

@@ -5,7 +5,6 @@ import tempfile
 from pathlib import Path
 
 from keras_vit import files
-from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import preprocessing
 
@@ -31,37 +30,51 @@ def build_serving_module(model, labels, top_k=5):
     """
     import tensorflow as tf
 
+    from keras_vit.models.vision_transformer import fixed_size_model
+
     model = fixed_size_model(model)
-    height, width, channels = model.input_shape[1:]
     num_classes = int(model.output_shape[-1])
     if len(labels) != num_classes:
         raise ValueError(f"{len(labels)} labels for a model with {num_classes} outputs; they must match.")
     k = max(1, min(int(top_k), num_classes))
+    names = tf.constant(list(labels), dtype=tf.string)
+
+    def heads(images):
+        logits = model(images, training=False)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    def top(out):
+        top_probabilities, top_ids = tf.math.top_k(out["probabilities"], k=k)
+        return {"top_k_ids": top_ids, "top_k_probabilities": top_probabilities,
+                "top_k_labels": tf.gather(names, top_ids)}  # fmt: skip
+
+    return serving_module(model, heads, top, labels=names)
+
+
+def serving_module(model, outputs, served=None, **tracked):
+    """The one SavedModel builder of every kind: a `tf.Module` holding `model` (and `tracked`) with the two
+    signatures, `model_space(images)` (float32 images already resized and scaled, (batch, H, W, C)) ->
+    `outputs(images)`, a dict by name, and `serving_default(images)` (uint8 RGB images of any size, resized
+    bilinearly and scaled to [-1, 1] inside) -> the same dict, plus `served(it)` where given. Returns (module,
+    signatures)."""
+    import tensorflow as tf
+
+    height, width, channels = model.input_shape[1:]
     module = tf.Module()
     module.model = model
-    module.labels = tf.constant(list(labels), dtype=tf.string)
-
-    def heads(logits):
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        return {"logits": logits, "probabilities": probabilities}
+    for name, value in tracked.items():
+        setattr(module, name, value)
 
     @tf.function(input_signature=[tf.TensorSpec((None, height, width, channels), tf.float32, name="images")])
     def model_space(images):
-        return heads(model(images, training=False))
+        return outputs(images)
 
     @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name="images")])
     def serving(images):
-        out = heads(model(preprocessing.model_space_in_graph(images, (height, width)), training=False))
-        top_probabilities, top_ids = tf.math.top_k(out["probabilities"], k=k)
-        out.update(
-            top_k_ids=top_ids,
-            top_k_probabilities=top_probabilities,
-            top_k_labels=tf.gather(module.labels, top_ids),
-        )
-        return out
+        out = outputs(preprocessing.model_space_in_graph(images, (height, width)))
+        return {**out, **(served(out) if served else {})}
 
-    module.serving = serving
-    module.model_space = model_space
+    module.serving, module.model_space = serving, model_space
     return module, {SERVING_KEY: serving.get_concrete_function(), MODEL_SPACE_KEY: model_space.get_concrete_function()}
 
 

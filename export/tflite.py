@@ -22,6 +22,7 @@ from . import maintained, preprocessing
 from . import metadata as tflite_metadata
 from .errors import ExportError, check_choices
 from .flatbuffer import non_builtin_ops, read_ops
+from .io import check_labels
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul", "int8_int16", "int4_weights")
 # What an export converts unless --quantize says otherwise; the last two (export/maintained.py) are opt-in.
@@ -63,20 +64,32 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
     import tensorflow as tf
 
     model = _fixed_size(model)
-    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
-    if any(d is None for d in shape[1:]):
+    if any(d is None for d in model.input_shape[1:]):
         raise ExportError(
             f"TFLite export needs a static image size; the model's input shape is {model.input_shape}. "
             "Build the model with a fixed image_size (a keras_vit model with dynamic_image_size=True is exported "
             "at its image_size)."
         )
 
-    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
-    def function(images):
+    def outputs(images):
         logits = model(images, training=False)
         if output == "probabilities":
             return {"probabilities": tf.nn.softmax(logits, axis=-1)}
         return {"logits": logits}
+
+    return freeze(model, outputs, dynamic_batch)
+
+
+def freeze(model, outputs, dynamic_batch=False):
+    """The one freeze of every kind's TFLite file: `outputs(images) -> {name: tensor}` traced at `model`'s input
+    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`)."""
+    import tensorflow as tf
+
+    shape = (None if dynamic_batch else 1, *model.input_shape[1:])
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="images")])
+    def function(images):
+        return outputs(images)
 
     return freeze_named(function)
 
@@ -163,15 +176,7 @@ def convert(
 
 
 def _metadata_labels(labels, num_classes):
-    labels = [str(i) for i in range(num_classes)] if labels is None else list(labels)
-    if len(labels) != num_classes:
-        raise ExportError(f"{len(labels)} labels for a model with {num_classes} outputs. They must match.")
-    bad_labels = [label for label in labels if "\n" in label or "\r" in label]
-    if bad_labels:
-        raise ExportError(
-            f"Labels cannot contain line breaks (the labels file has one per line). Received {bad_labels}"
-        )
-    return labels
+    return [str(i) for i in range(num_classes)] if labels is None else check_labels(labels, num_classes)
 
 
 def convert_function(model, function, quantize, representative_images=None, int8_io="float32",

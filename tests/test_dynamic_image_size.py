@@ -246,7 +246,7 @@ def test_tflite_export_is_at_the_stored_size(tmp_path):
     runner = TFLiteRunner(path=tmp_path / "model_float32.tflite")
     assert list(runner.input["shape_signature"]) == [1, 32, 32, 3]
     x = images((32, 32), n=3)
-    np.testing.assert_allclose(runner.outputs(x), np.asarray(model(x)), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(runner.outputs(x)["logits"], np.asarray(model(x)), atol=1e-5, rtol=0)
     # The SavedModel's signatures are traced at that size too (their serving signature resizes to it).
     _, signatures = build_serving_module(model, [str(i) for i in range(10)])
     assert signatures["model_space"].structured_input_signature[0][0].shape.as_list() == [None, 32, 32, 3]

@@ -508,15 +508,15 @@ def test_runners_warn_on_images_outside_the_model_range():
     pixels = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        runner.logits(scale_pixels(pixels))  # the contract: no warning
+        runner.outputs(scale_pixels(pixels))  # the contract: no warning
     with pytest.warns(
         UserWarning,
         match=r"expects images in \[-1, 1\] but received values in \[0, 255\].*raw "
         r"pixels in 0\.\.255.*\(x - 127\.5\) / 127\.5",
     ):
-        runner.logits(pixels)
+        runner.outputs(pixels)
     with pytest.warns(UserWarning, match=r"x \* 2 - 1 for 0\.\.1"):
-        runner.logits(pixels / 127.5 - 1.5)  # not 0..255, still out of range
+        runner.outputs(pixels / 127.5 - 1.5)  # not 0..255, still out of range
 
 
 def test_predict_refuses_float_images_and_the_model_itself_stays_silent(exported):

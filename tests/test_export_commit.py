@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import export
-from export import commit
+from export import commit, kinds
+from export.formats import owned_names
 from keras_vit import files
 from tests import export_fixtures as fx
 
@@ -121,7 +122,7 @@ def stage_and_commit(out, name, exchange=True):
     """What export_model does around its artifacts: recover, check, stage (with the report last), commit."""
     commit.use_exchange = exchange
     with commit.claim(out) as target:
-        commit.check_target(target)
+        commit.check_target(target, owned_names(kinds.KINDS))
         staging = commit.staging_dir(target)
         for rel, data in SETS[name].items():
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)

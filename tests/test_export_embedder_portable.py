@@ -159,7 +159,7 @@ def test_l2_normalised_pre_logits_embedder_keeps_an_open_image_size(tmp_path):
     keras.utils.set_random_seed(1)
     model = keras_vit.create_model("testing", num_classes=0, representation_size=16, dynamic_image_size=True)
     x = np.random.default_rng(2).uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
-    entry = embedder_portable.artifact("onnx", model, (32, 32), tmp_path, x, keras_features(model, x),
+    entry = embedder_portable.artifact("onnx", model, (32, 32), tmp_path, x, {"embedding": keras_features(model, x)},
                                        l2_normalize=True, runs=1, warmup=0, dynamic_model=model)  # fmt: skip
     assert entry["passed"], entry["failures"]
     assert entry["dynamic_image_size"]["size"] == [48, 40] and entry["input_shape"] == ["batch", "height", "width", 3]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import export
-from export import gpu
+from export import gpu, kinds
 from export.__main__ import main as cli
 from tests import export_fixtures as fx
 
@@ -147,9 +147,9 @@ def test_no_driver_says_not_run_and_require_fails(exported, tmp_path, monkeypatc
         out / "model_float32.tflite",
         runner,
         images,
-        reference,
+        {"logits": reference},
         None,
-        "probabilities",
+        kinds.classifier,
         {"max_rel_logit_diff": 1e-4},
     )
     (tmp_path / "empty").mkdir()
@@ -167,8 +167,8 @@ def test_no_driver_says_not_run_and_require_fails(exported, tmp_path, monkeypatc
     monkeypatch.setenv(gpu.ICD_ENV, SWIFTSHADER)
     assert gpu.check_artifact(*args, mode="off")["verdict"] == "not run: --gpu-check off"
     # A result outside the budget is reported, and fails the export only under "require".
-    wrong = gpu.check_artifact(out / "model_float32.tflite", runner, images, np.roll(reference, 1, axis=-1),
-                               None, "probabilities", {"min_top1_agreement": 0.99})  # fmt: skip
+    wrong = gpu.check_artifact(out / "model_float32.tflite", runner, images, {"logits": np.roll(reference, 1, axis=-1)},
+                               None, kinds.classifier, {"min_top1_agreement": 0.99})  # fmt: skip
     assert wrong["status"] == "ran" and not wrong["within_budget"] and wrong["failures"] == []
 
 

@@ -59,7 +59,7 @@ def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     tflite = TFLiteRunner(path=tmp_path / "model_float32.tflite")
     x = export.to_model_space(images, (32, 32))
     assert tflite.output_kind == "probabilities"
-    np.testing.assert_allclose(tflite.outputs(x), softmax(model.predict(x, verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(tflite.outputs(x)["probabilities"], softmax(model.predict(x, verbose=0)), atol=1e-5)
     assert tflite.labels == [str(i) for i in range(10)]
 
 
@@ -93,7 +93,7 @@ def test_dynamic_batch_option(tmp_path):
     runner = TFLiteRunner(flatbuffer)
     assert runner.dynamic_batch and list(runner.input["shape_signature"]) == [-1, 32, 32, 3]
     x = export.to_model_space(random_images(5, 32), (32, 32))
-    np.testing.assert_allclose(runner.outputs(x), softmax(model.predict(x, verbose=0)), atol=1e-5)
+    np.testing.assert_allclose(runner.outputs(x)["probabilities"], softmax(model.predict(x, verbose=0)), atol=1e-5)
     fixed = TFLiteRunner(export.convert_tflite(model, "float32"))
     assert list(fixed.input["shape_signature"]) == [1, 32, 32, 3]
 
@@ -104,12 +104,12 @@ def test_full_int8_with_uint8_io(tmp_path):
     flatbuffer = export.convert_tflite(model, "int8", representative_images=images, int8_io="uint8", output="logits")
     runner = TFLiteRunner(flatbuffer)
     assert runner.output_kind == "logits" and export.read_metadata(flatbuffer)["output"]["min"] is None
-    assert runner.input["dtype"] == np.uint8 and runner.output["dtype"] == np.uint8
+    assert runner.input["dtype"] == np.uint8 and runner.output_details["logits"]["dtype"] == np.uint8
     assert runner.input["quantization"][0] == pytest.approx(2 / 255, rel=1e-3)  # calibrated on [-1, 1]
     assert export.non_builtin_ops(export.read_ops(flatbuffer)) == []
     # A loose sanity check on noise; the accuracy of uint8 I/O is checked on the digits model.
     x = export.to_model_space(images[:16], (32, 32))
-    assert np.corrcoef(runner.logits(x).ravel(), model.predict(x, verbose=0).ravel())[0, 1] > 0.9
+    assert np.corrcoef(runner.outputs(x)["logits"].ravel(), model.predict(x, verbose=0).ravel())[0, 1] > 0.9
 
 
 def test_exact_gelu_converts_to_the_builtin_op():
@@ -123,8 +123,9 @@ def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
     path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
     runner = export.load_runner(path)
     images = [random_images(1, 45, seed=1)[0], random_images(1, 20, seed=2)[0]]
-    expected = KerasRunner(model).logits_from_images(images)
-    np.testing.assert_allclose(runner.logits_from_images(images), expected, atol=1e-4)
+    expected = KerasRunner(model).outputs_from_images(images)
+    assert list(expected) == ["logits"]
+    np.testing.assert_allclose(runner.outputs_from_images(images)["logits"], expected["logits"], atol=1e-4)
     assert runner.labels == [f"c{i}" for i in range(10)]
 
 

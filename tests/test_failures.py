@@ -207,7 +207,7 @@ def _model_without_zip(labels=("cat", "dog")):
 
     model = schema.ModelT()
     model.version, model.buffers, model.subgraphs = 3, [schema.BufferT()], []
-    base = metadata._finish(model, metadata.TFLITE_IDENTIFIER)
+    base = metadata.finish(model, metadata.TFLITE_IDENTIFIER)
     return metadata._strip_zip(metadata.with_metadata(base, list(labels), (32, 32), np.float32, "probabilities"))
 
 

@@ -233,4 +233,4 @@ def test_runner_takes_the_normalisation_from_the_metadata(tiny, monkeypatch):
         interpreter.set_tensor(inp["index"], image[None].astype(np.float32) / 255.0)
         interpreter.invoke()
         expected.append(interpreter.get_tensor(out["index"])[0])
-    np.testing.assert_allclose(runner.outputs_from_images(list(pixels)), np.array(expected), atol=1e-6)
+    np.testing.assert_allclose(runner.outputs_from_images(list(pixels))["probabilities"], np.array(expected), atol=1e-6)

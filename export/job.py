@@ -1,0 +1,155 @@
+"""The export job: plan once, verify once, then for each format and mode write, reopen, judge and record one file;
+then report and commit.
+
+Nothing in the output directory changes until every requested artifact has been built and has passed its
+budget: the whole directory (artifacts, then `report.json`, which lists every file with its size and sha256)
+is built in a staging directory and then swapped in as a whole (`export.commit`), so after any sequence of
+exports, interrupted or not, `out` holds exactly what its `report.json` lists.
+
+The kind of model (export/kinds/: classifier, image embedder, feature maps) brings its outputs, budgets,
+comparison and report fields; the format (export/formats/: SavedModel, TFLite, ONNX, OpenVINO) its writer,
+runner and checks. They meet here, in one loop.
+"""
+
+import dataclasses
+import os
+
+from keras_vit.models.vision_transformer import fixed_size_model
+
+from . import commit, kinds, preprocessing
+from .errors import ExportError
+from .formats import FORMATS, offered_formats, owned_names
+from .options import ExportOptions, ExportSource
+from .report import publish
+from .runners import KerasRunner
+from .runtime import image_size
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the export decided before touching `out`."""
+
+    source: object  # the ExportSource
+    kind: object  # the kind module (export/kinds/)
+    model: object  # at a fixed image size
+    dynamic_model: object  # the dynamic_image_size=True model ONNX and OpenVINO keep, else None
+    labels: list  # a classifier's, else None
+    formats: tuple  # the format values to write, in the registry's order
+    modes: tuple  # the TFLite modes
+    notes: tuple
+    l2_normalize: bool = False  # an embedder's vectors as written
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """The verification images in every form the files are fed, and the Keras reference on them."""
+
+    images: object  # uint8, any size: what the SavedModel's serving signature takes
+    truth: object  # labels (a classifier's, where the set has them) or None
+    set_name: str
+    note: str  # why there is no accuracy, or None
+    x: object  # model space: float32 in [-1, 1] at the model's size
+    pixels: object  # uint8 at the model's size: what an app feeds
+    reference: dict  # the Keras outputs by name
+    keras: dict  # the report's Keras row
+
+
+def export_model(source, out, options=None):
+    """Exports a Keras model to SavedModel, TFLite, ONNX and OpenVINO, verifies every artifact, writes the report.
+
+    A classifier exports in every format; a `num_classes=0` model as an image embedder (TFLite for MediaPipe's
+    ImageEmbedder, ONNX, OpenVINO); a `keras_vit.feature_model` as feature maps (SavedModel, TFLite).
+
+    Args:
+        source: an `ExportSource` (the model, its labels, calibration and held-out images, names), or a bare
+            Keras model (`ExportSource(model)`).
+        out: output directory or URL, replaced as a whole once every artifact has passed: absent, empty, or
+            an earlier export (anything else is refused). Afterwards it holds exactly what report.json lists.
+        options: an `ExportOptions` (formats, TFLite modes, verification and report settings); default all formats.
+
+    Returns:
+        The report dict (also written to `out/report.json`).
+
+    Raises:
+        ExportError: invalid options or inputs (including an `out` that holds files an export does not
+            write, or a request the kind of model cannot meet), before anything is written.
+        VerificationError: an artifact missed its budget; `out` is left as it was. `.report` holds the figures.
+    """
+    source = source if isinstance(source, ExportSource) else ExportSource(source)
+    options = ExportOptions() if options is None else options
+    _check_backend()
+    out = os.fspath(out)
+    plan = _plan(source, options)
+    # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
+    with commit.staged(out, owned_names(kinds.KINDS)) as (target, staging):
+        v = _verify_on(plan, options)
+        artifacts = [
+            fmt.entry(plan, mode, v, staging, out, options) for fmt in plan.formats for mode in fmt.modes(plan)
+        ]
+        return publish(_report(plan, v, artifacts, out, options), staging, target, out)
+
+
+def _check_backend():
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError(
+            f"Export converts with TensorFlow and needs Keras' TensorFlow backend; this process runs "
+            f"{keras.backend.backend()!r}. Save the model (`model.save('model.keras')`) and run "
+            f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
+        )
+
+
+def _plan(source, options):
+    """The kind, the model at a fixed size, the formats and TFLite modes, the labels and the notes so far."""
+    kind = kinds.kind_of(source.model)
+    model = fixed_size_model(source.model)
+    dynamic = None if model is source.model else source.model  # ONNX and OpenVINO keep an open image size
+    notes = []
+    if dynamic is not None:
+        size = "x".join(str(d) for d in model.config.image_size)
+        notes.append(
+            f"exported at {size}, the model's image_size: it was built with dynamic_image_size=True, and TFLite "
+            "and the metadata need one input size (the SavedModel's serving signature resizes to it; ONNX and "
+            "OpenVINO keep the open size)"
+        )
+    offered = offered_formats(kind)
+    labels, modes, kind_notes = kind.plan(source, options, model, offered)
+    formats = tuple(FORMATS[name] for name in offered if name in options.formats)
+    return Plan(source, kind, model, dynamic, labels, formats, modes, (*notes, *kind_notes))
+
+
+def _verify_on(plan, options):
+    """The verification set (`ExportSource.verification_images`) and the Keras reference on it."""
+    size = image_size(plan.model)
+    chosen = plan.source.verification_images(size, options.max_verify_images)
+    truth = chosen.truth if plan.kind.LABELLED else None
+    x = preprocessing.to_model_space(chosen.images, size)
+    runner = KerasRunner(plan.model, plan.labels)
+    reference = runner.outputs(x)
+    keras_row = {
+        "threads": runner.threads,
+        "latency_ms": runner.latency_ms(x[:1], options.latency_runs, options.latency_warmup),
+        **plan.kind.keras_fields(reference, truth, plan.source),
+    }
+    note = plan.kind.NO_ACCURACY.get(chosen.origin) if plan.kind.LABELLED else None
+    pixels = preprocessing.app_pixels(chosen.images, size)
+    return Verification(chosen.images, truth, chosen.name, note, x, pixels, reference, keras_row)
+
+
+def _report(plan, v, artifacts, out, options):
+    source = plan.source
+    return {
+        "source": str(source.name) if source.name else type(source.model).__name__,
+        "out": str(out),
+        **plan.kind.TAG,
+        "model": {"image_size": list(image_size(plan.model)), **plan.kind.describe_model(plan)},
+        **plan.kind.report_fields(plan, options),
+        "verification": {"set": v.set_name, "images": len(v.x), "labelled": v.truth is not None},
+        "latency_runs": options.latency_runs,
+        "latency_warmup": options.latency_warmup,
+        "keras": v.keras,
+        "artifacts": artifacts,
+        "notes": [*plan.notes, *([v.note] if v.note else [])],
+        "passed": all(a["passed"] for a in artifacts),
+    }

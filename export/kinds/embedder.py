@@ -1,0 +1,175 @@
+"""An image embedder: a head-less keras_vit model (`num_classes=0`), one vector per image, judged against the Keras
+vectors by every image's cosine similarity and the difference of their norms, with a budget per mode; its files are
+`embedder_*`, in TFLite (for MediaPipe's ImageEmbedder), ONNX and OpenVINO.
+"""
+
+import numpy as np
+
+from .. import gpu, table_lines
+from ..errors import ExportError
+
+NAME = "embedder"
+TAG = {"kind": NAME}
+TITLE = " (image embedder)"
+STEM = "embedder"
+HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")
+OUTPUT = "embedding"
+LABELLED = False
+# The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
+# norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
+BUDGETS = {
+    "float32": {"min_cosine": 0.9999, "max_rel_norm_diff": 1e-4},
+    "float16": {"min_cosine": 0.999, "max_rel_norm_diff": 1e-2},
+    "dynamic_int8": {"min_cosine": 0.995, "max_rel_norm_diff": 0.05},
+    "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
+    "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
+}
+
+
+def matches(model):
+    """A keras_vit model without a classification head."""
+    return is_feature_model(model)
+
+
+def is_feature_model(model):
+    """True for a keras_vit model without a classification head (`num_classes=0`): its output is features."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "num_classes", None) == 0:
+        return True
+    try:
+        model.get_layer("head")
+    except ValueError:
+        return True
+    return False
+
+
+def cosine(a, b):
+    """Row-wise cosine similarity of two (N, D) arrays (float64)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
+
+
+def expected_vectors(vectors, l2_normalize):
+    """The vectors a file should give: the Keras ones, L2-normalised where the file normalises them."""
+    vectors = np.asarray(vectors, np.float64)
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True) if l2_normalize else vectors
+
+
+def compare(outputs, reference):
+    """Agreement of an artifact's vectors with the Keras vectors (both (N, D))."""
+    outputs, reference = np.asarray(outputs, np.float64), np.asarray(reference, np.float64)
+    if outputs.shape != reference.shape:
+        raise ValueError(f"Shapes differ: artifact {outputs.shape} vs keras {reference.shape}.")
+    similarity = cosine(outputs, reference)
+    norms, ref_norms = np.linalg.norm(outputs, axis=-1), np.linalg.norm(reference, axis=-1)
+    return {
+        "images": len(outputs),
+        "output": OUTPUT,
+        "min_cosine": float(similarity.min()),
+        "mean_cosine": float(similarity.mean()),
+        "max_abs_diff": float(np.abs(outputs - reference).max()),
+        "max_rel_norm_diff": float((np.abs(norms - ref_norms) / np.maximum(ref_norms, 1e-30)).max()),
+        "mean_norm": float(norms.mean()),
+    }
+
+
+def figures(outputs, reference, truth=None):
+    """`compare` on named outputs: the file's `embedding` against the Keras one (`truth` has no use here)."""
+    return compare(outputs[OUTPUT], reference[OUTPUT])
+
+
+def check_budget(figures, budget):
+    """The budget misses of `compare`'s figures, one line each."""
+    failures = []
+    if not figures["min_cosine"] >= budget["min_cosine"]:
+        failures.append(f"min cosine similarity with Keras = {figures['min_cosine']:.6f} < {budget['min_cosine']:g}")
+    if not figures["max_rel_norm_diff"] <= budget["max_rel_norm_diff"]:
+        failures.append(
+            f"max relative norm difference = {figures['max_rel_norm_diff']:.3g} > {budget['max_rel_norm_diff']:g}"
+        )
+    return failures
+
+
+def plan(source, options, model, offered):
+    """(labels: None, TFLite modes, notes) of an embedder's export; raises when none of the `offered` formats (those
+    that write embedders) is asked for."""
+    modes, note = options.modes(source.has_representative)
+    if not any(f in offered for f in options.formats):
+        raise ExportError(
+            f"This model outputs pooled features (num_classes=0, output {model.output_shape}), which export as image "
+            "embedders (embedder_<mode>.tflite for MediaPipe's ImageEmbedder, embedder.onnx, embedder.xml); pass "
+            f"--formats {','.join(offered)}."
+        )
+    notes = [note] if note else []
+    for name in (f for f in options.formats if f not in offered):
+        notes.append(
+            f"{name} not written: a num_classes=0 model exports as TFLite, ONNX and OpenVINO image embedders only"
+        )
+    return None, modes, notes
+
+
+def describe_model(plan):
+    return {"dimensions": int(plan.model.output_shape[-1]), "parameters": int(plan.model.count_params())}
+
+
+def report_fields(plan, options):
+    return {}
+
+
+def keras_fields(reference, truth, source):
+    return {"top1_accuracy": None, "file_bytes": None}
+
+
+def entry_figures(found, plan):
+    return {**found, "dimensions": int(plan.model.output_shape[-1]), "l2_normalized": bool(plan.l2_normalize)}
+
+
+def output_names(model):
+    """An embedder's one output: the vector."""
+    return [OUTPUT]
+
+
+def keras_cells(report):
+    return (str(report["model"]["dimensions"]), "-", "-", "-", "-")
+
+
+def cells(a):
+    return (str(a["dimensions"]), f"{a['min_cosine']:.6f}", f"{a['mean_cosine']:.6f}", f"{a['max_abs_diff']:.2e}",
+            f"{a['max_rel_norm_diff']:.2e}")  # fmt: skip
+
+
+def verified(report):
+    v = report["verification"]
+    return f"Verified on {v['images']} images from {v['set']}: cosine similarity of each image's vector with Keras'."
+
+
+def preamble(report):
+    return []
+
+
+def lines(a):
+    """An embedder file's lines below its budget line: what its format adds."""
+    if a["format"] != "tflite":
+        return _interchange_lines(a)
+    return [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
+
+
+def _interchange_lines(entry):
+    """The report table's lines for an ONNX or OpenVINO embedder."""
+    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
+    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
+    lines = [
+        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
+        f"values, {norm}; dynamic batch: "
+        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
+    ]
+    if size:
+        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
+                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
+    default = entry.get("default_precision") or {}
+    lines += [table_lines.interchange_runtime(entry, f"min cosine {default.get('min_cosine', 0):.6f}"),
+              table_lines.ops(entry)]  # fmt: skip
+    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
+    return lines
