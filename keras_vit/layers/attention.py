@@ -116,17 +116,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, tokens, training=None, return_attention_scores=False, context=None):
         context = tokens if context is None else context
-        query, key, value = self.query(tokens), self.key(context), self.value(context)
-        scale = 1.0 / math.sqrt(self.head_dim)
+        query, key, value = self._scaled_query(tokens), self.key(context), self.value(context)
         dropout = self.dropout if training and self.dropout_rate else None
         if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
-            attended, weights = attention_kernel.explicit(query, key, value, scale, dropout, training)
+            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training)
         else:
-            attended, weights = attention_kernel.fused(query, key, value, scale), None
+            attended, weights = attention_kernel.fused(query, key, value, 1.0), None
         output = self.out(attended)
         if return_attention_scores:
             return output, weights
         return output
+
+    def _scaled_query(self, tokens):
+        """Q / sqrt(D_h). A plain float projection takes the scale into its kernel and bias (D * H * D_h values, and
+        no separate multiply in an exported graph, where a full-int8 TFLite file would quantize one more tensor);
+        a quantized or LoRA projection runs as Keras made it and its output is scaled."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        layer = self.query
+        if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
+            return layer(tokens) * scale
+        kernel = ops.cast(layer.kernel, layer.compute_dtype) * scale
+        return ops.einsum("btd,dhk->bthk", tokens, kernel) + ops.cast(layer.bias, layer.compute_dtype) * scale
 
     def load_own_variables(self, store):
         """Files of keras-vit before the projections were layers hold the eight variables here, in this order."""
