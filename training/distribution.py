@@ -316,14 +316,16 @@ def _jax_placement(name, join_timeout):
     if name == "fsdp":
         from . import sharding
 
-        return sharding.placement(devices, reason, kind, local, num_processes)
-    # Each process feeds its own rows of every batch (training.data), so Keras must not shard the dataset again.
-    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+        distribution, placement_class, label = sharding.FullySharded(devices), sharding.ShardedPlacement, "FSDP"
+    else:
+        # Each process feeds its own rows of every batch (training.data), so Keras must not shard the dataset again.
+        distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+        placement_class, label = JaxPlacement, "DataParallel"
     # Process-wide: Keras' JAX trainer looks the distribution up when `fit` shards each batch, outside any scope.
     keras.distribution.set_distribution(distribution)
-    return JaxPlacement(
+    return placement_class(
         backend="jax",
-        name="DataParallel",
+        name=label,
         reason=reason,
         num_replicas=len(devices),
         device_kind=kind,

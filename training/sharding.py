@@ -121,23 +121,3 @@ def split_parameters(model):
         if not variable.value.sharding.is_fully_replicated:
             sharded += size
     return sharded, total
-
-
-def placement(devices, reason, kind, local_devices, num_processes=1):
-    """The `ShardedPlacement` over `devices` (every process's), installed process-wide as `DataParallel` is."""
-    import jax
-
-    distribution = FullySharded(devices)
-    keras.distribution.set_distribution(distribution)
-    return ShardedPlacement(
-        backend="jax",
-        name="FSDP",
-        reason=reason,
-        num_replicas=len(devices),
-        device_kind=kind,
-        is_chief=jax.process_index() == 0,
-        num_processes=num_processes,
-        process_index=jax.process_index(),
-        local_devices=local_devices,
-        distribution=distribution,
-    )
