@@ -50,12 +50,14 @@ OPENERS = {"onnxruntime": onnx_session, "openvino": openvino_request}
 def keras_vit_files(model, out_dir, prefix="keras-vit"):
     """keras-vit's ONNX and OpenVINO files of `model`, as `python -m export` writes them: {runtime: path}."""
     from export import onnx, openvino
+    from export.description import describe
+    from export.kinds import classifier
 
-    image_size = tuple(int(d) for d in model.input_shape[1:3])
     labels = [str(i) for i in range(int(model.output_shape[-1]))]
+    described = describe(classifier, model, labels)
     onnx_path = os.path.join(out_dir, f"{prefix}.onnx")
-    atomic_write_bytes(onnx_path, onnx.convert(model, labels, image_size))
-    xml, weights = openvino.convert(model, labels, image_size)
+    atomic_write_bytes(onnx_path, onnx.convert(model, described))
+    xml, weights = openvino.convert(model, described)
     xml_path = os.path.join(out_dir, f"{prefix}.xml")
     atomic_write_bytes(os.path.splitext(xml_path)[0] + ".bin", weights)
     atomic_write_bytes(xml_path, xml)

@@ -27,22 +27,22 @@ def normalized_model(model):
     return keras.Model(inputs, keras.ops.normalize(model(inputs), axis=-1, order=2), name=f"{model.name}_l2")
 
 
-def write(fmt, model, image_size, staging, l2_normalize=False, num_threads=1):
-    """Converts a head-less `model` to `fmt`, writes it into `staging` and opens it; returns (name, bytes, runner)."""
-    embedding = {"dimensions": int(model.output_shape[-1]), "l2_normalized": bool(l2_normalize)}
-    source = normalized_model(model) if l2_normalize else model
-    return interchange.write(fmt, source, None, image_size, staging, num_threads, embedding=embedding, name=NAMES[fmt])
+def write(fmt, model, description, staging, num_threads=1):
+    """Converts a head-less `model` to `fmt` with `description` (export/description.py) in the file, writes it into
+    `staging` and opens it; returns (name, bytes, runner)."""
+    source = normalized_model(model) if description.l2_normalized else model
+    return interchange.write(fmt, source, description, staging, num_threads, name=NAMES[fmt])
 
 
-def artifact(fmt, model, image_size, staging, x, reference, l2_normalize=False, num_threads=1, runs=50, warmup=5,
-             dynamic_model=None):  # fmt: skip
+def artifact(fmt, model, description, staging, x, reference, num_threads=1, runs=50, warmup=5, dynamic_model=None):
     """Writes and verifies one embedder file; returns its report entry.
 
-    `model` is what is converted (the `dynamic_image_size=True` model where there is one), `x` the model-space
-    verification images at `image_size` and `reference` the Keras features on them by name, {"embedding": vectors}
-    (not normalised).
+    `model` is what is converted (the `dynamic_image_size=True` model where there is one), `description` what the
+    file holds (its vectors L2-normalised or not), `x` the model-space verification images at its `image_size` and
+    `reference` the Keras features on them by name, {"embedding": vectors} (not normalised).
     """
-    name, size, runner = write(fmt, model, image_size, staging, l2_normalize, num_threads)
+    l2_normalize = description.l2_normalized
+    name, size, runner = write(fmt, model, description, staging, num_threads)
     expected = {OUTPUT: expected_vectors(reference[OUTPUT], l2_normalize)}
     budget = BUDGETS[MODE]
     found = figures(runner.outputs(x), expected)

@@ -17,6 +17,7 @@ import os
 from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import commit, kinds, preprocessing
+from .description import describe
 from .errors import ExportError
 from .formats import FORMATS, offered_formats, owned_names
 from .options import ExportOptions, ExportSource
@@ -27,7 +28,7 @@ from .runtime import image_size
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What the export decided before touching `out`."""
+    """What the export decided before touching `out`: one value, made once, that every format reads."""
 
     source: object  # the ExportSource
     kind: object  # the kind module (export/kinds/)
@@ -37,6 +38,7 @@ class Plan:
     formats: tuple  # the format values to write, in the registry's order
     modes: tuple  # the TFLite modes
     notes: tuple
+    description: object  # what every file holds (export/description.py), rendered by each format
     l2_normalize: bool = False  # an embedder's vectors as written
 
 
@@ -116,7 +118,9 @@ def _plan(source, options):
     offered = offered_formats(kind)
     labels, modes, kind_notes = kind.plan(source, options, model, offered)
     formats = tuple(FORMATS[name] for name in offered if name in options.formats)
-    return Plan(source, kind, model, dynamic, labels, formats, modes, (*notes, *kind_notes))
+    described = describe(kind, model, labels, dynamic is not None, tflite_output=options.tflite_output,
+                         name=source.metadata_name or f"keras-vit {model.name}", metadata=options.metadata)  # fmt: skip
+    return Plan(source, kind, model, dynamic, labels, formats, modes, (*notes, *kind_notes), described)
 
 
 def _verify_on(plan, options):

@@ -23,6 +23,7 @@ import numpy as np
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
+from .description import Description, Output
 from .errors import ExportError
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -33,6 +34,14 @@ LABELS_FILE = "labels.txt"
 # TENSOR_AXIS_LABELS, Stats), so any metadata parser can read it.
 MIN_PARSER_VERSION = "1.0.0"
 OUTPUT_KINDS = ("probabilities", "logits")
+# An embedder's quantisation in the words of its metadata's description.
+QUANTIZATION_WORDS = {
+    "float32": "float32 weights and activations",
+    "float16": "float16 weights, float32 activations",
+    "dynamic_int8": "int8 weights, float32 activations (dynamic range)",
+    "int8": "int8 weights and activations (full integer, calibrated), float32 input and output",
+    "int8_matmul": "calibrated int8 matmuls and convolutions, float32 LayerNorm/GELU/softmax",
+}
 # The largest associated file read from a model's metadata: 21,843 ImageNet-21k class names take under 1 MB.
 MAX_ASSOCIATED_FILE_BYTES = 16 * 2**20
 
@@ -107,49 +116,92 @@ def input_tensor_metadata(image_size, input_dtype):
     return inp
 
 
-def build_metadata(
-    labels,
-    image_size,
-    input_dtype,
-    output_kind="probabilities",
-    name="keras-vit image classifier",
-    description=None,
-    version="1",
-    license=None,
-    author="keras-vit",
-):
-    """The metadata FlatBuffer (bytes, identifier "M001") of an image classifier exported by this project.
+def render(description, quantize="float32", input_dtype=np.float32):
+    """`description` (export/description.py) as the TFLite metadata of a file in mode `quantize` whose input tensor
+    is `input_dtype`: (the metadata FlatBuffer, identifier "M001"; {name: bytes} of the files it names), or None for
+    a kind that no MediaPipe task reads (feature maps).
 
-    Args:
-        labels: class names, in output order (written to the associated labels file).
-        image_size: (height, width) of the model input.
-        input_dtype: numpy dtype of the input tensor: float32 (normalisation inside the app, from the
-            NormalizationOptions) or uint8 (raw pixels).
-        output_kind: "probabilities" (the model ends in a softmax) or "logits".
-        name, description, version, license, author: free text shown by model browsers and apps.
-
-    Returns:
-        bytes.
+    A classifier's names its output (probabilities or logits) and carries the labels file as TENSOR_AXIS_LABELS
+    (MediaPipe's ImageClassifier); an embedder's describes a feature vector (MediaPipe's ImageEmbedder). Both give
+    the input's normalisation. The descriptive fields (name, description, version, license, author) are the
+    description's, else the defaults here.
     """
+    output = _OUTPUTS.get(description.kind)
+    if output is None:
+        return None
     m = metadata_schema()
-    if output_kind not in OUTPUT_KINDS:
-        raise ExportError(f"output_kind must be one of {OUTPUT_KINDS}. Received: {output_kind!r}")
-    height, width = (int(d) for d in image_size)
-    if description is None:
-        description = (
-            f"Vision Transformer image classifier over {len(labels)} classes; input {height}x{width} RGB; "
-            f"output {'class probabilities (softmax)' if output_kind == 'probabilities' else 'logits'}."
-        )
-
+    out, associated, defaults = output(m, description, quantize)
+    fields = {**defaults, "version": "1", "license": None, "author": "keras-vit", **description.metadata}
     subgraph = m.SubGraphMetadataT()
-    subgraph.inputTensorMetadata = [input_tensor_metadata(image_size, input_dtype)]
-    subgraph.outputTensorMetadata = [_classifier_output(m, output_kind)]
+    subgraph.inputTensorMetadata = [input_tensor_metadata(description.image_size, input_dtype)]
+    subgraph.outputTensorMetadata = [out]
     model = m.ModelMetadataT()
-    model.name, model.description, model.version = name, description, version
-    model.author, model.license = author, license
+    model.name, model.description, model.version = fields["name"], fields["description"], fields["version"]
+    model.author, model.license = fields["author"], fields["license"]
     model.subgraphMetadata = [subgraph]
     model.minParserVersion = MIN_PARSER_VERSION
-    return finish(model, METADATA_IDENTIFIER)
+    return finish(model, METADATA_IDENTIFIER), associated
+
+
+def attach(flatbuffer, description, quantize="float32", input_dtype=None):
+    """`flatbuffer` with the metadata `render` makes of `description` (unchanged for a kind without metadata).
+
+    `input_dtype` defaults to what the file's input tensor says: raw uint8 pixels for a uint8 input, else the float
+    normalisation (an int16 input, int8_int16's, holds the normalised image quantized with the tensor's scale).
+    """
+    if input_dtype is None:
+        input_dtype = np.uint8 if _input_type(flatbuffer) == _model_schema().TensorType.UINT8 else np.float32
+    rendered = render(description, quantize, input_dtype)
+    return flatbuffer if rendered is None else add_metadata(flatbuffer, *rendered)
+
+
+def _input_type(flatbuffer):
+    """The schema's TensorType of a TFLite model's first input tensor."""
+    graph = _model_schema().Model.GetRootAs(bytearray(flatbuffer), 0).Subgraphs(0)
+    return graph.Tensors(graph.Inputs(0)).Type()
+
+
+def with_metadata(flatbuffer, labels, image_size, input_dtype, output_kind, **descriptive):
+    """`flatbuffer` with a classifier's metadata and its labels file: `labels` over an output of `output_kind`
+    ("probabilities" or "logits") at `image_size`; `descriptive`: name, description, version, license, author."""
+    name = descriptive.pop("name", None)
+    output = Output(output_kind, output_kind, (None, len(labels)))
+    described = Description("classifier", tuple(image_size), (output,), labels=tuple(labels), tflite_output=output_kind,
+                            name=name, fields=tuple(descriptive.items()))  # fmt: skip
+    return attach(flatbuffer, described, input_dtype=input_dtype)
+
+
+def _classifier(m, d, quantize):
+    """A classifier's output tensor metadata, its labels file, and the default name and description."""
+    if d.tflite_output not in OUTPUT_KINDS:
+        raise ExportError(f"output_kind must be one of {OUTPUT_KINDS}. Received: {d.tflite_output!r}")
+    height, width = d.image_size
+    said = "class probabilities (softmax)" if d.tflite_output == "probabilities" else "logits"
+    text = (f"Vision Transformer image classifier over {len(d.labels)} classes; input {height}x{width} RGB; "
+            f"output {said}.")  # fmt: skip
+    labels = ("\n".join(d.labels) + "\n").encode("utf-8")
+    defaults = {"name": "keras-vit image classifier", "description": text}
+    return _classifier_output(m, d.tflite_output), {LABELS_FILE: labels}, defaults
+
+
+def _embedder(m, d, quantize):
+    """An embedder's output tensor metadata (a feature vector), no files, and the default name and description."""
+    height, width = d.image_size
+    dim, output = d.dimensions, d.outputs[0].name
+    norm = ("L2-normalised (unit length)" if d.l2_normalized
+            else "not L2-normalised (normalise it for cosine similarity)")  # fmt: skip
+    text = (f"Vision Transformer image embedder; input {height}x{width} RGB; output a {dim}-dimensional feature "
+            f"vector, {norm}; quantisation: {QUANTIZATION_WORDS[quantize]}.")  # fmt: skip
+    out = m.TensorMetadataT()
+    out.name = output
+    out.description = f"Image feature vector of {dim} float32 values, {norm}. Quantisation: {quantize}."
+    out.content = m.ContentT()
+    out.content.contentPropertiesType = m.ContentProperties.FeatureProperties
+    out.content.contentProperties = m.FeaturePropertiesT()
+    out.stats = m.StatsT()
+    if d.l2_normalized:
+        out.stats.min, out.stats.max = [-1.0], [1.0]
+    return out, {}, {"name": "keras-vit image embedder", "description": text}
 
 
 def _classifier_output(m, output_kind):
@@ -173,6 +225,10 @@ def _classifier_output(m, output_kind):
     if output_kind == "probabilities":
         out.stats.min, out.stats.max = [0.0], [1.0]
     return out
+
+
+# The kinds a MediaPipe task reads, and their output tensor's metadata.
+_OUTPUTS = {"classifier": _classifier, "embedder": _embedder}
 
 
 def _strip_zip(flatbuffer):
@@ -367,10 +423,3 @@ def read_associated_file(flatbuffer, name, max_bytes=MAX_ASSOCIATED_FILE_BYTES):
     if len(data) > max_bytes:
         raise ExportError(too_big)
     return data
-
-
-def with_metadata(flatbuffer, labels, image_size, input_dtype, output_kind, **descriptive):
-    """`flatbuffer` with this project's classifier metadata and its labels file (see `build_metadata`)."""
-    metadata = build_metadata(labels, image_size, input_dtype, output_kind, **descriptive)
-    labels_bytes = ("\n".join(labels) + "\n").encode("utf-8")
-    return add_metadata(flatbuffer, metadata, {LABELS_FILE: labels_bytes})

@@ -1,5 +1,6 @@
 """ONNX export: Keras' own `model.export(path, format="onnx")` (tf2onnx under the TensorFlow backend), the output
-renamed `logits`, the labels and input contract in `metadata_props` (export/portable.py), run with onnxruntime."""
+renamed `logits` (or `embedding`), the export's description (labels, input and output) in `metadata_props`
+(export/portable.py), run with onnxruntime."""
 
 import collections
 import os
@@ -16,12 +17,12 @@ OPSET = 17
 METADATA_PREFIX = "keras_vit."
 
 
-def convert(model, labels, image_size, embedding=None):
-    """The ONNX file (bytes) of `model`: float32 images in [-1, 1] -> logits, with the contract in metadata_props.
+def convert(model, description):
+    """The ONNX file (bytes) of `model`: float32 images in [-1, 1] -> its one output, named as `description` (export/
+    description.py) names it (`logits`, `embedding`), which is written into metadata_props (`portable.properties`).
 
-    `model` is exported as built: with `dynamic_image_size=True` its height and width stay open, and
-    `image_size` (the size it was trained at) is what the contract states. With `embedding` (see
-    `portable.contract`) the output is a feature vector named `embedding` and the contract says so.
+    `model` is exported as built: with `dynamic_image_size=True` its height and width stay open, and the
+    description's `image_size` (the size it was trained at) is what the file states.
     """
     import onnx
 
@@ -30,7 +31,7 @@ def convert(model, labels, image_size, embedding=None):
         spec = [portable.input_spec(model)]
         model.export(path, format="onnx", verbose=False, input_signature=spec, opset_version=OPSET)
         proto = onnx.load(path)
-    new = portable.output_name(embedding)
+    new = description.outputs[0].name
     if len(proto.graph.output) != 1:
         raise ExportError(f"Expected the ONNX graph to have one output ({new}); it has {len(proto.graph.output)}.")
     old = proto.graph.output[0].name
@@ -38,9 +39,8 @@ def convert(model, labels, image_size, embedding=None):
         node.output[:] = [new if name == old else name for name in node.output]
         node.input[:] = [new if name == old else name for name in node.input]
     proto.graph.output[0].name = new
-    dynamic = model.input_shape[1] is None
     del proto.metadata_props[:]
-    for key, text in portable.contract(image_size, labels, dynamic, embedding).items():
+    for key, text in portable.properties(description).items():
         proto.metadata_props.add(key=METADATA_PREFIX + key, value=text)
     onnx.checker.check_model(proto)
     return proto.SerializeToString()
@@ -58,10 +58,10 @@ def inspect(data):
     }
 
 
-def write(model, labels, image_size, staging, num_threads=1, embedding=None, name=NAME):
-    """Converts `model`, writes `name` into the staging directory and opens it with onnxruntime; returns (name,
-    bytes written, runner). `embedding`: see `portable.contract`."""
-    data = convert(model, labels, image_size, embedding=embedding)
+def write(model, description, staging, num_threads=1, name=NAME):
+    """Converts `model` (`convert`), writes `name` into the staging directory and opens it with onnxruntime; returns
+    (name, bytes written, runner)."""
+    data = convert(model, description)
     commit.write_staged(staging / name, data)
     return name, len(data), OnnxRunner(data, num_threads=num_threads)
 

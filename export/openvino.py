@@ -1,6 +1,6 @@
-"""OpenVINO export: Keras' own `model.export(path, format="openvino")`, pruned to its logits output, the labels and
-input contract in rt_info (export/portable.py), float32 weights (no FP16 compression); run on OpenVINO's CPU
-plugin with a float32 inference precision hint.
+"""OpenVINO export: Keras' own `model.export(path, format="openvino")`, pruned to its one output, the export's
+description (labels, input and output) in rt_info (export/portable.py), float32 weights (no FP16 compression); run
+on OpenVINO's CPU plugin with a float32 inference precision hint.
 
 OpenVINO's CPU plugin runs float32 models in bfloat16 by default on CPUs with AVX512-BF16 or AMX
 (`INFERENCE_PRECISION_HINT`); the verification pins float32 and reports the default's figures beside it.
@@ -27,9 +27,9 @@ PRECISION = "f32"
 _NOT_OPS = {"Parameter", "Result", "Constant"}
 
 
-def convert(model, labels, image_size, embedding=None):
-    """(xml bytes, bin bytes) of `model`: float32 images in [-1, 1] -> logits (or, with `embedding`, a feature
-    vector named `embedding`; see `portable.contract`), with the contract in rt_info."""
+def convert(model, description):
+    """(xml bytes, bin bytes) of `model`: float32 images in [-1, 1] -> its one output, named as `description`
+    (export/description.py) names it (`logits`, `embedding`), which is written into rt_info (`portable.properties`)."""
     import openvino as ov
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -40,9 +40,8 @@ def convert(model, labels, image_size, embedding=None):
         # (OpenVINO 2026.4, Keras 3.15): keep the model's output only.
         for result in list(ov_model.get_results())[1:]:
             ov_model.remove_result(result)
-        ov_model.outputs[0].get_tensor().set_names({portable.output_name(embedding)})
-        dynamic = model.input_shape[1] is None
-        for key, text in portable.contract(image_size, labels, dynamic, embedding).items():
+        ov_model.outputs[0].get_tensor().set_names({description.outputs[0].name})
+        for key, text in portable.properties(description).items():
             ov_model.set_rt_info(text, [RT_INFO, key])
         out = os.path.join(scratch, NAME)
         ov.save_model(ov_model, out, compress_to_fp16=False)
@@ -50,10 +49,10 @@ def convert(model, labels, image_size, embedding=None):
             return xml.read(), weights.read()
 
 
-def write(model, labels, image_size, staging, num_threads=1, embedding=None, name=NAME):
-    """Converts `model`, writes `name` and the .bin beside it into the staging directory and opens them with
-    OpenVINO; returns (name, bytes written, runner). `embedding`: see `portable.contract`."""
-    xml, weights = convert(model, labels, image_size, embedding=embedding)
+def write(model, description, staging, num_threads=1, name=NAME):
+    """Converts `model` (`convert`), writes `name` and the .bin beside it into the staging directory and opens them
+    with OpenVINO; returns (name, bytes written, runner)."""
+    xml, weights = convert(model, description)
     # The weights first: an .xml is never there without them.
     commit.write_staged(staging / (os.path.splitext(name)[0] + ".bin"), weights)
     commit.write_staged(staging / name, xml)

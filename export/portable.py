@@ -7,7 +7,7 @@ size. Both take float32 NHWC RGB images in [-1, 1] (uint8 pixels bilinearly resi
 `(x - 127.5) / 127.5`) and return logits, or, for a head-less model (export/embedder_portable.py), a feature
 vector named `embedding`. The labels (a classifier's) and that input and output contract travel inside the file:
 ONNX `metadata_props` under the keys `keras_vit.<name>`, OpenVINO rt_info under `keras_vit/<name>`, each value a
-JSON document (`CONTRACT_KEYS`).
+JSON document (`CONTRACT_KEYS`), rendered from the export's one description (`properties`).
 """
 
 import json
@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from . import preprocessing
+from .description import INPUT
 from .errors import ExportError
 from .kinds import classifier
 from .runtime import batches, check_batch, median_ms
@@ -22,16 +23,11 @@ from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
 CONTRACT_KEYS = ("labels", "input", "output", "preprocessing")
-INPUT_NAME, OUTPUT_NAME, EMBEDDING_NAME = "images", "logits", "embedding"
+INPUT_NAME, EMBEDDING_NAME = INPUT, "embedding"
 # The budget of the checks beyond the shared one (the float32 TFLite model's, `export.verify.BUDGETS`).
 BUDGET_KEY = "float32"
 DYNAMIC_BATCHES = (1, 3)
 DYNAMIC_SIZE_IMAGES = 32
-
-
-def output_name(embedding=None):
-    """The graph's output name: `logits` for a classifier, `embedding` for an embedder."""
-    return OUTPUT_NAME if embedding is None else EMBEDDING_NAME
 
 
 def input_spec(model):
@@ -41,36 +37,35 @@ def input_spec(model):
     return tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=INPUT_NAME)
 
 
-def contract(image_size, labels, dynamic_image_size, embedding=None):
-    """The documents written into an ONNX or OpenVINO file: {key: JSON text} for `CONTRACT_KEYS`.
+def properties(description):
+    """`description` (export/description.py) as the documents written into an ONNX or OpenVINO file: {key: JSON
+    text} for `CONTRACT_KEYS` (ONNX `metadata_props`, OpenVINO rt_info).
 
-    `embedding` ({"dimensions": int, "l2_normalized": bool}) makes it an embedder's: no labels, and an output
-    document saying the output is a feature vector of that size, L2-normalised or not, in float32.
+    A classifier's carries its labels and a `logits` output; an embedder's no labels, and an output document saying
+    the output is a feature vector of its size, L2-normalised or not, in float32.
     """
-    height, width = (int(d) for d in image_size)
-    if embedding is None:
-        output = {"name": OUTPUT_NAME, "meaning": "logits", "shape": ["batch", len(labels)]}
-    else:
-        dim = int(embedding["dimensions"])
-        output = {"name": EMBEDDING_NAME, "meaning": "embedding", "kind": "feature_vector", "dimensions": dim,
-                  "l2_normalized": bool(embedding["l2_normalized"]), "quantization": "float32",
-                  "shape": ["batch", dim]}  # fmt: skip
+    d = description
+    height, width = d.image_size
+    (out,) = d.outputs
+    vector = {"kind": "feature_vector", "dimensions": d.dimensions, "l2_normalized": d.l2_normalized,
+              "quantization": "float32"} if out.meaning == EMBEDDING_NAME else {}  # fmt: skip
+    open_size = d.dynamic_image_size
     documents = {
-        "labels": None if embedding is not None else list(labels),
+        "labels": None if d.labels is None else list(d.labels),
         "input": {
             "name": INPUT_NAME,
-            "dtype": "float32",
-            "layout": "NHWC",
-            "color": "RGB",
-            "shape": ["batch", "height" if dynamic_image_size else height, "width" if dynamic_image_size else width, 3],
+            "dtype": d.dtype,
+            "layout": d.layout,
+            "color": d.color,
+            "shape": ["batch", "height" if open_size else height, "width" if open_size else width, 3],
             "image_size": [height, width],
-            "dynamic_image_size": bool(dynamic_image_size),
-            "range": [-1.0, 1.0],
+            "dynamic_image_size": open_size,
+            "range": list(d.range),
             "from_uint8": f"bilinear resize to {height}x{width}, then x = (x - {preprocessing.PIXEL_CENTER}) / "
             f"{preprocessing.PIXEL_SCALE}",
         },
-        "output": output,
-        "preprocessing": preprocessing.describe((height, width)),
+        "output": {"name": out.name, "meaning": out.meaning, **vector, "shape": ["batch", d.dimensions]},
+        "preprocessing": d.preprocessing,
     }
     return {key: json.dumps(value) for key, value in documents.items() if value is not None}
 

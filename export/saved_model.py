@@ -101,30 +101,44 @@ def write_saved_model(model, path, labels, top_k=5, metadata=None):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
     name = files.basename(path)
+    from keras_vit.models.vision_transformer import fixed_size_model
+
+    from .description import describe
+    from .kinds import classifier
+
+    described = describe(classifier, fixed_size_model(model), labels)
     with tempfile.TemporaryDirectory(dir=None if remote else path.parent, prefix=f".{name}.staging-") as staging:
-        staged = save_saved_model(model, Path(staging) / name, labels, top_k=top_k, metadata=metadata)
+        staged = save_saved_model(model, Path(staging) / name, described, top_k=top_k, metadata=metadata)
         return files.replace_path(staged, path, last="saved_model.pb")
 
 
-def save_saved_model(model, path, labels, top_k=5, metadata=None):
-    """Writes the SavedModel to `path`, which must not exist yet (no atomicity: see `write_saved_model`)."""
+def assets(description, metadata=None):
+    """`description` (export/description.py) as a classifier's SavedModel assets: {file name: text}, `labels.txt`
+    (one class name a line) and `preprocessing.json` (the preprocessing, the labels file, what each signature takes,
+    and `metadata`'s facts). Feature maps' SavedModel carries none: its signatures name every output."""
+    if description.labels is None:
+        return {}
+    info = {"preprocessing": description.preprocessing, "labels_file": "labels.txt",
+            "signatures": {SERVING_KEY: "uint8 images (batch, any H, any W, 3)",
+                           MODEL_SPACE_KEY: "float32 images in [-1, 1] at the model size"}}  # fmt: skip
+    info.update(metadata or {})
+    return {"labels.txt": "\n".join(description.labels) + "\n", "preprocessing.json": json.dumps(info, indent=2) + "\n"}
+
+
+def save_saved_model(model, path, description, top_k=5, metadata=None):
+    """Writes a classifier's SavedModel to `path`, which must not exist yet (no atomicity: see `write_saved_model`),
+    with `description`'s labels in the graph and its `assets`."""
     import tensorflow as tf
 
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{str(path)!r} exists; save_saved_model writes only new directories.")
-    info = {"preprocessing": preprocessing.describe(model.input_shape[1:3]), "labels_file": "labels.txt",
-            "signatures": {SERVING_KEY: "uint8 images (batch, any H, any W, 3)",
-                           MODEL_SPACE_KEY: "float32 images in [-1, 1] at the model size"}}  # fmt: skip
-    info.update(metadata or {})
     with tempfile.TemporaryDirectory() as scratch:
-        labels_file = Path(scratch) / "labels.txt"
-        labels_file.write_text("\n".join(labels) + "\n", encoding="utf-8")
-        info_file = Path(scratch) / "preprocessing.json"
-        info_file.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        module, signatures = build_serving_module(model, labels, top_k=top_k)
+        for name, text in assets(description, metadata).items():
+            (Path(scratch) / name).write_text(text, encoding="utf-8")
+        module, signatures = build_serving_module(model, list(description.labels), top_k=top_k)
         # Tracked assets are copied into the SavedModel's assets/ folder and found again by tf.saved_model.load.
-        module.labels_file = tf.saved_model.Asset(str(labels_file))
-        module.preprocessing_file = tf.saved_model.Asset(str(info_file))
+        module.labels_file = tf.saved_model.Asset(str(Path(scratch) / "labels.txt"))
+        module.preprocessing_file = tf.saved_model.Asset(str(Path(scratch) / "preprocessing.json"))
         tf.saved_model.save(module, str(path), signatures=signatures)
     return path

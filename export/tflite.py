@@ -14,10 +14,6 @@ TFLite metadata (export/metadata.py), so those clients find the normalisation an
 import re
 import warnings
 
-import numpy as np
-
-from keras_vit import _startup
-
 from . import maintained, preprocessing
 from . import metadata as tflite_metadata
 from .errors import ExportError, check_choices
@@ -147,7 +143,7 @@ def convert(
             "logits".
         labels: class names for the metadata's labels file (default "0", "1", ...).
         metadata: descriptive metadata fields, a dict with any of name, description, version, license,
-            author (see `export.metadata.build_metadata`); False writes the converter's flatbuffer as it is,
+            author (see `export.metadata.render`); False writes the converter's flatbuffer as it is,
             without metadata.
 
     Returns:
@@ -167,12 +163,11 @@ def convert(
     flatbuffer = convert_function(model, function, quantize, representative_images, int8_io, calibration_steps)
     if metadata is False:
         return flatbuffer
-    # An int16 input (int8_int16) holds the normalised image quantized with the tensor's scale: the metadata's
-    # normalisation is the float one.
-    input_dtype = np.uint8 if quantize == "int8" and int8_io == "uint8" else np.float32
-    return tflite_metadata.with_metadata(
-        flatbuffer, labels, model.input_shape[1:3], input_dtype, output, **dict(metadata or {})
-    )
+    from .description import describe
+    from .kinds import classifier
+
+    described = describe(classifier, model, labels, tflite_output=output, metadata=metadata)
+    return tflite_metadata.attach(flatbuffer, described, quantize)
 
 
 def _metadata_labels(labels, num_classes):
@@ -325,36 +320,6 @@ def quantize_matmuls_only(converter, float_flatbuffer, representative, int8_ops=
         converter=converter, debug_dataset=representative, debug_options=options
     )
     return debugger.get_nondebug_quantized_model()
-
-
-def sidecar(model, labels, flatbuffer, quantize, dynamic_batch, int8_io, output="probabilities"):
-    """The JSON written next to a .tflite file: labels, preprocessing and the I/O tensors' details."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    with _startup.native_lines_dropped(_startup.LITERT_NOTICES):
-        interpreter = Interpreter(model_content=flatbuffer)
-    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
-
-    def tensor(detail):
-        scale, zero_point = detail["quantization"]
-        return {
-            "name": detail["name"],
-            "dtype": np.dtype(detail["dtype"]).name,
-            "shape": [int(d) for d in detail["shape_signature"]],
-            "quantization": {"scale": float(scale), "zero_point": int(zero_point)} if scale else None,
-        }
-
-    return {
-        "format": "tflite",
-        "quantization": quantize,
-        "int8_io": int8_io if quantize == "int8" else None,
-        "dynamic_batch": bool(dynamic_batch),
-        "labels": list(labels),
-        "preprocessing": preprocessing.describe(model.input_shape[1:3]),
-        "input": tensor(inp),
-        "output": dict(tensor(out), meaning=output),
-        "metadata": tflite_metadata.read_metadata(flatbuffer) is not None,
-    }
 
 
 def _fixed_size(model):

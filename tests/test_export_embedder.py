@@ -13,7 +13,7 @@ from mediapipe.tasks.python.vision import ImageEmbedder, ImageEmbedderOptions
 from PIL import Image as PILImage
 
 import export
-from export import embedder
+from export import embedder, metadata
 from export.__main__ import main as cli
 
 # The fast module's modes. Full-integer int8 of a random network calibrated on noise keeps a cosine of only ~0.89
@@ -104,7 +104,7 @@ def test_metadata_states_the_embedder_form(tiny):
         assert meta["labels"] is None and meta["output"]["labels_file"] is None
         assert meta["input"]["mean"] == [127.5] and meta["input"]["std"] == [127.5]
         assert "not L2-normalised" in meta["description"] and "32-dimensional" in meta["description"]
-        assert embedder.QUANTIZATION_WORDS[mode] in meta["description"]
+        assert metadata.QUANTIZATION_WORDS[mode] in meta["description"]
 
 
 def test_l2_normalised_embedder_and_pre_logits(tiny, tmp_path):

@@ -155,12 +155,16 @@ def test_l2_normalised_pre_logits_embedder_keeps_an_open_image_size(tmp_path):
     import keras
 
     import keras_vit
+    from export.description import describe
+    from export.kinds import embedder as kind
+    from keras_vit.models.vision_transformer import fixed_size_model
 
     keras.utils.set_random_seed(1)
     model = keras_vit.create_model("testing", num_classes=0, representation_size=16, dynamic_image_size=True)
+    described = describe(kind, fixed_size_model(model), dynamic_image_size=True, l2_normalize=True)
     x = np.random.default_rng(2).uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
-    entry = embedder_portable.artifact("onnx", model, (32, 32), tmp_path, x, {"embedding": keras_features(model, x)},
-                                       l2_normalize=True, runs=1, warmup=0, dynamic_model=model)  # fmt: skip
+    entry = embedder_portable.artifact("onnx", model, described, tmp_path, x, {"embedding": keras_features(model, x)},
+                                       runs=1, warmup=0, dynamic_model=model)  # fmt: skip
     assert entry["passed"], entry["failures"]
     assert entry["dynamic_image_size"]["size"] == [48, 40] and entry["input_shape"] == ["batch", "height", "width", 3]
     path = tmp_path / "embedder.onnx"

@@ -1,7 +1,8 @@
 """The interchange formats, ONNX (`model.onnx` / `embedder.onnx`, onnxruntime) and OpenVINO (`model.xml` + `.bin`,
 OpenVINO's CPU plugin): float32 files converted by Keras' own `model.export` from the model as it was built (a
 `dynamic_image_size=True` model keeps its open size), each run by its own runtime and checked at two batch sizes
-(and a second image size for a dynamic model), with the input and output contract read back from the file.
+(and a second image size for a dynamic model), with the export's description (export/portable.py: `properties`)
+read back from the file.
 A classifier's checks are export/portable.py's, an embedder's export/embedder_portable.py's."""
 
 import os
@@ -34,9 +35,9 @@ class Interchange:
         """Converts, stages, reopens with the format's runtime and judges one file; its report entry."""
         if plan.labels is None:  # an image embedder
             return self._embedder(plan, v, staging, out, options)
-        kind, size = plan.kind, runtime.image_size(plan.model)
+        kind = plan.kind
         with runtime.printed(options.converter_output) as output:
-            name, written, runner = interchange.write(self.NAME, plan.dynamic_model or plan.model, plan.labels, size,
+            name, written, runner = interchange.write(self.NAME, plan.dynamic_model or plan.model, plan.description,
                                                       staging, options.num_threads)  # fmt: skip
         found = kind.figures(runner.outputs(v.x), v.reference, v.truth)
         budget = kind.BUDGETS[mode]
@@ -48,9 +49,8 @@ class Interchange:
     def _embedder(self, plan, v, staging, out, options):
         with runtime.printed(options.converter_output) as output:  # what tf2onnx and OpenVINO's frontend print
             entry = embedder_portable.artifact(
-                self.NAME, plan.dynamic_model or plan.model, runtime.image_size(plan.model), staging, v.x,
-                v.reference, plan.l2_normalize, options.num_threads, options.latency_runs, options.latency_warmup,
-                plan.dynamic_model,
+                self.NAME, plan.dynamic_model or plan.model, plan.description, staging, v.x, v.reference,
+                options.num_threads, options.latency_runs, options.latency_warmup, plan.dynamic_model,
             )  # fmt: skip
         return {**entry, "path": files.join(out, entry["name"]), "converter_output": output[0].splitlines()}
 

@@ -28,7 +28,7 @@ def entry(plan, mode, v, staging, out, options):
     """Writes `saved_model/`, reloads it and judges both signatures; its report entry."""
     kind, classifier = plan.kind, plan.labels is not None
     if classifier:
-        path = save_saved_model(plan.model, staging / NAME, plan.labels, top_k=options.top_k)
+        path = save_saved_model(plan.model, staging / NAME, plan.description, top_k=options.top_k)
     else:
         path = save_named(plan.model, staging / NAME)
     commit.fault_point("saved_model staged")

@@ -2,21 +2,24 @@
 and judged against Keras; every file's ops are read back (non-builtin ones fail it), and a single-output file is
 also fed as an app feeds it and run on LiteRT's GPU accelerator (export/gpu.py).
 
-What differs by kind is how the file is built (its outputs and metadata) and described: a classifier's carries
-its labels and MediaPipe's classifier metadata (export/tflite.py), an embedder's the ImageEmbedder metadata
-(export/embedder.py), feature maps none, their outputs named by the file's signature (export/feature_maps.py).
+What a file holds is the export's one description (`plan.description`, export/description.py), rendered twice per
+file: as the TFLite metadata MediaPipe reads (export/metadata.py: a classifier's with its labels, an embedder's
+feature vector, none for feature maps) and as the `.json` sidecar (`sidecar`, here). What differs by kind beyond that
+is how the file is converted (export/tflite.py, export/embedder.py, export/feature_maps_artifacts.py) and the
+checks beyond the shared ones.
 """
 
 import numpy as np
 
 from keras_vit import files
 
-from .. import commit, embedder, feature_maps, gpu, runtime, tflite
+from .. import commit, embedder, gpu, runtime, tflite
 from .. import feature_maps_artifacts as artifacts
+from .. import metadata as tflite_metadata
+from ..description import INPUT
 from ..entry import record
 from ..flatbuffer import non_builtin_ops, read_ops
-from ..metadata import read_metadata
-from ..runners import TFLiteRunner
+from ..runners import SIGNATURE, TFLiteRunner
 
 NAME = "tflite"
 OWNED = (r"{stem}_[A-Za-z0-9_]+\.(tflite|json)",)  # the names it writes at the top of `out` (regular expressions)
@@ -35,13 +38,13 @@ def modes(plan):
 def entry(plan, mode, v, staging, out, options):
     """Converts `plan.model` in `mode`, stages the file and its sidecar, reloads and judges it; its report entry."""
     kind = plan.kind
-    build, describe, judge = _BY_KIND[kind.NAME]
+    build, judge = _BY_KIND[kind.NAME]
     name = f"{kind.STEM}_{mode}.tflite"
     with runtime.printed(options.converter_output) as output:
-        flatbuffer = build(plan, mode, options)
+        flatbuffer = tflite_metadata.attach(build(plan, mode, options), plan.description, mode)
     commit.write_staged(staging / name, flatbuffer)
     runner = TFLiteRunner(flatbuffer, num_threads=options.num_threads, by_signature=kind.NAME == "feature_maps")
-    info = describe(plan, flatbuffer, runner, mode, options)
+    info = sidecar(plan.description, runner, mode, options)
     commit.write_staged((staging / name).with_suffix(".json"), files.json_bytes(info))
     budget, ops = kind.BUDGETS[mode], read_ops(flatbuffer)
     found, failures, fields = judge(plan, v, runner, info, staging / name, budget, options)
@@ -55,19 +58,87 @@ def _on_gpu(plan, v, runner, path, budget, options):
     return gpu.check_artifact(path, runner, v.pixels, v.reference, v.truth, plan.kind, budget, options.gpu_check)
 
 
+def sidecar(description, runner, mode, options):
+    """The `.json` beside a `.tflite` file: `description` (export/description.py) as this file holds it, with what
+    the file says of its own tensors (`runner`, the file opened in LiteRT) and of its mode.
+
+    Its form is the kind's (a classifier's names its labels and its one output's quantization, an embedder's the
+    vector's size and normalisation, feature maps' where TFLite put each named output); every one states the
+    format, the mode, the preprocessing and the input.
+    """
+    return {"format": NAME, **_SIDECARS[description.kind](description, runner, mode, options)}
+
+
+def _tensor(detail):
+    """A tensor as the sidecar states it: name, dtype, shape (-1 for an open dimension), quantization."""
+    scale, zero_point = detail["quantization"]
+    return {"name": detail["name"], "dtype": np.dtype(detail["dtype"]).name, "shape": _ints(detail["shape_signature"]),
+            "quantization": {"scale": float(scale), "zero_point": int(zero_point)} if scale else None}  # fmt: skip
+
+
+def _ints(shape):
+    return [int(d) for d in shape]
+
+
+def _classifier_sidecar(d, runner, mode, options):
+    # No "kind": a classifier's sidecar was written before kinds were named.
+    output = dict(_tensor(runner.output_details[runner.output_kind]), meaning=d.tflite_output)
+    return {
+        "quantization": mode,
+        "int8_io": options.int8_io if mode == "int8" else None,
+        "dynamic_batch": bool(options.dynamic_batch),
+        "labels": list(d.labels),
+        "preprocessing": d.preprocessing,
+        "input": _tensor(runner.input),
+        "output": output,
+        "metadata": runner.metadata is not None,
+    }
+
+
+def _embedder_sidecar(d, runner, mode, options):
+    (out,) = d.outputs
+    return {
+        "kind": d.kind,
+        "quantization": mode,
+        "dimensions": d.dimensions,
+        "l2_normalized": d.l2_normalized,
+        "preprocessing": d.preprocessing,
+        "input": {"dtype": np.dtype(runner.input["dtype"]).name, "shape": _ints(runner.input["shape"])},
+        "output": {"name": out.name, "meaning": out.meaning, "shape": _ints(runner.output_details[out.name]["shape"])},
+        "metadata": runner.metadata is not None,
+    }
+
+
+def _feature_maps_sidecar(d, runner, mode, options):
+    """Each output in the model's order with what it holds and where TFLite put it (its signature name is the key
+    to read it by)."""
+    positions = runner.positions()
+    outputs = [
+        {"name": o.name, "meaning": o.meaning, "shape": _ints(detail["shape_signature"]), "tensor": detail["name"],
+         "tensor_index": int(detail["index"]), "subgraph_output": positions[o.name]}
+        for o, detail in ((o, runner.output_details[o.name]) for o in d.outputs)
+    ]  # fmt: skip
+    return {
+        "kind": d.kind,
+        "quantization": mode,
+        "dynamic_batch": runner.dynamic_batch,
+        "signature": SIGNATURE,
+        "preprocessing": d.preprocessing,
+        "input": {"name": INPUT, "dtype": d.dtype, "shape": _ints(runner.input["shape_signature"])},
+        "outputs": outputs,
+    }
+
+
+_SIDECARS = {"classifier": _classifier_sidecar, "embedder": _embedder_sidecar, "feature_maps": _feature_maps_sidecar}
+
+
 # ---- a classifier: probabilities (or logits) with its labels and MediaPipe's classifier metadata
 
 
 def _classifier_file(plan, mode, options):
-    metadata = {"name": plan.source.metadata_name or f"keras-vit {plan.model.name}", **(options.metadata or {})}
     return tflite.convert(plan.model, mode, plan.source.representative_images, options.dynamic_batch,
                           options.int8_io, output=options.tflite_output, labels=plan.labels,
-                          metadata=metadata)  # fmt: skip
-
-
-def _classifier_sidecar(plan, flatbuffer, runner, mode, options):
-    return tflite.sidecar(plan.model, plan.labels, flatbuffer, mode, options.dynamic_batch, options.int8_io,
-                          options.tflite_output)  # fmt: skip
+                          metadata=False)  # fmt: skip
 
 
 def _classifier_judged(plan, v, runner, info, path, budget, options):
@@ -101,20 +172,14 @@ def _fed_as(dtype):
 
 
 def _embedder_file(plan, mode, options):
-    metadata = {**({"name": plan.source.metadata_name} if plan.source.metadata_name else {}),
-                **(options.metadata or {})}  # fmt: skip
-    return embedder.convert(plan.model, mode, plan.source.representative_images, plan.l2_normalize, metadata)
-
-
-def _embedder_sidecar(plan, flatbuffer, runner, mode, options):
-    return embedder.sidecar(plan.model, flatbuffer, mode, plan.l2_normalize)
+    return embedder.convert(plan.model, mode, plan.source.representative_images, plan.l2_normalize, metadata=False)
 
 
 def _embedder_judged(plan, v, runner, info, path, budget, options):
     found = plan.kind.figures(runner.outputs_from_pixels(v.pixels), v.reference)
     on_gpu = _on_gpu(plan, v, runner, path, budget, options)
     failures = plan.kind.check_budget(found, budget) + on_gpu["failures"]
-    return found, failures, {"metadata": read_metadata(runner.flatbuffer), "gpu": on_gpu}
+    return found, failures, {"metadata": runner.metadata, "gpu": on_gpu}
 
 
 # ---- feature maps: every output by name, no metadata (no MediaPipe task reads them)
@@ -124,19 +189,15 @@ def _feature_maps_file(plan, mode, options):
     return artifacts.convert(plan.model, mode, plan.source.representative_images, options.dynamic_batch)
 
 
-def _feature_maps_sidecar(plan, flatbuffer, runner, mode, options):
-    return feature_maps.sidecar(plan.model, runner, mode)
-
-
 def _feature_maps_judged(plan, v, runner, info, path, budget, options):
     found = plan.kind.figures(runner.outputs(v.x), v.reference)
     return found, plan.kind.check_budget(found, budget), {"io": info["outputs"]}
 
 
-# What differs by kind: the file, its sidecar, the checks beyond the shared ones.
+# What differs by kind: the file's conversion, the checks beyond the shared ones.
 _BY_KIND = {
-    "classifier": (_classifier_file, _classifier_sidecar, _classifier_judged),
-    "embedder": (_embedder_file, _embedder_sidecar, _embedder_judged),
-    "feature_maps": (_feature_maps_file, _feature_maps_sidecar, _feature_maps_judged),
+    "classifier": (_classifier_file, _classifier_judged),
+    "embedder": (_embedder_file, _embedder_judged),
+    "feature_maps": (_feature_maps_file, _feature_maps_judged),
 }
 KINDS = tuple(_BY_KIND)  # the kinds of model it writes

@@ -65,6 +65,11 @@ def output_names(model):
     return ["logits"]
 
 
+def meanings(model):
+    """{name: what it holds} (export/description.py)."""
+    return {"logits": "logits"}
+
+
 def figures(outputs, reference, truth=None):
     """`compare` on named outputs: the file's one output (`logits` or `probabilities`) against the Keras `logits`."""
     ((name, values),) = outputs.items()

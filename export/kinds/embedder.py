@@ -134,6 +134,11 @@ def output_names(model):
     return [OUTPUT]
 
 
+def meanings(model):
+    """{name: what it holds} (export/description.py)."""
+    return {OUTPUT: OUTPUT}
+
+
 def keras_cells(report):
     return (str(report["model"]["dimensions"]), "-", "-", "-", "-")
 

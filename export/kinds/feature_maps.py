@@ -87,6 +87,9 @@ def describe_outputs(model):
     return described
 
 
+meanings = describe_outputs  # {name: what it holds} (export/description.py)
+
+
 def compare(outputs, reference):
     """Per-output figures of an artifact's {name: array} against the Keras {name: array}, matched by name.
 
