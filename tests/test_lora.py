@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.lora import TARGET_GROUPS
 
 # The numpy form of each projection's update A @ B (Keras' factor layout per kernel, keras_vit/lora.py).
 UPDATE = {
@@ -41,11 +42,13 @@ def _paths(variables):
 
 @pytest.mark.parametrize(
     "targets, per_attention, per_mlp",
-    [(("query", "key", "value", "out"), 4, 0), (("value",), 1, 0), (("query", "mlp"), 1, 2)],
-)
+    [(("query", "key", "value", "out"), 4, 0), (("value",), 1, 0), (("query", "mlp"), 1, 2), ("qkv", 3, 0),
+     ("attention", 4, 0), ("all", 4, 2)],
+)  # fmt: skip
 def test_only_the_lora_factors_and_the_head_train(targets, per_attention, per_mlp):
     model = _model()
     layers = keras_vit.enable_lora(model, 4, targets=targets)
+    targets = TARGET_GROUPS.get(targets, targets)  # a named set: its members
     assert len(layers) == 2 * (per_attention + per_mlp)  # the testing variant's two blocks
     factors = {f"{layer.path}/lora_kernel_{ab}" for layer in layers for ab in "ab"}
     assert _paths(model.trainable_weights) == factors | {"head/kernel", "head/bias"}
