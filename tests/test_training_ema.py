@@ -102,6 +102,7 @@ SAME_UNDER_JAX = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two tiny runs in a fresh JAX process: 28 s on 2 busy cores
 def test_accumulation_and_the_average_train_under_jax_to_the_numpy_average(tmp_path):
     """The test above with accum_steps=2 on Keras' JAX backend, where `ema.once_per_update` once handed a Variable
     to `keras.ops.where` (JAX refuses its `__jax_array__` while tracing)."""
