@@ -23,12 +23,17 @@ from keras_vit.layers.mlp import MlpBlock
 
 TARGETS = (*PROJECTIONS, "mlp")
 DEFAULT_TARGETS = PROJECTIONS
-_TARGET_WORDS = "query, key, value, out (the attention projections) and mlp (the MLP's Dense_0 and Dense_1)"
+# Named sets of targets (the trainer's `lora_targets`): "qkv" is PEFT's usual first choice on timm ViTs.
+TARGET_GROUPS = {"attention": PROJECTIONS, "qkv": ("query", "key", "value"), "all": TARGETS}
+_TARGET_WORDS = (
+    "query, key, value, out (the attention projections) and mlp (the MLP's Dense_0 and Dense_1), or one of the "
+    "sets 'attention' (query, key, value, out), 'qkv' (query, key, value), 'all'"
+)
 
 
 def _check_targets(targets):
     if isinstance(targets, str):
-        targets = (targets,)
+        targets = TARGET_GROUPS.get(targets, (targets,))
     targets = tuple(targets)
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or not targets:
@@ -65,8 +70,8 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
     Args:
         model: a built keras_vit model (`create_model`, `from_pretrained`).
         rank: the rank of each update, a positive integer (8 and 16 are common).
-        targets: which projections: any of "query", "key", "value", "out", "mlp" (default: the four attention
-            projections).
+        targets: which projections: any of "query", "key", "value", "out", "mlp", or the name of a set of them
+            (`TARGET_GROUPS`: "attention", "qkv", "all"); default: the four attention projections.
         alpha: LoRA's scale numerator: the update is scaled by alpha / rank (default: rank, a scale of 1).
 
     Returns:

@@ -266,6 +266,57 @@ def test_training_cli_init_that_is_not_a_checkpoint(tmp_path, tiny_npz, capsys):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+REFUSED_BEFORE_THE_FRAMEWORK = """
+import sys
+from training.__main__ import main
+code = main(sys.argv[1:])
+print("EXIT", code, sorted(m for m in ("keras", "tensorflow", "jax", "torch") if m in sys.modules))
+"""
+
+
+def _terabyte_header(path):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [250_000_000_000], "data_offsets": [0, 10**12]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["terabyte header", "folder with it", "empty folder", "missing path"])
+def test_training_cli_refuses_a_broken_init_before_importing_tensorflow(tmp_path, kind):
+    import subprocess
+    import sys
+
+    (tmp_path / "folder").mkdir()
+    if kind == "terabyte header":
+        init, expected = _terabyte_header(tmp_path / "w.safetensors"), "as safetensors (a safetensors file whose"
+    elif kind == "folder with it":
+        init, expected = _terabyte_header(tmp_path / "folder" / "model.safetensors").parent, "as safetensors ("
+    elif kind == "empty folder":
+        init, expected = tmp_path / "folder", "is not a checkpoint folder of a known format (found: nothing)"
+    else:
+        init, expected = tmp_path / "broken", "--init checkpoint not found: No such file or folder: "
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = ["--workdir", str(tmp_path / "run"), *TINY, "--init", str(init)]
+    result = subprocess.run([sys.executable, "-c", REFUSED_BEFORE_THE_FRAMEWORK, *argv], cwd=root, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+    line = _one_error_line(result.stderr)
+    assert line.startswith("[training] error: ") and expected in line and str(init) in line, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "EXIT 2 []", result.stdout  # no framework was imported
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_does_not_check_init_which_it_never_reads(tmp_path):
+    """A workdir with a checkpoint resumes without reading --init, so a path gone since the run started is no
+    error at the command line (the run itself decides; only the parse is exercised here)."""
+    from training.__main__ import _parse
+
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    argv = ["--workdir", str(tmp_path / "run"), *TINY, "--init", str(tmp_path / "gone.npz")]
+    with pytest.raises(FileNotFoundError, match="--init checkpoint not found"):
+        _parse(argv)
+    (tmp_path / "run" / "checkpoints" / "ckpt-00000008.npz").write_bytes(b"")
+    assert callable(_parse(argv))
+
+
 # ---- read-only and full disks --------------------------------------------------------------------------------
 
 

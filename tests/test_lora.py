@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.lora import TARGET_GROUPS, lora_layers
+from tests.conftest import ROOT
 
 # The numpy form of each projection's update A @ B (Keras' factor layout per kernel, keras_vit/lora.py).
 UPDATE = {
@@ -41,11 +43,13 @@ def _paths(variables):
 
 @pytest.mark.parametrize(
     "targets, per_attention, per_mlp",
-    [(("query", "key", "value", "out"), 4, 0), (("value",), 1, 0), (("query", "mlp"), 1, 2)],
-)
+    [(("query", "key", "value", "out"), 4, 0), (("value",), 1, 0), (("query", "mlp"), 1, 2), ("qkv", 3, 0),
+     ("attention", 4, 0), ("all", 4, 2)],
+)  # fmt: skip
 def test_only_the_lora_factors_and_the_head_train(targets, per_attention, per_mlp):
     model = _model()
     layers = keras_vit.enable_lora(model, 4, targets=targets)
+    targets = TARGET_GROUPS.get(targets, targets)  # a named set: its members
     assert len(layers) == 2 * (per_attention + per_mlp)  # the testing variant's two blocks
     factors = {f"{layer.path}/lora_kernel_{ab}" for layer in layers for ab in "ab"}
     assert _paths(model.trainable_weights) == factors | {"head/kernel", "head/bias"}
@@ -131,6 +135,20 @@ def test_the_trainable_counts_of_docs_training_md():
     keras_vit.enable_lora(model, 8)
     assert lora_parameter_count(model) == (_factors(768, 12, 12, 8), _factors(768, 12, 12, 8) + 769_000)
     assert lora_parameter_count(model) == (2_820_096, 3_589_096)
+    # q/k/v alone against PEFT's LoRA on a fused (D, 3D) qkv Linear: A (D, r) + B (r, 3D) per block.
+    qkv = lora_layers(model, "qkv")
+    ours = sum(int(np.prod(v.shape)) for layer in qkv for v in (layer.lora_kernel_a, layer.lora_kernel_b))
+    hidden, blocks = qkv[0].kernel.shape[0], len(qkv) // 3
+    peft = blocks * (hidden * 8 + 8 * 3 * hidden)
+    per_block = ours // blocks
+    print(f"B/16 rank 8 q/k/v: Keras {ours:,} ({per_block:,} per block), PEFT fused qkv {peft:,}: {ours / peft:.2f}x")
+    text = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    stated = (
+        f"Keras' factors hold {ours:,} parameters, 3 x (768 x 12 x 8 + 8 x 64) = {per_block:,} per block, where "
+        f"PEFT's LoRA on timm's fused `qkv` Linear (768 -> 2,304) holds A (768, 8) + B (8, 2,304) = "
+        f"{peft // blocks:,} per block, {peft:,} in all: {ours / peft:.2f} times fewer"
+    )
+    assert stated in text
     # L/16 (D 1024, 16 heads, 24 blocks) by the same formula; full fine-tuning 304,326,632 (tests/test_param_counts).
     assert _factors(1024, 16, 24, 8) == 9_867_264 and _factors(1024, 16, 24, 8) + 1_025_000 == 10_892_264
 

@@ -173,7 +173,7 @@ def test_a_run_killed_mid_update_resumes_exactly(tmp_path, monkeypatch):
     reference = training.train(training.TrainConfig(**RUN), tmp_path / "uninterrupted", verbose=0)
     # One micro-batch per execution, as under MirroredStrategy: callbacks (the crash, the checkpoints) then see
     # every micro-batch, and checkpoint_every must still wait for the update boundary.
-    monkeypatch.setattr("training.distribution.TensorFlowPlacement.fit_steps_per_execution", lambda *args: 1)
+    monkeypatch.setattr("training.placements.TensorFlowPlacement.fit_steps_per_execution", lambda *args: 1)
     with pytest.raises(RuntimeError, match="crash mid-update"):
         training.train(training.TrainConfig(**RUN), tmp_path / "crashed", callbacks=[_Crash()], verbose=0)
     manager = CheckpointManager(str(tmp_path / "crashed" / "checkpoints"), None, None)

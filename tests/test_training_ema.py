@@ -94,6 +94,23 @@ def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_updat
         assert again.metrics["ema"][name] == pytest.approx(report[name], rel=1e-6)
 
 
+SAME_UNDER_JAX = textwrap.dedent("""
+    import pathlib, sys
+    from tests.test_training_ema import test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update
+    test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(pathlib.Path(sys.argv[1]), 2, True)
+    print("PASSED")
+""")
+
+
+@pytest.mark.slow  # two tiny runs in a fresh JAX process: 28 s on 2 busy cores
+def test_accumulation_and_the_average_train_under_jax_to_the_numpy_average(tmp_path):
+    """The test above with accum_steps=2 on Keras' JAX backend, where `ema.once_per_update` once handed a Variable
+    to `keras.ops.where` (JAX refuses its `__jax_array__` while tracing)."""
+    result = subprocess.run([sys.executable, "-c", SAME_UNDER_JAX, str(tmp_path)], cwd=ROOT, env=_env("jax"),
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0 and "PASSED" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
+
+
 def test_keras_fit_still_writes_the_average_over_the_weights():
     """Pins `ema.hold_until_the_end`: Keras' `fit` ends by replacing the weights with their average; held, it does
     not. Once Keras stops doing it, the hold is unnecessary."""

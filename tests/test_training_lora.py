@@ -13,10 +13,13 @@ import pytest
 
 import keras_vit
 import training
+from keras_vit.lora import TARGET_GROUPS
 from training.checkpoint_file import _AUTO_SUFFIX
 from training.checkpointing import CheckpointManager
+from training.config import option_choices
 from training.configs import get_config
-from training.model_setup import model_config
+from training.model_setup import build_model, model_config
+from training.overrides import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Keras' factor layout per projection (keras_vit/lora.py): the numpy form of A @ B.
@@ -101,6 +104,31 @@ def test_lora_rank_is_checked_like_every_option_and_needs_an_init(tmp_path):
         get_config("digits").replace(lora_rank=0)
     with pytest.raises(ValueError, match=r"lora_rank=8 fine-tunes a trained model, but the run has no --init\. Pass"):
         training.train("digits_lora", str(tmp_path), verbose=0)
+
+
+@pytest.mark.parametrize("targets, per_block", [("attention", 4), ("qkv", 3), ("all", 6)])
+def test_lora_targets_picks_the_projections_that_get_factors(targets, per_block, capsys):
+    assert parse_overrides([f"lora_targets={targets}"]) == {"lora_targets": targets}
+    config = get_config("digits_lora").replace(lora_targets=targets)
+    model = build_model(config, 10)  # no --init here: the run refuses that earlier (run_plan), the builder does not
+    names = {path.rsplit("/", 2)[-2] for path in (v.path for v in model.trainable_weights) if "lora_kernel" in path}
+    expected = {"attention": set(UPDATE), "qkv": {"query", "key", "value"}, "all": {*UPDATE, "Dense_0", "Dense_1"}}
+    assert names == expected[targets]
+    assert sum("lora_kernel" in v.path for v in model.trainable_weights) == 2 * 2 * per_block  # A, B; 2 blocks
+    said = {"attention": "every attention's query, key, value and out:",
+            "qkv": "every attention's query, key and value:",
+            "all": "every attention's query, key, value and out, and every MLP:"}[targets]  # fmt: skip
+    assert f"[training] LoRA rank 8 on {said}" in capsys.readouterr().out
+
+
+def test_lora_targets_are_the_librarys_sets_and_bad_ones_are_one_line_errors():
+    assert option_choices("lora_targets") == tuple(TARGET_GROUPS)
+    with pytest.raises(ValueError, match=r"^Unknown lora_targets 'mlp'. Use one of: attention, qkv, all.$"):
+        training.TrainConfig(lora_rank=8, lora_targets="mlp")
+    with pytest.raises(ValueError, match=r"^lora_targets expects 'attention' or 'qkv' or 'all'. Received: "):
+        parse_overrides(["lora_targets=q,k"])
+    with pytest.raises(ValueError, match=r"but the run has no LoRA. Received: lora_targets='qkv', lora_rank=None; set"):
+        training.TrainConfig(lora_targets="qkv")
 
 
 @pytest.mark.slow  # a 6-epoch digits run, the recipe and its export from the command line: ~60 s on 2 busy cores

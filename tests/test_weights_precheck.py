@@ -91,3 +91,19 @@ def test_good_sources_pass_untouched(name, tmp_path):
     precheck.check_local(tmp_path / "one.npz")
     for not_local in ("vit_tiny_patch16_224.augreg_in21k_ft_in1k", "hf://timm/x", "https://x/y.npz", "missing/"):
         precheck.check_local(not_local)
+    for source in (FIXTURES / "interop" / name, "vit_tiny_patch16_224.augreg_in21k_ft_in1k", "hf://timm/x"):
+        precheck.check_source(source)  # names and URLs are left to the readers; nothing is downloaded
+
+
+def test_a_missing_path_and_a_folder_no_reader_takes_are_refused_with_the_readers_words(tmp_path):
+    from keras_vit.weights.pretrained import read_checkpoint
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("no weights here")
+    for source in (tmp_path / "missing", tmp_path / "empty", tmp_path / "notes"):
+        with pytest.raises((FileNotFoundError, keras_vit.CheckpointError)) as early:
+            precheck.check_source(source)
+        with pytest.raises(type(early.value)) as late:
+            read_checkpoint(str(source))
+        assert str(early.value) == str(late.value)

@@ -11,11 +11,13 @@ import json
 import os
 import sys
 
-from keras_vit import _extras, _startup
+from keras_vit import _extras, _startup, files
 from keras_vit.files import describe_os_error, describe_storage_error
 
+from . import checkpoint_file
 from .config import option_choices
 from .configs import available_configs, check_config_name
+from .init_checkpoint import check_init
 from .overrides import parse_overrides
 
 PROG, EVALUATE_PROG = _startup.command_names(__package__, "train", "evaluate")
@@ -85,11 +87,11 @@ def _evaluate_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     _startup.configure(argv)
-    # Arguments, recipe names and --set keys are checked before Keras and TensorFlow load (seconds), so --help and
-    # typos answer at once (keras_vit/_startup.py).
+    # Arguments, recipe names, --set keys and a new run's local --init are checked before Keras and TensorFlow load
+    # (seconds), so --help, typos and a broken checkpoint answer at once (keras_vit/_startup.py).
     try:
         run = _parse(argv)
-    except (ValueError, KeyError) as err:
+    except (ValueError, KeyError, FileNotFoundError) as err:  # FileNotFoundError: a missing --init
         return _error(err)
     _startup.import_tensorflow()
     training = sys.modules[__package__]  # this package: `training` in a checkout, `keras_vit.training` installed
@@ -154,7 +156,18 @@ def _parse(argv):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     _check_workdir(args.workdir)
+    if overrides.get("init") is not None and _starts_fresh(args.workdir or os.path.join("runs", args.config)):
+        check_init(overrides["init"])
     return lambda training: training.train(args.config, args.workdir, **overrides)
+
+
+def _starts_fresh(workdir):
+    """Whether a run in `workdir` starts from `--init`: a local folder without checkpoints (a resume never reads
+    `--init`; a remote workdir is listed by TensorFlow, so its run checks `--init` itself)."""
+    if files.is_remote(workdir):
+        return False
+    folder = os.path.join(workdir, "checkpoints")
+    return not (os.path.isdir(folder) and any(checkpoint_file.NAME.search(name) for name in os.listdir(folder)))
 
 
 def rescue_flags(settings):

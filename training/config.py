@@ -47,6 +47,9 @@ class TrainConfig:
         lora_rank: LoRA fine-tuning (`keras_vit.enable_lora`) of rank `lora_rank`: only the LoRA factors of every
             attention's query, key, value and out projections and the head train, all else stays as `init` set
             it; checkpoints hold the factors, model.keras the merged model. None for full fine-tuning.
+        lora_targets: with `lora_rank`, the projections that get factors (`keras_vit.lora.TARGET_GROUPS`):
+            "attention" (query, key, value, out), "qkv" (query, key, value: PEFT's usual choice) or "all" (the
+            attention's and the MLP's).
         batch_size: the GLOBAL batch of one optimiser step (per-replica batch x replicas x accum_steps); None for
             the paper's fine-tuning batch of 512, or the largest power of two the training split holds.
         accum_steps: gradient accumulation: each optimiser step is `accum_steps` forward/backward passes over
@@ -137,6 +140,7 @@ class TrainConfig:
     init: str | None = None
     init_head: bool = False
     lora_rank: int | None = None
+    lora_targets: Literal["attention", "qkv", "all"] = "attention"
     batch_size: int | None = 64
     accum_steps: int = 1
     epochs: int = 10
@@ -208,6 +212,11 @@ class TrainConfig:
             raise ValueError(
                 "ema_export=False picks the raw weights over their moving average, which only a run with ema_decay "
                 "keeps. Received: ema_decay=None; set ema_decay (e.g. 0.9998) or leave ema_export out."
+            )
+        if self.lora_targets != "attention" and self.lora_rank is None:
+            raise ValueError(
+                f"lora_targets picks the projections LoRA adapts, but the run has no LoRA. Received: "
+                f"lora_targets={self.lora_targets!r}, lora_rank=None; set lora_rank (e.g. 8) or leave lora_targets out."
             )
         if self.extra_evals and not str(self.dataset).startswith("tfds:"):
             raise ValueError(

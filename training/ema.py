@@ -52,9 +52,12 @@ def once_per_update(optimizer):
         for variable, average in zip(trainable_variables, optimizer._model_variables_moving_average):
             if average is None:
                 continue
+            # Tensors, not Variables: Keras' JAX `ops.where` hands its arguments to `jnp.where` unconverted, and
+            # JAX (0.10) refuses a Variable's `__jax_array__` while tracing.
+            current, kept = variable.value, average.value
             momentum = (1 - ops.cast(first, variable.dtype)) * optimizer.ema_momentum
-            moved = momentum * average + (1 - momentum) * variable
-            average.assign(ops.where(is_update, moved, average))
+            moved = momentum * kept + (1 - momentum) * current
+            average.assign(ops.where(is_update, moved, kept))
 
     optimizer._update_model_variables_moving_average = update_average  # private: the narrowest place
     return optimizer

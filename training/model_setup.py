@@ -9,6 +9,7 @@ import numpy as np
 
 import keras_vit
 from keras_vit import files
+from keras_vit.lora import TARGET_GROUPS
 
 from . import processes
 from .checkpointing import CheckpointManager
@@ -81,14 +82,22 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
             head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
         print(f"[training] --init {config.init}: {init_summary(report, new_head, num_classes)}", flush=True)
     if config.lora_rank:  # after `init`, whose kernels the factors adapt; a resume restores both from its checkpoint
-        keras_vit.enable_lora(model, config.lora_rank)
+        keras_vit.enable_lora(model, config.lora_rank, targets=config.lora_targets)
         trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
         print(
-            f"[training] LoRA rank {config.lora_rank} on every attention's query, key, value and out: {trainable:,} "
+            f"[training] LoRA rank {config.lora_rank} on {_lora_words(config.lora_targets)}: {trainable:,} "
             f"of {model.count_params():,} parameters train (the factors and the head)",
             flush=True,
         )
     return model
+
+
+def _lora_words(targets):
+    """ "every attention's query, key and value" (and "every MLP") for a `lora_targets` set."""
+    members = TARGET_GROUPS[targets]
+    names = [name for name in members if name != "mlp"]
+    words = f"every attention's {', '.join(names[:-1])} and {names[-1]}"
+    return words + (", and every MLP" if "mlp" in members else "")
 
 
 def init_summary(report, new_head, num_classes):

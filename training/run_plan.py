@@ -23,9 +23,10 @@ from .checkpointing import Resume, find_resume
 from .config import steps_per_execution_for
 from .configs import get_config
 from .data import load_source
-from .distribution import Placement, select_placement, set_matmul_precision
+from .distribution import select_placement, set_matmul_precision
 from .init_checkpoint import read_init
 from .optim import WarmupDecay, make_schedule
+from .placements import Placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class RunPlan:
     Attributes:
         config: the complete `TrainConfig` (recipe + overrides + resolved settings), as config.json records it.
         workdir: the run's directory or URL.
-        placement: the backend's placement (`training.distribution.Placement`).
+        placement: the backend's placement (`training.placements.Placement`).
         source: the data (`training.data.Source`).
         resume: the checkpoint the run continues from (`training.checkpointing.Resume`), or None.
         init: the `--init` checkpoint already read (a new run only), or None.

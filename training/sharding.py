@@ -21,7 +21,7 @@ import math
 import keras
 
 from . import processes
-from .distribution import JaxPlacement
+from .placements import JaxPlacement
 
 AXIS = "fsdp"
 

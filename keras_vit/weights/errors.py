@@ -24,6 +24,15 @@ def unreadable_npz(path, err):
     )
 
 
+def unknown_folder(path):
+    found = ", ".join(sorted(os.listdir(path))[:10]) or "nothing"
+    return CheckpointError(
+        f"{path!r} is not a checkpoint folder of a known format (found: {found}). Expected timm "
+        f"(config.json with 'architecture' + model.safetensors), transformers (config.json with model_type 'vit' "
+        f"+ model.safetensors), keras-hub (config.json + model.weights.h5) or a single .npz."
+    )
+
+
 def _error_name(err):
     module = type(err).__module__
     return type(err).__name__ if module in ("builtins", "zipfile") else f"{module}.{type(err).__name__}"

@@ -10,8 +10,8 @@ import os
 import zipfile
 
 from keras_vit import files
-from keras_vit.weights import content
-from keras_vit.weights.errors import unreadable_npz, unreadable_safetensors
+from keras_vit.weights import content, sources
+from keras_vit.weights.errors import unknown_folder, unreadable_npz, unreadable_safetensors
 
 NPY_MAGIC = b"\x93NUMPY"
 # The weights file of the folder layouts that hold safetensors (timm, transformers).
@@ -44,6 +44,26 @@ def check_local(source):
             raise unreadable_npz(path, err) from None
 
 
+def check_source(source):
+    """`check_local`, and a local source no reader could take, still without Keras: a path that does not exist
+    and is no catalogue name (`FileNotFoundError`, the closest names in it), a folder with neither a config.json
+    nor a single `.npz` (`CheckpointError`). The messages are the readers' own. Nothing is downloaded."""
+    check_local(source)
+    if not isinstance(source, str | os.PathLike) or files.is_remote(source):
+        return
+    path = os.fspath(source)
+    if not os.path.exists(path):
+        sources.catalogue_entry(path)
+    elif os.path.isdir(path) and not _may_hold_a_checkpoint(path):
+        raise unknown_folder(path)
+
+
+def _may_hold_a_checkpoint(folder):
+    """What `pretrained._read_local` reads from a folder: a config.json (each layout's own file) or one `.npz`."""
+    names = os.listdir(folder)
+    return "config.json" in names or sum(name.endswith(".npz") for name in names) == 1
+
+
 def from_pretrained(source, **overrides):
     """Builds the model a checkpoint describes and loads it.
 
@@ -66,7 +86,7 @@ def from_pretrained(source, **overrides):
         CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides; a
             local file that cannot be what its name says is refused before Keras is imported.
     """
-    check_local(source)
+    check_source(source)
     from keras_vit.weights import pretrained
 
     return pretrained.load_pretrained(source, **overrides)

@@ -22,6 +22,7 @@ from keras_vit.models import VisionTransformer, ViTConfig
 from keras_vit.weights import keras_hub, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
+from keras_vit.weights.errors import unknown_folder
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, checkpoint_variables, load_params
 from keras_vit.weights.npz import read_npz, to_original_layout
 
@@ -70,12 +71,7 @@ def _read_local(path):
     npz = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
     if len(npz) == 1:
         return _read_npz(os.path.join(path, npz[0]))
-    found = ", ".join(sorted(os.listdir(path))[:10]) or "nothing"
-    raise CheckpointError(
-        f"{path!r} is not a checkpoint folder of a known format (found: {found}). Expected timm "
-        f"(config.json with 'architecture' + model.safetensors), transformers (config.json with model_type 'vit' "
-        f"+ model.safetensors), keras-hub (config.json + model.weights.h5) or a single .npz."
-    )
+    raise unknown_folder(path)
 
 
 def _read_keras(path):

@@ -64,13 +64,20 @@ def fetch(source, *, timeout=download.TIMEOUT_S):
         return Fetched(text, None, text)
     if os.path.exists(text):
         return Fetched(text, None, text)
-    entry = catalogue.find(text)
-    if entry is None:
-        try:
-            catalogue.get(text)
-        except KeyError as err:
-            raise FileNotFoundError(f"No such file or folder: {text!r}, and {err.args[0]}") from None
+    entry = catalogue_entry(text)
     return Fetched(fetch_entry(entry, timeout=timeout), entry, text)
+
+
+def catalogue_entry(text):
+    """The catalogue entry of a local source that is no existing path (nothing is downloaded).
+
+    Raises:
+        FileNotFoundError: no such path and no such catalogue name (with the closest names).
+    """
+    try:
+        return catalogue.get(text)
+    except KeyError as err:
+        raise FileNotFoundError(f"No such file or folder: {text!r}, and {err.args[0]}") from None
 
 
 def entry_cache_path(entry):
