@@ -51,6 +51,24 @@ def save_figures(
     images = check_images(images, layout)
     files.makedirs(out_dir)
     attentions = attention_weights(model, images, batch_size=batch_size)
+    captions, maps = _rollout_panels(model, images, attentions, layout, labels, class_names, max_images)
+    distances = attention_distance(attentions, layout.grid_size, layout.pixels_per_token, layout.num_prefix_tokens)
+    tiles, variance, filter_source, grey = _filter_components(model, images, layout, num_components)
+    rollout_images = images[:max_images]
+
+    paths = {}
+    for name, draw in (
+        ("attention_rollout", lambda: rollout_figure(rollout_images, maps, layout.num_prefix_tokens > 0, captions)),
+        ("position_embedding_similarity", lambda: similarity_figure(position_embedding_similarity(model))),
+        ("attention_distance", lambda: distance_figure(distances, len(images))),
+        ("embedding_filters", lambda: filters_figure(tiles, filter_source, variance, grey)),
+    ):
+        paths[name] = save_png(draw(), files.join(out_dir, f"{name}.png"))
+    return paths
+
+
+def _rollout_panels(model, images, attentions, layout, labels, class_names, max_images):
+    """(captions, attention-rollout maps) of the first `max_images` images, for `rollout_figure`."""
     if labels is not None and len(labels) != len(images):
         raise ValueError(f"labels has {len(labels)} entries for {len(images)} images; pass one label per image.")
     shown = slice(0, max_images)
@@ -61,23 +79,18 @@ def save_figures(
         grid_size=layout.grid_size,
         image_size=layout.image_size,
     ).image
-    distances = attention_distance(attentions, layout.grid_size, layout.pixels_per_token, layout.num_prefix_tokens)
+    return captions, maps
+
+
+def _filter_components(model, images, layout, num_components):
+    """(tiles, explained variance, what the filters belong to, grey) for `filters_figure`: a hybrid's are its
+    ResNet root conv's (its patch embedding is a 1 x 1 projection); grey inputs see only the channels' sum."""
     hybrid = "conv_root" in {layer.name for layer in model.layers}
     grey = layout.channels == 3 and bool(np.all(images == images[..., :1]))
     tiles, variance = patch_embedding_components(
         model, num_components, layer="conv_root" if hybrid else "embedding", grey=grey, return_variance=True
     )
-    filter_source = "hybrid's ResNet root conv" if hybrid else "patch embedding"
-
-    paths = {}
-    for name, draw in (
-        ("attention_rollout", lambda: rollout_figure(images[shown], maps, layout.num_prefix_tokens > 0, captions)),
-        ("position_embedding_similarity", lambda: similarity_figure(position_embedding_similarity(model))),
-        ("attention_distance", lambda: distance_figure(distances, len(images))),
-        ("embedding_filters", lambda: filters_figure(tiles, filter_source, variance, grey)),
-    ):
-        paths[name] = save_png(draw(), files.join(out_dir, f"{name}.png"))
-    return paths
+    return tiles, variance, "hybrid's ResNet root conv" if hybrid else "patch embedding", grey
 
 
 def rollout_figure(images, maps, has_class_token=True, captions=None):

@@ -72,8 +72,7 @@ class VisionTransformer(keras.Model):
         name="vit",
         **kwargs,
     ):
-        if isinstance(dtype, keras.DTypePolicy):
-            dtype = dtype.name
+        dtype = dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype
         config = ViTConfig(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
             num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes, channels=channels, pooling=pooling,
@@ -89,36 +88,8 @@ class VisionTransformer(keras.Model):
         )  # fmt: skip
         validate(config)
         class_names = check_class_names(class_names, config.num_classes)
-        policy = keras.dtype_policies.get(dtype) if dtype else keras.config.dtype_policy()
-
-        spatial = (None, None) if config.dynamic_image_size else config.image_size
-        images = keras.Input(shape=(*spatial, config.channels), name="images")
-        x = images
-        if config.resnet_layers is not None:
-            x = _resnet_stem(x, config, policy)
-        x = PatchEmbedding(
-            config.hidden_size, config.patch_size, use_bias=config.patch_bias, name="embedding", dtype=policy
-        )(x)
-        x = _tokens(x, images, config, policy)
-        x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
-        if config.pre_norm:
-            x = LayerNorm(epsilon=config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
-        for i in range(config.num_layers):
-            x = EncoderBlock(
-                config.num_heads,
-                config.mlp_dim,
-                dropout_rate=config.dropout_rate,
-                attention_dropout_rate=config.attention_dropout_rate,
-                drop_path_rate=config.stochastic_depth_rate * i / max(config.num_layers - 1, 1),
-                layer_norm_epsilon=config.layer_norm_epsilon,
-                gelu=config.gelu,
-                remat=config.remat,
-                layer_scale=config.layer_scale,
-                name=f"encoderblock_{i}",
-                dtype=policy,
-            )(x)
-        x = _head(x, config, policy)
-        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        images, outputs = _graph(config)
+        super().__init__(inputs=images, outputs=outputs, name=name, **kwargs)
         self.config = config
         # The head's class names in output order (a pretrained checkpoint's label space), or None.
         self.class_names = class_names
@@ -162,6 +133,44 @@ class VisionTransformer(keras.Model):
 
 def _quantized_leaf(layer):
     return getattr(layer, "quantization_mode", None) is not None and len(list(layer._flatten_layers())) == 1
+
+
+def _graph(config):
+    """(images input, output tensor) of the functional model `config` describes."""
+    policy = keras.dtype_policies.get(config.dtype) if config.dtype else keras.config.dtype_policy()
+    spatial = (None, None) if config.dynamic_image_size else config.image_size
+    images = keras.Input(shape=(*spatial, config.channels), name="images")
+    x = images
+    if config.resnet_layers is not None:
+        x = _resnet_stem(x, config, policy)
+    x = PatchEmbedding(
+        config.hidden_size, config.patch_size, use_bias=config.patch_bias, name="embedding", dtype=policy
+    )(x)
+    x = _tokens(x, images, config, policy)
+    x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
+    if config.pre_norm:
+        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
+    x = _encoder(x, config, policy)
+    return images, _head(x, config, policy)
+
+
+def _encoder(x, config, policy):
+    """The `encoderblock_{i}` stack, its stochastic-depth rate rising linearly from 0 to the configured rate."""
+    for i in range(config.num_layers):
+        x = EncoderBlock(
+            config.num_heads,
+            config.mlp_dim,
+            dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
+            drop_path_rate=config.stochastic_depth_rate * i / max(config.num_layers - 1, 1),
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            gelu=config.gelu,
+            remat=config.remat,
+            layer_scale=config.layer_scale,
+            name=f"encoderblock_{i}",
+            dtype=policy,
+        )(x)
+    return x
 
 
 def _tokens(x, images, config, policy):

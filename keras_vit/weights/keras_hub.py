@@ -200,6 +200,27 @@ def write(folder, params, config, class_names=None):
 
     import keras
 
+    _check_writable(config)
+    if config.gelu != "exact":
+        warnings.warn(
+            "keras-hub's ViT uses exact GELU; this model uses the tanh approximation, so keras-hub's outputs will "
+            "differ slightly (about 3e-4 on ViT-B/16 logits).",
+            stacklevel=3,
+        )
+    backbone = _backbone_config(config)
+    files.makedirs(folder)
+    _write_h5(os.path.join(folder, "model.weights.h5"), *_backbone_tree(params, config))
+    write_json(os.path.join(folder, "config.json"), backbone)
+    count = sum(int(np.prod(v.shape)) for k, v in params.items() if not k.startswith("head/"))  # the backbone's
+    tasks = _write_task(folder, params, config, backbone) if config.num_classes else []
+    metadata = dict(keras_version=keras.__version__, keras_hub_version=KERAS_HUB_LAYOUT_VERSION,
+                    parameter_count=count, tasks=tasks)  # fmt: skip
+    write_json(os.path.join(folder, "metadata.json"), metadata)
+    return folder
+
+
+def _check_writable(config):
+    """One line for a model keras-hub's `ViTBackbone` cannot hold."""
     from keras_vit.models.configs import FAMILY_DEFAULTS
 
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":
@@ -214,12 +235,10 @@ def write(folder, params, config, class_names=None):
         )
     if config.representation_size:
         raise CheckpointError("keras-hub's ViT classifier has no tanh pre_logits layer; save this model as 'npz'.")
-    if config.gelu != "exact":
-        warnings.warn(
-            "keras-hub's ViT uses exact GELU; this model uses the tanh approximation, so keras-hub's outputs will "
-            "differ slightly (about 3e-4 on ViT-B/16 logits).",
-            stacklevel=3,
-        )
+
+
+def _backbone_config(config):
+    """`config.json`: the serialised `ViTBackbone` (float32, no dropout, biases everywhere)."""
     height, width = config.image_size
     backbone = dict(
         name="vi_t_backbone", trainable=True,
@@ -230,32 +249,26 @@ def write(folder, params, config, class_names=None):
         layer_norm_epsilon=config.layer_norm_epsilon, use_mha_bias=True, use_mlp_bias=True, use_class_token=True,
         use_patch_bias=True,
     )  # fmt: skip
-    backbone = {"module": "keras_hub.src.models.vit.vit_backbone", "class_name": "ViTBackbone", "config": backbone,
-                "registered_name": "keras_hub>ViTBackbone"}  # fmt: skip
-    files.makedirs(folder)
-    _write_h5(os.path.join(folder, "model.weights.h5"), *_backbone_tree(params, config))
-    write_json(os.path.join(folder, "config.json"), backbone)
-    count = sum(int(np.prod(v.shape)) for k, v in params.items() if not k.startswith("head/"))  # the backbone's
-    tasks = []
-    if config.num_classes:
-        tasks = ["ImageClassifier"]
-        task = {"module": "keras_hub.src.models.vit.vit_image_classifier", "class_name": "ViTImageClassifier",
-                "config": {"backbone": backbone, "preprocessor": None, "name": "vi_t_image_classifier",
-                           "num_classes": config.num_classes, "pooling": "token", "activation": None,
-                           "dropout": 0.0, "intermediate_dim": None},
-                "registered_name": "keras_hub>ViTImageClassifier"}  # fmt: skip
-        groups = {"layers/dense/vars": "predictions", "layers/dropout/vars": "output_dropout",
-                  "optimizer/vars": "adam", "vars": "vi_t_image_classifier"}  # fmt: skip
-        # A freshly compiled task's optimizer state (iterations 0, keras-hub's default learning rate 5e-5), which
-        # keras-hub saves with every task and expects back.
-        data = {"layers/dense/vars/0": params["head/kernel"], "layers/dense/vars/1": params["head/bias"],
-                "optimizer/vars/0": np.array(0, np.int64), "optimizer/vars/1": np.array(5e-5, np.float32)}  # fmt: skip
-        _write_h5(os.path.join(folder, "task.weights.h5"), groups, data)
-        write_json(os.path.join(folder, "task.json"), task)
-    metadata = dict(keras_version=keras.__version__, keras_hub_version=KERAS_HUB_LAYOUT_VERSION,
-                    parameter_count=count, tasks=tasks)  # fmt: skip
-    write_json(os.path.join(folder, "metadata.json"), metadata)
-    return folder
+    return {"module": "keras_hub.src.models.vit.vit_backbone", "class_name": "ViTBackbone", "config": backbone,
+            "registered_name": "keras_hub>ViTBackbone"}  # fmt: skip
+
+
+def _write_task(folder, params, config, backbone):
+    """`task.json` and `task.weights.h5` of a `ViTImageClassifier` with the model's head; its task names."""
+    task = {"module": "keras_hub.src.models.vit.vit_image_classifier", "class_name": "ViTImageClassifier",
+            "config": {"backbone": backbone, "preprocessor": None, "name": "vi_t_image_classifier",
+                       "num_classes": config.num_classes, "pooling": "token", "activation": None,
+                       "dropout": 0.0, "intermediate_dim": None},
+            "registered_name": "keras_hub>ViTImageClassifier"}  # fmt: skip
+    groups = {"layers/dense/vars": "predictions", "layers/dropout/vars": "output_dropout",
+              "optimizer/vars": "adam", "vars": "vi_t_image_classifier"}  # fmt: skip
+    # A freshly compiled task's optimizer state (iterations 0, keras-hub's default learning rate 5e-5), which
+    # keras-hub saves with every task and expects back.
+    data = {"layers/dense/vars/0": params["head/kernel"], "layers/dense/vars/1": params["head/bias"],
+            "optimizer/vars/0": np.array(0, np.int64), "optimizer/vars/1": np.array(5e-5, np.float32)}  # fmt: skip
+    _write_h5(os.path.join(folder, "task.weights.h5"), groups, data)
+    write_json(os.path.join(folder, "task.json"), task)
+    return ["ImageClassifier"]
 
 
 def _backbone_tree(params, config):

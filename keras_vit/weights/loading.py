@@ -48,17 +48,7 @@ def checkpoint_variables(model):
 
     names = {layer.name for layer in model.layers}
     if "conv_root" in names:
-        add("conv_root/kernel", model.get_layer("conv_root").kernel)
-        norm("gn_root", model.get_layer("gn_root"))
-        stage = 1
-        while f"block{stage}" in names:
-            for unit in model.get_layer(f"block{stage}").units:
-                prefix = f"block{stage}/{unit.name}"
-                convs = ["1", "2", "3"] + (["_proj"] if unit.conv_proj is not None else [])
-                for suffix in convs:
-                    add(f"{prefix}/conv{suffix}/kernel", getattr(unit, f"conv{suffix}").kernel)
-                    norm(f"{prefix}/gn{suffix}", getattr(unit, f"gn{suffix}"))
-            stage += 1
+        _resnet_variables(model, names, add, norm)
     embedding = model.get_layer("embedding")
     add("embedding/kernel", embedding.kernel)
     if embedding.bias is not None:
@@ -73,20 +63,7 @@ def checkpoint_variables(model):
         norm("Transformer/norm_pre", model.get_layer("norm_pre"))
     i = 0
     while f"encoderblock_{i}" in names:
-        block = model.get_layer(f"encoderblock_{i}")
-        prefix = f"Transformer/encoderblock_{i}"
-        norm(f"{prefix}/LayerNorm_0", block.norm_1)
-        attention = block.attention
-        for part in ("query", "key", "value", "out"):
-            add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/kernel", getattr(attention, f"{part}_kernel"))
-            add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/bias", getattr(attention, f"{part}_bias"))
-        norm(f"{prefix}/LayerNorm_2", block.norm_2)
-        for dense in (block.mlp.dense_0, block.mlp.dense_1):
-            add(f"{prefix}/MlpBlock_3/{dense.name}/kernel", dense.kernel)
-            add(f"{prefix}/MlpBlock_3/{dense.name}/bias", dense.bias)
-        for scale in (block.ls_1, block.ls_2):
-            if scale is not None:
-                add(f"{prefix}/{scale.name}/scale", scale.scale)
+        _encoder_block_variables(model.get_layer(f"encoderblock_{i}"), f"Transformer/encoderblock_{i}", add, norm)
         i += 1
     for name, key in (("encoder_norm", "Transformer/encoder_norm"), ("fc_norm", "fc_norm")):
         if name in names:
@@ -98,6 +75,36 @@ def checkpoint_variables(model):
             add(f"{name}/kernel", model.get_layer(name).kernel)
             add(f"{name}/bias", model.get_layer(name).bias)
     return table
+
+
+def _resnet_variables(model, names, add, norm):
+    """A hybrid's stem: `conv_root`, `gn_root`, then every unit of `block1`, `block2`, ... in order."""
+    add("conv_root/kernel", model.get_layer("conv_root").kernel)
+    norm("gn_root", model.get_layer("gn_root"))
+    stage = 1
+    while f"block{stage}" in names:
+        for unit in model.get_layer(f"block{stage}").units:
+            prefix = f"block{stage}/{unit.name}"
+            convs = ["1", "2", "3"] + (["_proj"] if unit.conv_proj is not None else [])
+            for suffix in convs:
+                add(f"{prefix}/conv{suffix}/kernel", getattr(unit, f"conv{suffix}").kernel)
+                norm(f"{prefix}/gn{suffix}", getattr(unit, f"gn{suffix}"))
+        stage += 1
+
+
+def _encoder_block_variables(block, prefix, add, norm):
+    norm(f"{prefix}/LayerNorm_0", block.norm_1)
+    attention = block.attention
+    for part in ("query", "key", "value", "out"):
+        add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/kernel", getattr(attention, f"{part}_kernel"))
+        add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/bias", getattr(attention, f"{part}_bias"))
+    norm(f"{prefix}/LayerNorm_2", block.norm_2)
+    for dense in (block.mlp.dense_0, block.mlp.dense_1):
+        add(f"{prefix}/MlpBlock_3/{dense.name}/kernel", dense.kernel)
+        add(f"{prefix}/MlpBlock_3/{dense.name}/bias", dense.bias)
+    for scale in (block.ls_1, block.ls_2):
+        if scale is not None:
+            add(f"{prefix}/{scale.name}/scale", scale.scale)
 
 
 def _map_head_variables(head, add, norm):
@@ -148,9 +155,31 @@ def load_params(
     if resize_method not in RESIZE_METHODS:
         raise ValueError(f"Unknown resize_method {resize_method!r}; use one of {RESIZE_METHODS}.")
     table = checkpoint_variables(model)
-    resized, skipped, problems = {}, {}, []
     asked = {"head/kernel", "head/bias"} & set(table) if new_head else set()
+    skipped = _skipped(model, params, table, asked)
+    problems = _structure_problems(params, table)
+    params, resized = _resized_position_embedding(model, params, table, checkpoint_grid, resize_method)
+    _check_fit(model, params, table, skipped, problems, source)
 
+    loaded = []
+    for key, variable in table.items():
+        if key in skipped:
+            continue
+        variable.assign(_as_tensor(params[key], variable.dtype))
+        _release(params[key])
+        loaded.append(key)
+    for key, reason in resized.items():
+        logger.info("%s: resized %s: %s", caller, key, reason)
+    for key, reason in skipped.items():
+        if key.endswith("/kernel") and key not in asked:
+            warnings.warn(f"{caller}: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=3)
+    return LoadReport(loaded=loaded, resized=resized, skipped=skipped)
+
+
+def _skipped(model, params, table, asked):
+    """{key: why} for the tensors bridged on purpose: a head that does not fit (or was not wanted), big_vision's
+    computed sin-cos table, a `pre_logits` layer the model lacks."""
+    skipped = {}
     for key in ("head/kernel", "head/bias", "head_dist/kernel", "head_dist/bias"):
         if key in asked:
             skipped[key] = "a new head was asked for (new_head=True); kept the model's own"
@@ -168,6 +197,12 @@ def load_params(
     for key in ("pre_logits/kernel", "pre_logits/bias"):
         if key in params and key not in table:
             skipped[key] = "the model has no pre_logits layer (representation_size=None); dropped, as for fine-tuning"
+    return skipped
+
+
+def _structure_problems(params, table):
+    """What no key-by-key listing says plainly: a class token on one side only, another number of blocks."""
+    problems = []
     if "cls" in params and "cls" not in table:
         problems.append("the checkpoint has a class token but the model was built with class_token=False")
     if "cls" in table and "cls" not in params:
@@ -181,7 +216,13 @@ def load_params(
     }
     if depth["checkpoint"] != depth["model"]:
         problems.append(f"the checkpoint has {depth['checkpoint']} encoder blocks, the model {depth['model']}")
+    return problems
 
+
+def _resized_position_embedding(model, params, table, checkpoint_grid, resize_method):
+    """(params, {key: what was resized}): the position table interpolated to the model's grid when it differs;
+    `params` is copied first, never changed."""
+    resized = {}
     if POSEMB_KEY in params and POSEMB_KEY in table:
         have, want = params[POSEMB_KEY], table[POSEMB_KEY]
         if tuple(have.shape) != tuple(want.shape) and have.shape[-1] == want.shape[-1]:
@@ -193,7 +234,11 @@ def load_params(
                 have, layer.grid_size, old_grid=old_grid, num_prefix_tokens=prefix, method=resize_method
             )
             resized[POSEMB_KEY] = f"grid {old_grid} -> {layer.grid_size} ({resize_method})"
+    return params, resized
 
+
+def _check_fit(model, params, table, skipped, problems, source):
+    """Raises one `CheckpointError` listing everything that does not fit, before anything is loaded."""
     missing = sorted(k for k in table if k not in params and k not in skipped)
     unexpected = sorted(k for k in params if k not in table and k not in skipped)
     mismatched = [
@@ -203,20 +248,6 @@ def load_params(
     ]
     if missing or unexpected or mismatched or problems:
         raise CheckpointError(_mismatch_message(source, model, missing, unexpected, mismatched, problems))
-
-    loaded = []
-    for key, variable in table.items():
-        if key in skipped:
-            continue
-        variable.assign(_as_tensor(params[key], variable.dtype))
-        _release(params[key])
-        loaded.append(key)
-    for key, reason in resized.items():
-        logger.info("%s: resized %s: %s", caller, key, reason)
-    for key, reason in skipped.items():
-        if key.endswith("/kernel") and key not in asked:
-            warnings.warn(f"{caller}: skipped {key.rsplit('/', 1)[0]}: {reason}.", stacklevel=3)
-    return LoadReport(loaded=loaded, resized=resized, skipped=skipped)
 
 
 def _as_tensor(array, dtype):

@@ -168,8 +168,33 @@ def write(folder, params, config, class_names=None):
             "this model uses vit_jax's (std + 1e-5, 1e-6), so timm's outputs will differ slightly from keras-vit's.",
             stacklevel=3,
         )
-    height, width = config.image_size
+    cfg = _timm_config(config, architecture, class_names)
+    files.makedirs(folder)
+    state = timm_layout.from_original(params, config.num_heads)
+    write_safetensors(os.path.join(folder, "model.safetensors"), state)
+    write_json(os.path.join(folder, "config.json"), cfg)
+    return folder
+
+
+def _timm_config(config, architecture, class_names):
+    """The folder's `config.json`: the architecture, `model_args` and `pretrained_cfg` timm builds it from."""
     pool = {"token": "token", "gap": "avg", "map": "map"}[config.pooling]
+    cfg = dict(
+        architecture=architecture,
+        num_classes=config.num_classes,
+        num_features=config.hidden_size,
+        global_pool=pool,
+        model_args=_model_args(config, pool),
+        pretrained_cfg=_pretrained_cfg(config),
+    )
+    if class_names:
+        cfg["label_names"] = list(class_names)
+    return cfg
+
+
+def _model_args(config, pool):
+    """`timm.create_model` keyword arguments that override every default of the architecture name they can."""
+    height, width = config.image_size
     model_args = dict(
         img_size=[height, width],
         patch_size=config.patch_size,
@@ -189,6 +214,12 @@ def write(folder, params, config, class_names=None):
     )
     if config.gelu != "exact":
         model_args["act_layer"] = {"tanh": "gelu_tanh", "quick": "quick_gelu"}[config.gelu]
+    return model_args
+
+
+def _pretrained_cfg(config):
+    """timm's preprocessing and classifier description: keras-vit's input contract (mean = std = 0.5)."""
+    height, width = config.image_size
     pretrained_cfg = dict(
         input_size=[config.channels, height, width],
         fixed_input_size=True,
@@ -204,21 +235,7 @@ def write(folder, params, config, class_names=None):
     )
     if config.resnet_layers is not None:
         pretrained_cfg["custom_load"] = False  # the registry's augreg hybrids load .npz files; this is safetensors
-    cfg = dict(
-        architecture=architecture,
-        num_classes=config.num_classes,
-        num_features=config.hidden_size,
-        global_pool=pool,
-        model_args=model_args,
-        pretrained_cfg=pretrained_cfg,
-    )
-    if class_names:
-        cfg["label_names"] = list(class_names)
-    files.makedirs(folder)
-    state = timm_layout.from_original(params, config.num_heads)
-    write_safetensors(os.path.join(folder, "model.safetensors"), state)
-    write_json(os.path.join(folder, "config.json"), cfg)
-    return folder
+    return pretrained_cfg
 
 
 def _check_writable(config):
