@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 from tests import main_job  # noqa: E402  (the repository's root on the path first)
 
 TRAIN_SECONDS = 180  # docs/training.md: "about 2 min on 2 CPU cores"; the bound tests/test_training_digits.py had
-TOP1 = 0.98
+# 0.97: the digits recipe's held-out top-1 over seeds 0-2 was 97.78/98.33/98.89% once the attention projections drew
+# their own initial values (2026-12-04; 97.50-99.44% over six runs before): a bound at 0.98 sat inside the seed spread.
+TOP1 = 0.97
 # Measured: 130 lines (the trainer's 3 and XLA's two-line notice, two per epoch for 28 epochs; the export report's 69
 # with its GPU, ONNX and OpenVINO lines).
 MAX_LINES = 140

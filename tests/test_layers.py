@@ -105,6 +105,41 @@ def test_attention_initialiser_uses_matrix_fans():
     assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.95 * limit
 
 
+@pytest.mark.parametrize("initializer", ["glorot_uniform", "seeded", "generator"])
+def test_projections_start_from_their_own_draws(initializer):
+    """Query, key, value and output start from different values (one shared Keras initialiser instance repeats its
+    draw: until 2026-12-04 they started equal), and the draws are still reproducible from the seeds."""
+    made = {
+        "glorot_uniform": lambda: "glorot_uniform",
+        "seeded": lambda: keras.initializers.GlorotUniform(seed=3),
+        "generator": lambda: keras.initializers.GlorotUniform(seed=keras.random.SeedGenerator(3)),
+    }[initializer]
+
+    def kernels():
+        keras.utils.set_random_seed(7)
+        layer = L.MultiHeadSelfAttention(4, kernel_initializer=made(), bias_initializer=made())
+        layer.build((None, 5, 128))
+        return [np.asarray(getattr(layer, f"{n}_{w}")).reshape(-1) for n in ("query", "key", "value", "out")
+                for w in ("kernel", "bias")]  # fmt: skip
+
+    first = kernels()
+    for i in range(8):
+        for j in range(i + 2, 8, 2):  # two projections' kernels (biases) uncorrelated: 16384 (128) values each
+            assert abs(np.corrcoef(first[i], first[j])[0, 1]) < 0.45, (i, j)
+    for a, b in zip(first, kernels()):
+        np.testing.assert_array_equal(a, b)
+    limit = np.sqrt(6 / (128 + 128))
+    assert all(np.abs(k).max() <= limit and k.std() > 0.4 * limit for k in first[::2])
+
+
+def test_mlp_denses_draw_their_own_biases():
+    keras.utils.set_random_seed(1)
+    block = L.MlpBlock(16)
+    block.build((None, 3, 16))
+    b0, b1 = np.asarray(block.dense_0.bias), np.asarray(block.dense_1.bias)
+    assert not np.isclose(b0[:16], b1, rtol=0, atol=0).any()
+
+
 def test_layer_norm_matches_numpy_and_keras():
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((2, 7, 24)) * 3 + 1).astype("float32")

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers import attention_kernel
 from keras_vit.layers.deferred_init import build_deferred
+from keras_vit.layers.initializers import independent
 
 PROJECTIONS = ("query", "key", "value", "out")
 
@@ -88,21 +89,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.head_dim = width // self.num_heads
         heads = (self.num_heads, self.head_dim)
-        common = dict(
-            kernel_initializer=HeadsAsMatrix(self.kernel_initializer, width),
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
-        for name in ("query", "key", "value"):
+        for index, name in enumerate(("query", "key", "value")):
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **common
+                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **self._inits(index, width)
             )
             build_deferred(layer, (None, None, width))
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **common
+            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **self._inits(3, width)
         )
         build_deferred(self.out, (None, None, *heads))
+
+    def _inits(self, index, width):
+        """The `index`-th projection's initialisers and dtype: its own draws (initializers.independent)."""
+        return dict(
+            kernel_initializer=HeadsAsMatrix(independent(self.kernel_initializer, index), width),
+            bias_initializer=independent(self.bias_initializer, index),
+            dtype=self.dtype_policy,
+        )
 
     # The checkpoint's names for the projections' variables (what the weight loaders assign to).
     query_kernel = property(lambda self: self.query.kernel)

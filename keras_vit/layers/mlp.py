@@ -27,19 +27,21 @@ class MlpBlock(keras.layers.Layer):
         self.mlp_dim = int(mlp_dim)
         self.gelu = gelu
         self.dropout_rate = float(dropout_rate)
-        dense = dict(
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **self._dense_kwargs())
+        self.dense_1 = None  # width known at build time
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def _dense_kwargs(self):
+        """Each Dense its own initialiser instances (one shared instance would draw the same values twice)."""
+        return dict(
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=self.dtype_policy,
         )
-        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
-        self.dense_1 = None  # width known at build time
-        self._dense_kwargs = dense
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         build_deferred(self.dense_0, input_shape)
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **self._dense_kwargs)
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **self._dense_kwargs())
         build_deferred(self.dense_1, (*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
