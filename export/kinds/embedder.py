@@ -28,6 +28,16 @@ BUDGETS = {
     "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
 }
 
+# An ONNX or OpenVINO file's checks beyond its figures (export/portable.py: `check`), as for a classifier
+# (export/kinds/classifier.py); the entry repeats the file's output document.
+INTERCHANGE = {
+    "summary": ("min_cosine", min),
+    "size_figures": ("min_cosine", "max_rel_norm_diff"),
+    "precision_figures": ("min_cosine", "max_rel_norm_diff"),
+    "contract": "the input contract and the feature-vector output document",
+    "stated": ("output",),
+}
+
 
 def matches(model):
     """A keras_vit model without a classification head."""
