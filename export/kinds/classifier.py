@@ -126,11 +126,8 @@ def lines(a):
         out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
     if a["format"] == "tflite":
         project = a["project_preprocessing"]
-        out.append(
-            f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
-            f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
-            f"top1 acc {_pct(project['top1_accuracy'])}"
-        )
+        agree, accuracy = _pct(project["top1_agreement"]), _pct(project["top1_accuracy"])
+        out.append(table_lines.fed(a, f"max|diff| {_max_diff(project):.2e}, top1 agree {agree}, top1 acc {accuracy}"))
         meta = a.get("metadata")
         out.append(
             "  metadata: none" if not meta else

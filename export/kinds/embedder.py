@@ -171,7 +171,12 @@ def lines(a):
     """An embedder file's lines below its budget line: what its format adds."""
     if a["format"] != "tflite":
         return _interchange_lines(a)
-    return [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
+    out = [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
+    project = a.get("project_preprocessing")  # reports written before embedders were fed both ways have none
+    if project:
+        words = f"min cos {project['min_cosine']:.6f}, norm diff {project['max_rel_norm_diff']:.2e}"
+        out.insert(0, table_lines.fed(a, words))
+    return out
 
 
 def _interchange_lines(entry):
