@@ -23,7 +23,7 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "non_builtin_ops": ".flatbuffer",
         "read_ops": ".flatbuffer",
         "find_vulkan_driver": ".gpu:find_driver",
-        "read_metadata": ".metadata",
+        "read_metadata": ".metadata_reader",
         "ExportOptions": ".options",
         "ExportSource": ".options",
         "FORMATS": ".pipeline",

@@ -1,31 +1,19 @@
-"""The files of a feature-map export and the runtimes that read them back: the named outputs, the SavedModel and
-TFLite conversions, a runner for each, and the per-output comparison with Keras.
+"""The files of a feature-map export: the SavedModel and TFLite conversions of a `keras_vit.feature_model`, every
+output named.
 
 Every output has a name that stays fixed from the Keras model to every file: `encoderblock_{i}` for block i's patch
 tokens (or map) and `encoderblock_{i}_prefix` for its prefix tokens, from the `TokenSplit` layer that gives it
 (`keras_vit.feature_model` names it `encoderblock_{i}_features`). Both files are built from one function that
 returns a dict keyed by those names, so the SavedModel's signatures and the TFLite signature `serving_default` hold
 them as output names. TFLite orders a subgraph's outputs by its own rule (the subgraph's output list need not follow
-the model's order), so the runners read every output through the signature's name -> tensor map, never by position.
+the model's order), so export/runners.py reads every output through the signature's name -> tensor map, never by
+position; the per-output comparison and budgets are the kind's (export/kinds/feature_maps.py).
 """
 
 from . import tflite
-from .kinds.feature_maps import PREFIX_SUFFIX, check_budget, compare, describe_outputs, output_layers, output_names
-from .runners import INPUT, MODEL_SPACE, SIGNATURE, KerasRunner, SavedModelRunner, TFLiteRunner
+from .kinds.feature_maps import output_names
 from .runtime import named_call
 from .saved_model import serving_module
-
-__all__ = [
-    "INPUT",
-    "MODEL_SPACE",
-    "PREFIX_SUFFIX",
-    "SIGNATURE",
-    "check_budget",
-    "compare",
-    "describe_outputs",
-    "output_layers",
-    "output_names",
-]
 
 
 def frozen_function(model, names, dynamic_batch=False):
@@ -52,15 +40,3 @@ def save_saved_model(model, path):
     module, signatures = serving_module(model, named_call(model, output_names(model)))
     tf.saved_model.save(module, str(path), signatures=signatures)
     return path
-
-
-# The runners are export/runners.py's (every runner names its outputs); these names stay for feature-map files.
-KerasFeatureMaps = KerasRunner
-SavedModelFeatureMaps = SavedModelRunner
-
-
-class TFLiteFeatureMaps(TFLiteRunner):
-    """A feature-map flatbuffer in LiteRT's interpreter: every output read through its signature name."""
-
-    def __init__(self, flatbuffer=None, path=None, num_threads=1):
-        super().__init__(flatbuffer, path, num_threads, by_signature=True)

@@ -104,8 +104,8 @@ class OnnxRunner(portable.InterchangeRunner):
         self.data = bytes(data)
         self._setup(where)
 
-    def details(self, x, reference):
-        """What the report states beside the figures: runtime, opset, op counts."""
+    def details(self, x, reference, kind):
+        """What the report states beside the figures: runtime, opset, op counts (the same for every `kind`)."""
         return {"runtime_version": self.runtime_version, **inspect(self.data)}
 
     def run(self, x):

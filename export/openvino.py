@@ -16,7 +16,6 @@ from keras_vit import files
 
 from . import commit, portable
 from .errors import ExportError
-from .kinds import classifier
 
 NAME = "model.xml"
 WEIGHTS = "model.bin"
@@ -120,18 +119,18 @@ class OpenVINORunner(portable.InterchangeRunner):
         self._files = (xml, weights)
         self._setup(where)
 
-    def details(self, x, reference):
-        """What the report states beside the figures: runtime, device, precision, op counts, and the figures with
-        the plugin's default precision (one more compile; not budgeted)."""
+    def details(self, x, reference, kind):
+        """What the report states beside the figures: runtime, device, precision, op counts, and `kind`'s figures
+        (export/kinds/) against `reference` with the plugin's default precision (one more compile; not budgeted)."""
         default = self.at_default_precision()
-        figures = classifier.figures(default.outputs(x), reference)
+        figures = kind.figures(default.outputs(x), reference)
         return {
             "runtime_version": self.runtime_version,
             "device": self.device,
             "inference_precision": self.inference_precision,
             "default_precision": {
                 "inference_precision": default.inference_precision,
-                **{k: figures[k] for k in ("max_rel_logit_diff", "max_abs_logit_diff", "top1_agreement")},
+                **{k: figures[k] for k in kind.INTERCHANGE["precision_figures"]},
             },
             "ops": self.ops(),
         }

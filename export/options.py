@@ -46,7 +46,7 @@ class ExportOptions:
         tflite_output: "probabilities" (the TFLite models end in a softmax, what MediaPipe and the Task
             Library expect) or "logits".
         metadata: descriptive fields of the TFLite metadata: a dict with any of name, description, version,
-            license, author (defaults in `export.metadata.build_metadata`).
+            license, author (defaults in `export.metadata.render`).
         converter_output: "report" keeps what the TFLite converter prints (from C++, on file descriptors 1 and
             2: dozens of lines per model) in each artifact's "converter_output" in report.json; "terminal"
             lets it through.

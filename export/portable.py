@@ -1,13 +1,14 @@
-"""What the ONNX and OpenVINO artifacts share: the contract each file carries, one runner base, and the checks
-beyond the common budget (dynamic batch, dynamic image size, op set).
+"""What the ONNX and OpenVINO artifacts share: the contract each file carries, one runner base, and one check of a
+written file (`check`) that every kind goes through with its own figures, budget and words (`kind.INTERCHANGE`).
 
 Both are converted by Keras itself (`model.export(path, format="onnx" | "openvino")`) from the model as it was
 built: a model built with `dynamic_image_size=True` keeps its open height and width, where TFLite needs one
 size. Both take float32 NHWC RGB images in [-1, 1] (uint8 pixels bilinearly resized to `image_size`, then
-`(x - 127.5) / 127.5`) and return logits, or, for a head-less model (export/embedder_portable.py), a feature
-vector named `embedding`. The labels (a classifier's) and that input and output contract travel inside the file:
-ONNX `metadata_props` under the keys `keras_vit.<name>`, OpenVINO rt_info under `keras_vit/<name>`, each value a
-JSON document (`CONTRACT_KEYS`), rendered from the export's one description (`properties`).
+`(x - 127.5) / 127.5`) and return logits, or, for a head-less model, a feature vector named `embedding`
+(L2-normalised in the file where the description says so, `l2_normalized_model`). The labels (a classifier's)
+and that input and output contract travel inside the file: ONNX `metadata_props` under the keys `keras_vit.<name>`,
+OpenVINO rt_info under `keras_vit/<name>`, each value a JSON document (`CONTRACT_KEYS`), rendered from the export's
+one description (`properties`).
 """
 
 import json
@@ -17,15 +18,11 @@ import numpy as np
 from . import preprocessing
 from .description import INPUT
 from .errors import ExportError
-from .kinds import classifier
 from .runtime import batches, check_batch, median_ms
-from .verify import check_budget, compare
 
 FORMATS = ("onnx", "openvino")
 CONTRACT_KEYS = ("labels", "input", "output", "preprocessing")
 INPUT_NAME, EMBEDDING_NAME = INPUT, "embedding"
-# The budget of the checks beyond the shared one (the float32 TFLite model's, `export.verify.BUDGETS`).
-BUDGET_KEY = "float32"
 DYNAMIC_BATCHES = (1, 3)
 DYNAMIC_SIZE_IMAGES = 32
 
@@ -148,58 +145,71 @@ class InterchangeRunner:
         return median_ms(lambda: self.run(x1), runs, warmup)
 
 
-def check(runner, x, reference, budget, dynamic_model=None):
-    """The dynamic-batch and dynamic-image-size figures of a verified ONNX or OpenVINO classifier (see
-    export/formats/interchange.py; `reference`: the Keras outputs by name): returns (the entry's fields beyond the
-    shared ones, the failures).
+def l2_normalized_model(model):
+    """`model` with its vectors L2-normalised, as a functional model over the same layers (weights shared): what a
+    file whose description says `l2_normalized` computes."""
+    import keras
 
-    Dynamic batch: the first images run at each batch size of `DYNAMIC_BATCHES`, against the Keras logits.
-    Dynamic image size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given:
-    up to `DYNAMIC_SIZE_IMAGES` images at a second size (two patches taller, one patch wider) against that
-    Keras model at the same size. Both are held to the float32 budget; a file whose batch (or, for a dynamic
-    model, image size) is fixed fails.
+    inputs = keras.Input(model.input_shape[1:], name=INPUT_NAME)
+    return keras.Model(inputs, keras.ops.normalize(model(inputs), axis=-1, order=2), name=f"{model.name}_l2")
+
+
+def expected(outputs, description):
+    """What a file of `description` should give for the Keras `outputs` (by name): the same, L2-normalised where the
+    file normalises its vectors."""
+    if not description.l2_normalized:
+        return outputs
+    vectors = {name: np.asarray(v, np.float64) for name, v in outputs.items()}
+    return {name: v / np.linalg.norm(v, axis=-1, keepdims=True) for name, v in vectors.items()}
+
+
+def check(kind, runner, x, reference, truth, budget, description, dynamic_model=None):
+    """Judges an ONNX or OpenVINO file (`runner`, opened) as `kind` (export/kinds/) judges its files: returns (its
+    figures on `x` against `reference`, the Keras outputs by name; failures; the entry's fields beyond those).
+
+    The same checks for every kind, with the kind's figures, budget and words (`kind.INTERCHANGE`): the figures on
+    the verification images; dynamic batch, the first images at each batch size of `DYNAMIC_BATCHES`; dynamic image
+    size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given, up to
+    `DYNAMIC_SIZE_IMAGES` images at a second size (two patches taller, one patch wider) against that Keras model at
+    the same size; the runtime's details (OpenVINO's figures at its default precision, not budgeted); and the
+    documents the file carries. All are held to `budget`; a file whose batch (or, for a dynamic model, image size)
+    is fixed fails.
     """
-    budget = {k: v for k, v in budget.items() if k == "max_rel_logit_diff"}
+    spec = kind.INTERCHANGE
+    reference = expected(reference, description)
+    found = kind.figures(runner.outputs(x), reference, truth)
+    failures = kind.check_budget(found, budget)
     fields = {"input_shape": [name if d is None else d for name, d in zip(("batch", "height", "width", "channels"),
                                                                           runner.input_shape)]}  # fmt: skip
-    fields["dynamic_batch"], failures = _batches(runner, x, reference, budget)
+    fields["dynamic_batch"] = _batches(kind, runner, x, reference, budget, failures)
     fields["dynamic_image_size"] = None
     if dynamic_model is not None:
         if not runner.dynamic_image_size:
             failures.append("the model was built with dynamic_image_size=True but the file's image size is fixed")
         else:
-            fields["dynamic_image_size"] = _other_size(runner, x[:DYNAMIC_SIZE_IMAGES], dynamic_model)
-            failures += [f"at {fields['dynamic_image_size']['size']}: {f}"
-                         for f in check_budget(fields["dynamic_image_size"], budget)]  # fmt: skip
-    fields.update(runner.details(x, reference))
+            fields["dynamic_image_size"] = _other_size(kind, runner, x, dynamic_model, description, budget, failures)
+    fields.update(runner.details(x, reference, kind))
+    fields.update({f"{key}_contract": runner.contract[key] for key in spec["stated"]})
     fields["contract_in_file"] = runner.contract_in_file
-    if not runner.contract_in_file:
-        failures.append("the labels and input contract are missing from the file")
-    return fields, failures
+    failures += _contract_failures(runner, description, spec["contract"])
+    return found, failures, fields
 
 
-def batch_runs(runner, x, reference, budget, kind=classifier):
-    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference` (the Keras outputs by
-    name): (the figures of each size, failures), or (None, the failure) when the file's batch is fixed. The
-    figures and budget are the kind's (export/kinds/)."""
+def _batches(kind, runner, x, reference, budget, failures):
+    """The first images run at each batch size of `DYNAMIC_BATCHES` against `reference`: the worst of the kind's
+    summary figure over the sizes (None when the file's batch is fixed); misses go to `failures`."""
     if not runner.dynamic_batch:
-        return None, [f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open"]
-    runs, failures = [], []
+        failures.append(f"the batch dimension is fixed at {runner.input_shape[0]}; expected it open")
+        return None
+    runs = []
     for batch in DYNAMIC_BATCHES:
         if len(x) < batch:
             continue
         out = np.concatenate([runner.run(b) for b in batches(x[: batch * (len(x) // batch)], batch)])
         runs.append(kind.figures({runner.output_kind: out}, {k: v[: len(out)] for k, v in reference.items()}))
         failures += [f"batch {batch}: {f}" for f in kind.check_budget(runs[-1], budget)]
-    return runs, failures
-
-
-def _batches(runner, x, reference, budget):
-    runs, failures = batch_runs(runner, x, reference, budget)
-    if runs is None:
-        return None, failures
-    worst = max((f["max_rel_logit_diff"] for f in runs), default=0.0)
-    return {"batches": list(DYNAMIC_BATCHES), "max_rel_logit_diff": worst}, failures
+    key, worst = kind.INTERCHANGE["summary"]
+    return {"batches": list(DYNAMIC_BATCHES), key: worst(f[key] for f in runs)}
 
 
 def second_size(runner, x, dynamic_model):
@@ -212,10 +222,25 @@ def second_size(runner, x, dynamic_model):
     return size, tf.clip_by_value(tf.image.resize(x, size, method="bilinear"), -1.0, 1.0).numpy()
 
 
-def _other_size(runner, x, dynamic_model):
-    size, bigger = second_size(runner, x, dynamic_model)
-    expected = np.concatenate([np.asarray(dynamic_model(bigger[i : i + 16], training=False))
-                               for i in range(0, len(bigger), 16)])  # fmt: skip
-    figures = compare(np.concatenate([runner.run(bigger[i : i + 16]) for i in range(0, len(bigger), 16)]), expected)
-    return {"size": list(size), "images": len(bigger), **{k: figures[k] for k in ("max_rel_logit_diff",
-            "max_abs_logit_diff", "top1_agreement", "logit_scale")}}  # fmt: skip
+def _other_size(kind, runner, x, dynamic_model, description, budget, failures):
+    """The first images at `second_size`, against the dynamic Keras model at that size: the kind's figures there;
+    misses go to `failures`."""
+    size, bigger = second_size(runner, x[:DYNAMIC_SIZE_IMAGES], dynamic_model)
+    chunks = range(0, len(bigger), 16)
+    keras_out = np.concatenate([np.asarray(dynamic_model(bigger[i : i + 16], training=False)) for i in chunks])
+    reference = expected(dict(zip(kind.output_names(dynamic_model), [keras_out])), description)
+    out = np.concatenate([runner.run(bigger[i : i + 16]) for i in chunks])
+    found = kind.figures({runner.output_kind: out}, reference)
+    failures += [f"at {size[0]}x{size[1]}: {f}" for f in kind.check_budget(found, budget)]
+    return {"size": list(size), "images": len(bigger), **{k: found[k] for k in kind.INTERCHANGE["size_figures"]}}
+
+
+def _contract_failures(runner, description, words):
+    """The file must carry every document its kind needs (`words`: what they are, in the kind's words), and its
+    output document must say what the export's description says."""
+    if not runner.contract_in_file:
+        return [f"{words} are missing from the file"]
+    said, meant = runner.contract["output"], json.loads(properties(description)["output"])
+    if said != meant:
+        return [f"the file's output document says {said}; the export's description says {meant}"]
+    return []

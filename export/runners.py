@@ -17,9 +17,9 @@ import numpy as np
 from keras_vit import _startup, files
 
 from . import kinds, preprocessing
-from . import metadata as tflite_metadata
 from .errors import ExportError
 from .io import read_labels
+from .metadata_reader import read_metadata
 from .runtime import batches, check_batch, gather, invoke, median_ms, named_call
 
 SIGNATURE, MODEL_SPACE, INPUT = "serving_default", "model_space", "images"
@@ -133,7 +133,7 @@ class TFLiteRunner:
         self.flatbuffer = bytes(flatbuffer)
         self.threads = int(num_threads)
         try:
-            self.metadata = tflite_metadata.read_metadata(self.flatbuffer)
+            self.metadata = read_metadata(self.flatbuffer)
         except ExportError as exc:
             raise ExportError(f"The TFLite model{where} has unreadable metadata: {exc}") from exc
         meta = self.metadata or {"input": {}, "output": {}}

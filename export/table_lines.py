@@ -16,3 +16,10 @@ def interchange_runtime(entry, default_figures):
         f"{entry['inference_precision']}; its default here ({entry['default_precision']['inference_precision']}): "
         f"{default_figures} (not budgeted)"
     )
+
+
+def fed(entry, project_figures):
+    """A single-output TFLite file's two feedings: how an app feeds it, and `project_figures`, the kind's words for its
+    figures with the project's preprocessing."""
+    return (f"  fed as an app feeds it ({entry['fed_as']}): figures above; with the project's preprocessing: "
+            f"{project_figures}")  # fmt: skip

@@ -96,6 +96,38 @@ def test_mediapipe_image_embedder_matches_keras(tiny):
     np.testing.assert_allclose(float32, reference, rtol=1e-4, atol=1e-4)
 
 
+def litert_vectors(path, x):
+    """LiteRT's interpreter on model-space images, one at a time (the files take batch 1), without export/'s runner."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    rows = []
+    for image in x:
+        interpreter.set_tensor(inp["index"], image[None].astype(inp["dtype"]))
+        interpreter.invoke()
+        rows.append(np.asarray(interpreter.get_tensor(out["index"])[0], np.float64))
+    return np.array(rows)
+
+
+def test_each_file_is_also_judged_with_the_projects_preprocessing(tiny):
+    """As a classifier's: an embedder file is judged fed as an app feeds it (the figures reported) and with the
+    project's (x - 127.5) / 127.5 (`project_preprocessing`), both held to its budget; the latter is recomputed here
+    with LiteRT's own interpreter and numpy."""
+    model, pixels, folder, report = tiny
+    reference = keras_features(model, pixels)
+    x = ((pixels.astype(np.float32) - 127.5) / 127.5).astype(np.float32)
+    for entry in report["artifacts"]:
+        project, budget = entry["project_preprocessing"], embedder.BUDGETS[entry["quantization"]]
+        similarity = cosine(litert_vectors(folder / "export" / entry["name"], x), reference)
+        assert project["min_cosine"] == pytest.approx(similarity.min(), abs=1e-4), entry["name"]
+        assert project["min_cosine"] >= budget["min_cosine"] and project["images"] == len(pixels)
+        assert entry["fed_as"] == "float32 pixels normalised as MediaPipe does: x * (2 / 255) - 1"
+    table = export.format_table(report)
+    assert table.count("with the project's preprocessing: min cos") == len(FAST_MODES)
+
+
 def test_metadata_states_the_embedder_form(tiny):
     _, _, folder, _ = tiny
     for mode in ("float32", "dynamic_int8"):

@@ -1,7 +1,7 @@
-"""ONNX and OpenVINO image embedders (export/embedder_portable.py): a head-less model exported once for the module
-through `export.export_model`, then run with onnxruntime's and OpenVINO's own APIs and compared with the Keras
-features computed here (numpy cosines and norms); the L2-normalised, pre_logits and dynamic-image-size forms on one
-more small conversion."""
+"""ONNX and OpenVINO image embedders (export/portable.py `check`, the classifiers' check with the embedder's figures):
+a head-less model exported once for the module through `export.export_model`, then run with onnxruntime's and
+OpenVINO's own APIs and compared with the Keras features computed here (numpy cosines and norms); the L2-normalised,
+pre_logits and dynamic-image-size forms on one more small conversion."""
 
 import json
 from types import SimpleNamespace
@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import export
-from export import embedder_portable
+from export import interchange, portable
 from export.__main__ import main as cli
 
 pytestmark = pytest.mark.slow  # one export of the two formats, one more ONNX conversion (~30 s on 2 cores)
@@ -163,10 +163,11 @@ def test_l2_normalised_pre_logits_embedder_keeps_an_open_image_size(tmp_path):
     model = keras_vit.create_model("testing", num_classes=0, representation_size=16, dynamic_image_size=True)
     described = describe(kind, fixed_size_model(model), dynamic_image_size=True, l2_normalize=True)
     x = np.random.default_rng(2).uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
-    entry = embedder_portable.artifact("onnx", model, described, tmp_path, x, {"embedding": keras_features(model, x)},
-                                       runs=1, warmup=0, dynamic_model=model)  # fmt: skip
-    assert entry["passed"], entry["failures"]
-    assert entry["dynamic_image_size"]["size"] == [48, 40] and entry["input_shape"] == ["batch", "height", "width", 3]
+    _, _, runner = interchange.write("onnx", model, described, tmp_path, name="embedder.onnx")
+    found, failures, fields = portable.check(kind, runner, x, {"embedding": keras_features(model, x)}, None,
+                                             kind.BUDGETS["float32"], described, dynamic_model=model)  # fmt: skip
+    assert not failures and found["min_cosine"] >= FLOOR, failures
+    assert fields["dynamic_image_size"]["size"] == [48, 40] and fields["input_shape"] == ["batch", "height", "width", 3]
     path = tmp_path / "embedder.onnx"
     assert file_contract(path)["output"]["l2_normalized"] is True and file_contract(path)["output"]["dimensions"] == 16
     for size in ((32, 32), (48, 40)):

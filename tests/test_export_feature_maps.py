@@ -1,4 +1,5 @@
-"""Feature maps on export (export/feature_maps.py): a several-output keras_vit.feature_model to SavedModel and TFLite.
+"""Feature maps on export (export/kinds/feature_maps.py, export/feature_maps_artifacts.py): a several-output
+keras_vit.feature_model to SavedModel and TFLite.
 
 Each output is read back by name from the runtime that runs it (LiteRT's interpreter through the file's signature,
 the SavedModel reloaded) and checked against the blocks' outputs read with `model.get_layer(...)`: another path
@@ -15,9 +16,10 @@ import pytest
 
 import export
 import keras_vit
-from export import feature_maps
 from export import feature_maps_artifacts as artifacts
 from export.__main__ import main as cli
+from export.kinds import feature_maps
+from export.runners import SavedModelRunner, TFLiteRunner
 
 GRID = (3, 5)  # 24 x 40 pixels, patch 8: a non-square grid
 BLOCKS = (2, 0)  # out of order: the model's order is not the names' sorted order
@@ -74,7 +76,7 @@ def test_tflite_outputs_read_by_name_equal_the_blocks(exported):
     ref = block_outputs(model, pixels)
     x = (pixels.astype(np.float32) - 127.5) / 127.5
     for mode in MODES:
-        runner = artifacts.TFLiteFeatureMaps((out / f"feature_maps_{mode}.tflite").read_bytes())
+        runner = TFLiteRunner((out / f"feature_maps_{mode}.tflite").read_bytes(), by_signature=True)
         assert sorted(runner.names) == sorted(NAMES)
         got = runner.outputs(x)
         for name in NAMES:
@@ -89,7 +91,7 @@ def test_tflite_outputs_read_by_name_equal_the_blocks(exported):
 def test_saved_model_reloaded_gives_the_blocks_by_name(exported):
     model, _, pixels, out, _ = exported
     ref = block_outputs(model, pixels)
-    runner = artifacts.SavedModelFeatureMaps(out / "saved_model")
+    runner = SavedModelRunner(out / "saved_model")
     x = (pixels.astype(np.float32) - 127.5) / 127.5
     for got in (runner.outputs(x), runner.outputs_from_images(pixels)):  # model_space, serving_default
         assert sorted(got) == sorted(NAMES)
@@ -156,18 +158,18 @@ def test_swapped_outputs_fail_the_verification(exported):
     model, _, pixels, _, _ = exported
     ref = block_outputs(model, pixels)
     budget = feature_maps.BUDGETS["float32"]
-    assert artifacts.check_budget(artifacts.compare(ref, ref), budget) == []
+    assert feature_maps.check_budget(feature_maps.compare(ref, ref), budget) == []
     blocks = {**ref, "encoderblock_0": ref["encoderblock_2"], "encoderblock_2": ref["encoderblock_0"]}
-    failures = artifacts.check_budget(artifacts.compare(blocks, ref), budget)
+    failures = feature_maps.check_budget(feature_maps.compare(blocks, ref), budget)
     assert {f.split(":")[0] for f in failures} == {"encoderblock_0", "encoderblock_2"}
     prefix = {**ref, "encoderblock_0": ref["encoderblock_0_prefix"], "encoderblock_0_prefix": ref["encoderblock_0"]}
-    failures = artifacts.check_budget(artifacts.compare(prefix, ref), budget)
+    failures = feature_maps.check_budget(feature_maps.compare(prefix, ref), budget)
     assert failures == [
         "encoderblock_0: shape (8, 1, 32) != Keras (8, 3, 5, 32)",
         "encoderblock_0_prefix: shape (8, 3, 5, 32) != Keras (8, 1, 32)",
     ]
     renamed = {"block_0" if k == "encoderblock_0" else k: v for k, v in ref.items()}
-    failures = artifacts.check_budget(artifacts.compare(renamed, ref), budget)
+    failures = feature_maps.check_budget(feature_maps.compare(renamed, ref), budget)
     assert failures == ["encoderblock_0: the artifact lacks it", "block_0: Keras has no output of that name"]
 
 
@@ -183,7 +185,7 @@ def test_full_integer_int8_misses_what_int8_matmul_keeps(exported):
     worst = {}
     for mode, flatbuffer in (("int8", artifacts.convert(features, "int8", calibration)),
                              ("int8_matmul", (out / "feature_maps_int8_matmul.tflite").read_bytes())):  # fmt: skip
-        figures = artifacts.compare(artifacts.TFLiteFeatureMaps(flatbuffer).outputs(x), ref)
+        figures = feature_maps.compare(TFLiteRunner(flatbuffer, by_signature=True).outputs(x), ref)
         worst[mode] = min(f["min_cosine"] for f in figures.values())
     assert worst["int8"] < 0.95 < feature_maps.BUDGETS["int8_matmul"]["min_cosine"] <= worst["int8_matmul"], worst
 
@@ -245,7 +247,7 @@ def test_keras_file_exports_through_the_command_line(exported, tmp_path, capsys)
     assert report["passed"]
     assert [a["name"] for a in report["artifacts"]] == ["saved_model", "feature_maps_float32.tflite"]
     assert json.loads((tmp_path / "out" / "feature_maps_float32.json").read_text())["input"]["shape"][0] == -1
-    runner = artifacts.TFLiteFeatureMaps((tmp_path / "out" / "feature_maps_float32.tflite").read_bytes())
+    runner = TFLiteRunner((tmp_path / "out" / "feature_maps_float32.tflite").read_bytes(), by_signature=True)
     assert runner.dynamic_batch
     x = (pixels.astype(np.float32) - 127.5) / 127.5
     expected = dict(zip(NAMES, features.predict(x, verbose=0)))

@@ -9,7 +9,7 @@ import pytest
 import export
 from export import pipeline
 from export.__main__ import main as cli
-from export.metadata import read_metadata
+from export.metadata_reader import read_metadata
 from tests import export_fixtures as fx
 
 NAMES = [

@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 import keras_vit.images
-from export import metadata
+from export import metadata, metadata_reader
 from export.errors import ExportError
 from training import data, option_types, overrides
 from training.config import TrainConfig
@@ -208,7 +208,9 @@ def _model_without_zip(labels=("cat", "dog")):
     model = schema.ModelT()
     model.version, model.buffers, model.subgraphs = 3, [schema.BufferT()], []
     base = metadata.finish(model, metadata.TFLITE_IDENTIFIER)
-    return metadata._strip_zip(metadata.with_metadata(base, list(labels), (32, 32), np.float32, "probabilities"))
+    return metadata.without_associated_files(
+        metadata.with_metadata(base, list(labels), (32, 32), np.float32, "probabilities")
+    )
 
 
 def _zeros_deflated(mebibytes):
@@ -244,7 +246,7 @@ def _spy_on_zip_opens(monkeypatch):
             self.entry = entry
 
         def read(self, n=-1):
-            if n is None or n < 0 or n > metadata.MAX_ASSOCIATED_FILE_BYTES + 1:
+            if n is None or n < 0 or n > metadata_reader.MAX_ASSOCIATED_FILE_BYTES + 1:
                 raise AssertionError(f"read({n}) of an associated file: no size limit")
             return self.entry.read(n)
 
@@ -272,7 +274,7 @@ def test_metadata_reader_opens_only_the_labels_file(monkeypatch):
     model = _append_zip(base, [("bomb.bin", 4095 * 2**20, 0, bomb), ("labels.txt", len(labels), zlib.crc32(labels),
                                zlib.compress(labels, wbits=-15))])  # fmt: skip
     opened = _spy_on_zip_opens(monkeypatch)
-    assert metadata.read_metadata(model)["labels"] == ["cat", "dog"]
+    assert metadata_reader.read_metadata(model)["labels"] == ["cat", "dog"]
     assert opened == ["labels.txt"] and time.perf_counter() - start < 5
 
 
@@ -282,14 +284,14 @@ def test_metadata_reader_refuses_a_labels_file_over_the_cap_before_decompressing
     opened = _spy_on_zip_opens(monkeypatch)
     start = time.perf_counter()
     with pytest.raises(ExportError, match=r"'labels.txt' is over the 16777216-byte limit .* not read"):
-        metadata.read_metadata(model)
+        metadata_reader.read_metadata(model)
     assert opened == [] and time.perf_counter() - start < 1  # refused from its declared size
     # A size that lies (declared under the cap, 32 MiB in the stream) is still read only up to the cap.
     model = _append_zip(base, [("labels.txt", 1000, 0, _zeros_deflated(32))])
     with pytest.raises(ExportError, match="labels.txt"):
-        metadata.read_associated_file(model, "labels.txt", max_bytes=999)
+        metadata_reader.read_associated_file(model, "labels.txt", max_bytes=999)
     with pytest.raises(ExportError, match="Cannot read the associated file 'labels.txt'"):
-        metadata.read_associated_file(model, "labels.txt")  # zipfile stops at 1000 bytes: the CRC is wrong
+        metadata_reader.read_associated_file(model, "labels.txt")  # zipfile stops at 1000 bytes: the CRC is wrong
 
 
 # ------------------------------------------------------------------------------- item 12: option ranges

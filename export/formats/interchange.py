@@ -3,13 +3,11 @@ OpenVINO's CPU plugin): float32 files converted by Keras' own `model.export` fro
 `dynamic_image_size=True` model keeps its open size), each run by its own runtime and checked at two batch sizes
 (and a second image size for a dynamic model), with the export's description (export/portable.py: `properties`)
 read back from the file.
-A classifier's checks are export/portable.py's, an embedder's export/embedder_portable.py's."""
+Every kind's file goes through the same check (export/portable.py: `check`), with the kind's figures and budget."""
 
 import os
 
-from keras_vit import files
-
-from .. import embedder_portable, interchange, portable, runtime
+from .. import interchange, portable, runtime
 from ..entry import record
 from ..onnx import OnnxRunner
 from ..openvino import OpenVINORunner
@@ -32,27 +30,16 @@ class Interchange:
         return ("float32",)
 
     def entry(self, plan, mode, v, staging, out, options):
-        """Converts, stages, reopens with the format's runtime and judges one file; its report entry."""
-        if plan.labels is None:  # an image embedder
-            return self._embedder(plan, v, staging, out, options)
-        kind = plan.kind
-        with runtime.printed(options.converter_output) as output:
-            name, written, runner = interchange.write(self.NAME, plan.dynamic_model or plan.model, plan.description,
-                                                      staging, options.num_threads)  # fmt: skip
-        found = kind.figures(runner.outputs(v.x), v.reference, v.truth)
-        budget = kind.BUDGETS[mode]
-        fields, failures = portable.check(runner, v.x, v.reference, budget, plan.dynamic_model)
-        return record(plan, v, options, name, self.NAME, mode, out, written, found, runner, budget,
-                      kind.check_budget(found, budget) + failures, converter_output=output[0].splitlines(),
-                      **fields)  # fmt: skip
-
-    def _embedder(self, plan, v, staging, out, options):
+        """Converts, stages, reopens with the format's runtime and judges one file as its kind judges its files
+        (export/portable.py: `check`); its report entry."""
+        kind, budget, name = plan.kind, plan.kind.BUDGETS[mode], plan.kind.STEM + self.SUFFIXES[0]
         with runtime.printed(options.converter_output) as output:  # what tf2onnx and OpenVINO's frontend print
-            entry = embedder_portable.artifact(
-                self.NAME, plan.dynamic_model or plan.model, plan.description, staging, v.x, v.reference,
-                options.num_threads, options.latency_runs, options.latency_warmup, plan.dynamic_model,
-            )  # fmt: skip
-        return {**entry, "path": files.join(out, entry["name"]), "converter_output": output[0].splitlines()}
+            name, written, runner = interchange.write(self.NAME, plan.dynamic_model or plan.model, plan.description,
+                                                      staging, options.num_threads, name)  # fmt: skip
+        found, failures, fields = portable.check(kind, runner, v.x, v.reference, v.truth, budget, plan.description,
+                                                 plan.dynamic_model)  # fmt: skip
+        return record(plan, v, options, name, self.NAME, mode, out, written, found, runner, budget, failures,
+                      converter_output=output[0].splitlines(), **fields)  # fmt: skip
 
 
 ONNX = Interchange("onnx", (".onnx",), OnnxRunner)

@@ -4,9 +4,8 @@ probabilities and top k with its labels (export/saved_model.py); feature maps se
 
 from .. import commit, runtime
 from ..entry import record
-from ..feature_maps_artifacts import MODEL_SPACE, SIGNATURE
 from ..feature_maps_artifacts import save_saved_model as save_named
-from ..runners import SavedModelRunner
+from ..runners import MODEL_SPACE, SIGNATURE, SavedModelRunner
 from ..saved_model import save_saved_model
 
 NAME = "saved_model"

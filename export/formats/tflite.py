@@ -1,6 +1,7 @@
 """The TFLite (LiteRT) format: `<stem>_<mode>.tflite` and its `.json` sidecar per mode, run by LiteRT's interpreter
-and judged against Keras; every file's ops are read back (non-builtin ones fail it), and a single-output file is
-also fed as an app feeds it and run on LiteRT's GPU accelerator (export/gpu.py).
+and judged against Keras; every file's ops are read back (non-builtin ones fail it), and a single-output file (a
+classifier's, an embedder's) is judged both fed as an app feeds it and with the project's preprocessing, each held
+to the kind's budget, and run on LiteRT's GPU accelerator (export/gpu.py).
 
 What a file holds is the export's one description (`plan.description`, export/description.py), rendered twice per
 file: as the TFLite metadata MediaPipe reads (export/metadata.py: a classifier's with its labels, an embedder's
@@ -56,6 +57,21 @@ def entry(plan, mode, v, staging, out, options):
 
 def _on_gpu(plan, v, runner, path, budget, options):
     return gpu.check_artifact(path, runner, v.pixels, v.reference, v.truth, plan.kind, budget, options.gpu_check)
+
+
+def _fed_both_ways(plan, v, runner, budget):
+    """A single-output file judged by its kind's figures and budget both ways: as an app runs it (the figures
+    reported) and with the project's own preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 or
+    int16 input). Returns (the app's figures, the misses of both, the entry's fields: how it was fed, the project's
+    figures)."""
+    kind = plan.kind
+    app = kind.figures(runner.outputs_from_pixels(v.pixels), v.reference, v.truth)
+    project = kind.figures(runner.outputs(v.x), v.reference, v.truth)
+    failures = [
+        *kind.check_budget(app, budget),
+        *(f"project preprocessing: {f}" for f in kind.check_budget(project, budget)),
+    ]
+    return app, failures, {"fed_as": _fed_as(np.dtype(runner.input["dtype"])), "project_preprocessing": project}
 
 
 def sidecar(description, runner, mode, options):
@@ -142,22 +158,12 @@ def _classifier_file(plan, mode, options):
 
 
 def _classifier_judged(plan, v, runner, info, path, budget, options):
-    kind = plan.kind
-    # Budgets hold both ways: as an app runs the model (the figures reported) and with the project's own
-    # preprocessing (float (x - 127.5) / 127.5, quantized here for a uint8 input).
-    app = kind.figures(runner.outputs_from_pixels(v.pixels), v.reference, v.truth)
-    project = kind.figures(runner.outputs(v.x), v.reference, v.truth)
+    app, failures, fields = _fed_both_ways(plan, v, runner, budget)
     on_gpu = _on_gpu(plan, v, runner, path, budget, options)
-    failures = [
-        *kind.check_budget(app, budget),
-        *(f"project preprocessing: {f}" for f in kind.check_budget(project, budget)),
-        *on_gpu["failures"],
-    ]
-    fields = {"fed_as": _fed_as(np.dtype(runner.input["dtype"])), "project_preprocessing": project,
-              # The metadata as read back from the file; its labels are the report's own, so not repeated.
-              "metadata": {k: val for k, val in runner.metadata.items() if k != "labels"}, "gpu": on_gpu,
-              "io": {"input": info["input"], "output": info["output"]}}  # fmt: skip
-    return app, failures, fields
+    # The metadata as read back from the file; its labels are the report's own, so not repeated.
+    fields.update(metadata={k: val for k, val in runner.metadata.items() if k != "labels"}, gpu=on_gpu,
+                  io={"input": info["input"], "output": info["output"]})  # fmt: skip
+    return app, failures + on_gpu["failures"], fields
 
 
 def _fed_as(dtype):
@@ -176,13 +182,14 @@ def _embedder_file(plan, mode, options):
 
 
 def _embedder_judged(plan, v, runner, info, path, budget, options):
-    found = plan.kind.figures(runner.outputs_from_pixels(v.pixels), v.reference)
+    app, failures, fields = _fed_both_ways(plan, v, runner, budget)
     on_gpu = _on_gpu(plan, v, runner, path, budget, options)
-    failures = plan.kind.check_budget(found, budget) + on_gpu["failures"]
-    return found, failures, {"metadata": runner.metadata, "gpu": on_gpu}
+    fields.update(metadata=runner.metadata, gpu=on_gpu)
+    return app, failures + on_gpu["failures"], fields
 
 
-# ---- feature maps: every output by name, no metadata (no MediaPipe task reads them)
+# ---- feature maps: every output by name, no metadata (no MediaPipe task reads them); judged once, on model-space
+# input: the app feeding and the GPU run read one output, and these files have several (left out by design)
 
 
 def _feature_maps_file(plan, mode, options):

@@ -17,6 +17,16 @@ STEM = "model"
 HEADER = ("output", "max|diff|", "top1 agree", "top1 acc")
 LABELLED = True  # judged on the verification set's labels where it has them
 # Why a classifier's report has no accuracy, by where its verification set came from.
+# An ONNX or OpenVINO file's checks beyond its figures (export/portable.py: `check`): the figure that sums up its runs
+# at other batch sizes and which of them is the worst, the figures stated at a second image size and at OpenVINO's
+# default precision, the documents the file must carry in words, and those the entry repeats.
+INTERCHANGE = {
+    "summary": ("max_rel_logit_diff", max),
+    "size_figures": ("max_rel_logit_diff", "max_abs_logit_diff", "top1_agreement", "logit_scale"),
+    "precision_figures": ("max_rel_logit_diff", "max_abs_logit_diff", "top1_agreement"),
+    "contract": "the labels and input contract",
+    "stated": (),
+}
 NO_ACCURACY = {
     "representative": "accuracy unavailable: no labelled held-out set; budgets use top-1 disagreement with Keras",
     "random": "accuracy unavailable: verified on random images; budgets use top-1 disagreement with Keras",
@@ -116,11 +126,8 @@ def lines(a):
         out.append(f"  serving_default on raw uint8 images: max |dlogit| {served:.2e}")
     if a["format"] == "tflite":
         project = a["project_preprocessing"]
-        out.append(
-            f"  fed as an app feeds it ({a['fed_as']}): figures above; with the project's preprocessing: "
-            f"max|diff| {_max_diff(project):.2e}, top1 agree {_pct(project['top1_agreement'])}, "
-            f"top1 acc {_pct(project['top1_accuracy'])}"
-        )
+        agree, accuracy = _pct(project["top1_agreement"]), _pct(project["top1_accuracy"])
+        out.append(table_lines.fed(a, f"max|diff| {_max_diff(project):.2e}, top1 agree {agree}, top1 acc {accuracy}"))
         meta = a.get("metadata")
         out.append(
             "  metadata: none" if not meta else

@@ -28,6 +28,16 @@ BUDGETS = {
     "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
 }
 
+# An ONNX or OpenVINO file's checks beyond its figures (export/portable.py: `check`), as for a classifier
+# (export/kinds/classifier.py); the entry repeats the file's output document.
+INTERCHANGE = {
+    "summary": ("min_cosine", min),
+    "size_figures": ("min_cosine", "max_rel_norm_diff"),
+    "precision_figures": ("min_cosine", "max_rel_norm_diff"),
+    "contract": "the input contract and the feature-vector output document",
+    "stated": ("output",),
+}
+
 
 def matches(model):
     """A keras_vit model without a classification head."""
@@ -161,7 +171,12 @@ def lines(a):
     """An embedder file's lines below its budget line: what its format adds."""
     if a["format"] != "tflite":
         return _interchange_lines(a)
-    return [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
+    out = [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
+    project = a.get("project_preprocessing")  # reports written before embedders were fed both ways have none
+    if project:
+        words = f"min cos {project['min_cosine']:.6f}, norm diff {project['max_rel_norm_diff']:.2e}"
+        out.insert(0, table_lines.fed(a, words))
+    return out
 
 
 def _interchange_lines(entry):
