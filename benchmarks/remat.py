@@ -1,20 +1,21 @@
-"""What `create_model(remat=...)` saves: the compiled train step's memory per setting, its time, the batch that fits.
+"""What `create_model(remat=...)` saves: what the train step keeps for the backward pass, its time, the batch that fits.
 
-`python -m benchmarks.remat` (Keras' JAX backend, no TensorFlow) compiles Keras' own `train_step` jitted with the
-state donated (as `Model.fit` and `benchmarks.gpu_step` do) for each remat setting and reads XLA's buffer assignment
-(`compiled.memory_analysis()`: arguments, outputs, donated aliases, temporaries) at two batch sizes: the difference
-is the memory one more image costs, the rest is what the step holds whatever the batch (state, gradients, optimizer
-update). From those two numbers it computes the largest batch that fits 80 and 141 GiB. Then it times the step on
-this machine: `--rounds` rounds, each running every setting once in turn (interleaved, so a busy neighbour slows
-all settings alike), median and min-max per setting.
+`python -m benchmarks.remat` (Keras' JAX backend, no TensorFlow) traces the training loss's gradient for each remat
+setting and sums the residuals JAX's autodiff keeps for the backward pass (`saved_residuals`: every tensor the
+forward pass leaves for the backward one, the model's own variables left out) at batches 1 and 2: the difference is
+what one more image keeps, the rest (the bfloat16 copies of the kernels, say) is kept whatever the batch. With the
+state (float32 parameters, AdamW's two moments, float32 gradients: 16 bytes a parameter) it computes the largest
+batch that fits 80 and 141 GiB. These are estimates, read before XLA: on a GPU, XLA fuses elementwise ops into
+their consumers and keeps fewer of them without remat than the residuals count (an H200 ran B/16 at batch 256 in
+19.9 GiB without remat, about 72 MiB an image against 246 MB of residuals), and what remat keeps is what remains.
+XLA's CPU compiler cannot show it: it removes the optimisation barriers `jax.checkpoint` leaves and merges the
+recomputation back into the forward pass, so on a CPU the compiled step's buffer assignment and time are the same
+with and without remat (`--xla`: measured, identical to the byte in float32). The GPU run of `python -m
+benchmarks.gpu` measures the real ones (peak, XLA's buffer assignment, img/s per setting); `--from-results
+OUT/results.jsonl` turns those into the largest batches instead.
 
-On a CPU these are estimates of a GPU's figures: XLA's CPU compiler fuses and schedules differently, and the
-explicit attention runs where a GPU would use cuDNN's fused kernel. A GPU run of `python -m benchmarks.gpu` writes
-`results.jsonl` with the same buffer assignment per setting at batch 256 (and the device's measured peak);
-`python -m benchmarks.remat --from-results OUT/results.jsonl` turns those into the largest batches instead.
-
-    KERAS_BACKEND=jax python -m benchmarks.remat                              # B/16 224 px, batches 4 and 8
-    KERAS_BACKEND=jax python -m benchmarks.remat --variant L/16 --dtypes bf16 --rounds 0
+    KERAS_BACKEND=jax python -m benchmarks.remat                        # B/16 and L/16, 224 px, bf16 and fp32
+    KERAS_BACKEND=jax python -m benchmarks.remat --rounds 3 --xla       # + the CPU's compiled step, timed
 """
 
 import argparse
@@ -71,6 +72,65 @@ def compile_step(variant, image_size, batch, dtype, remat):
         jax.block_until_ready(holder[0])
 
     return gpu_step.step_memory(step), run
+
+
+def kept_bytes(variant, image_size, batch, dtype, remat):
+    """(bytes, count) of the residuals the training loss's gradient keeps, the model's variables left out."""
+    import keras
+    import numpy as np
+    from jax._src.ad_checkpoint import saved_residuals  # what jax.ad_checkpoint.print_saved_residuals prints
+
+    from benchmarks import gpu_step
+
+    policy = {"bf16": "mixed_bfloat16", "fp32": "float32"}[dtype]
+    model = _model(variant, image_size, policy, gpu_step.REMAT[remat])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = np.zeros((batch, image_size, image_size, 3), "float32"), np.zeros((batch,), "int32")
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def f(trainable):
+        return loss(y, model.stateless_call(trainable, fixed, x, training=True)[0])
+
+    kept = [a for a, where in saved_residuals(f, [v.value for v in model.trainable_variables])
+            if not where.startswith("from the argument")]  # fmt: skip
+    return sum(a.size * a.dtype.itemsize for a in kept), len(kept), model.count_params(), model.config.num_layers
+
+
+def _model(variant, image_size, policy, remat):
+    import keras_vit
+
+    return keras_vit.create_model(variant, image_size=image_size, num_classes=1000, dtype=policy, remat=remat)
+
+
+def measure_kept(variant, image_size, dtype):
+    """[{variant, setting, dtype, per_image, fixed, residuals}] bytes: what batches 1 and 2 keep, and the state.
+
+    `per_image` adds to what is kept one block's residuals without remat (the working set of the block the backward
+    pass is in, which whole-block remat recomputes there), `fixed` the state: 16 bytes a parameter."""
+    records, working = [], None
+    for remat in SETTINGS:  # "none" first: its per-block residuals are every setting's working set
+        (one, count, params, layers), (two, *_) = (kept_bytes(variant, image_size, b, dtype, remat) for b in (1, 2))
+        working = (two - one) / layers if working is None else working
+        records.append({"variant": variant, "setting": remat, "dtype": dtype, "kept": two - one,
+                        "per_image": two - one + working, "fixed": one - (two - one) + 16 * params,
+                        "residuals": count})  # fmt: skip
+        print(json.dumps(records[-1]), flush=True)
+    return records
+
+
+def kept_table(records):
+    """Markdown rows per variant, dtype and setting: MiB kept per image, the fixed GiB, the batches that fit."""
+    head = " | ".join(f"largest batch, {g} GiB" for g in CAPACITIES_GIB)
+    lines = [
+        f"| variant | dtype | remat | residuals | MiB kept per image | + a block's working set | fixed GiB | {head} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        fits = " | ".join(str(v) for v in largest(r).values())
+        mib = f"{r['kept'] / 2**20:,.1f} | {r['per_image'] / 2**20:,.1f}"
+        lines.append(f"| {r['variant']} | {r['dtype']} | {r['setting']} | {r['residuals']} | {mib} | "
+                     f"{r['fixed'] / GIB:.2f} | {fits} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def measure_memory(variant, image_size, batches, dtype):
@@ -148,11 +208,12 @@ def from_results(path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variant", default="B/16")
+    p.add_argument("--variants", default="B/16,L/16")
     p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--batches", default="4,8", help="two batch sizes: the per-image cost is their difference")
     p.add_argument("--dtypes", default="bf16,fp32")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds (0: memory only)")
+    p.add_argument("--xla", action="store_true", help="also the CPU's compiled step (first variant, --batches)")
+    p.add_argument("--batches", default="4,8", help="--xla: two batch sizes")
+    p.add_argument("--rounds", type=int, default=0, help="timed rounds of the compiled step (first variant)")
     p.add_argument("--time-dtype", default="fp32", help="the dtype timed (bfloat16 is slow on CPUs)")
     p.add_argument("--from-results", default=None, help="a GPU run's results.jsonl: its batches that fit")
     args = p.parse_args(argv)
@@ -160,21 +221,21 @@ def main(argv=None):
         print(from_results(args.from_results))
         return 0
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    variants, dtypes = args.variants.split(","), args.dtypes.split(",")
+    out = {"kept": [r for v in variants for d in dtypes for r in measure_kept(v, args.image_size, d)]}
+    print(f"\nWhat the train step keeps for the backward pass ({args.image_size} px; estimates until a GPU run):")
+    print(kept_table(out["kept"]))
     batches = [int(b) for b in args.batches.split(",")]
-    records = []
-    for dtype in args.dtypes.split(","):
-        records += measure_memory(args.variant, args.image_size, batches, dtype)
-    print(f"\n{args.variant}, {args.image_size} px, XLA buffer assignment of the donated train step (estimates "
-          f"until a GPU run confirms them):\n" + memory_table(records))  # fmt: skip
+    if args.xla:
+        out["xla"] = [r for d in dtypes for r in measure_memory(variants[0], args.image_size, batches, d)]
+        print("\nXLA's CPU buffer assignment (no remat survives the CPU compiler):\n" + memory_table(out["xla"]))
     if args.rounds:
-        timed = measure_time(args.variant, args.image_size, batches[-1], args.time_dtype, args.rounds)
+        out["seconds"] = measure_time(variants[0], args.image_size, batches[-1], args.time_dtype, args.rounds)
         print(f"\nstep seconds, batch {batches[-1]}, {args.time_dtype}, {args.rounds} interleaved rounds:")
-        for remat, s in timed.items():
-            ratio = s["median"] / timed["none"]["median"]
-            print(f"  {remat:12s} {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})  x{ratio:.2f} of none")
-        print("RESULT " + json.dumps({"memory": records, "seconds": timed}))
-    else:
-        print("RESULT " + json.dumps({"memory": records}))
+        for remat, t in out["seconds"].items():
+            ratio = t["median"] / out["seconds"]["none"]["median"]
+            print(f"  {remat:12s} {t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})  x{ratio:.2f} of none")
+    print("RESULT " + json.dumps(out))
     return 0
 
 
