@@ -49,7 +49,7 @@ class MlpBlock(keras.layers.Layer):
         """GELU, dropout, `Dense_1` and dropout on `Dense_0`'s output. `recompute` (and no dropout in training):
         the GELU's output, which `Dense_1` needs for its kernel's gradient, is recomputed from `hidden` in the
         backward pass instead of kept (`keras.remat` around GELU and `Dense_1`; JAX drops the unused matmul from
-        the recomputation, TensorFlow's graph prunes it), so of the two (B, T, M) tensors only `hidden` is kept."""
+        the recomputation, see `EncoderBlock._attention`), so of the two (B, T, M) tensors only `hidden` is kept."""
         if recompute and not (training and self.dropout_rate):
             x = keras.remat(lambda h: self.dense_1(self._activate(h)))(hidden)
             return self.dropout(x, training=training)
