@@ -5,6 +5,8 @@ under `--deadline` seconds (a measurement that would not fit is skipped and said
 OUT/results.jsonl and prints one table with ratios against timm compiled measured in the same run. A GPU run
 whose keras_vit train step lacks cuDNN's fused attention (the `__cudnn$fmha` custom calls in the compiled HLO)
 where it should have it is refused: the table is printed with the failure and the command exits 1.
+The `kv_jax_*remat_*` rows are the same step with `create_model(remat=...)` (`benchmarks/remat.py` turns their
+peak and XLA memory into the largest batch that fits 80 and 141 GiB).
 `--smoke`: the same plan at ViT-Ti/16, 32 px, batch 4 on whatever device is there (CI runs it on a CPU, where
 no fused call is expected and timm may be absent).
 """
@@ -24,10 +26,20 @@ PLAN = [
     ("kv_jax_fused", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16], 150, True),
     ("kv_jax_unfused", {"KERAS_BACKEND": "jax", "KERAS_VIT_FUSED_ATTENTION": "never"}, ["keras-vit", *B16], 150, False),
     ("timm_compiled", {}, ["timm", *B16, "--compile"], 150, False),
+    ("kv_jax_remat_elementwise", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--remat", "elementwise"], 150, True),
+    ("kv_jax_remat_block", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--remat", "block"], 150, True),
     ("kv_jax_fused_pad64", {"KERAS_BACKEND": "jax", "KERAS_VIT_ATTENTION_PAD": "64"}, ["keras-vit", *B16], 150, True),
     ("kv_jax_float8", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--quantize", "float8"], 180, True),
     ("kv_jax_L16", {"KERAS_BACKEND": "jax"}, ["keras-vit", *L16], 180, True),
     ("timm_compiled_L16", {}, ["timm", *L16, "--compile"], 180, False),
+    (
+        "kv_jax_L16_remat_elementwise",
+        {"KERAS_BACKEND": "jax"},
+        ["keras-vit", *L16, "--remat", "elementwise"],
+        180,
+        True,
+    ),
+    ("kv_jax_L16_remat_block", {"KERAS_BACKEND": "jax"}, ["keras-vit", *L16, "--remat", "block"], 180, True),
     ("kv_torch", {"KERAS_BACKEND": "torch"}, ["keras-vit", *B16], 120, False),
     ("timm_eager", {}, ["timm", *B16], 80, False),
 ]
@@ -56,7 +68,8 @@ def run_one(label, env, argv, timeout, smoke, out_dir):
 
 def _extra(argv):
     """The options a smoke run keeps (what the measurement is, not its size)."""
-    return [v for i, v in enumerate(argv) if v == "--quantize" or (i and argv[i - 1] == "--quantize")]
+    kept = ("--quantize", "--remat")
+    return [v for i, v in enumerate(argv) if v in kept or (i and argv[i - 1] in kept)]
 
 
 def missing_fusion(result, on_gpu):
@@ -83,8 +96,9 @@ def table(results, peak_tflops):
     """Markdown: train/inference img/s (median, min-max of rounds), peak GiB, ratios vs timm compiled, MFU."""
     by = {r["label"]: r for r in results}
     lines = [
-        "| run | train img/s | inference img/s | peak GiB | train / timm compiled | fused calls (train) |",
-        "|---|---|---|---|---|---|",
+        "| run | train img/s | inference img/s | peak GiB | XLA step GiB (temp) | train / timm compiled "
+        "| fused calls (train) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r["label"] == "matmul":
@@ -96,8 +110,10 @@ def table(results, peak_tflops):
         peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
         calls = sum(r.get("train_fmha", {}).values()) if "train_fmha" in r else "-"
         error = f" error: {r['error'][:120]}" if "error" in r else ""
+        step = r.get("memory")
+        step = f"{step['total'] / 2**30:.1f} ({step['temp'] / 2**30:.1f})" if step else "-"
         lines.append(
-            f"| {r['label']} | {_cell(r, 'train_img_s')} | {_cell(r, 'infer_img_s')} | {peak} | {ratio} | "
+            f"| {r['label']} | {_cell(r, 'train_img_s')} | {_cell(r, 'infer_img_s')} | {peak} | {step} | {ratio} | "
             f"{calls} |{error}"
         )
     if peak_tflops:

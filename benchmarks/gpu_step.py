@@ -31,6 +31,7 @@ TIMM = {
     "L/16": "vit_large_patch16_224",
     "H/14": "vit_huge_patch14_224",
 }
+REMAT = {"none": False, "elementwise": "elementwise", "block": True}  # --remat: create_model's remat
 FMHA = re.compile(r'custom_call_target="(__cudnn\$fmha[A-Za-z]*)"')
 
 
@@ -73,7 +74,9 @@ def _keras_model(args):
 
     keras.utils.set_random_seed(0)
     policy = {"bf16": "mixed_bfloat16", "fp32": "float32"}[args.dtype]
-    model = keras_vit.create_model(args.variant, image_size=args.image_size, num_classes=1000, dtype=policy)
+    model = keras_vit.create_model(
+        args.variant, image_size=args.image_size, num_classes=1000, dtype=policy, remat=REMAT[args.remat]
+    )
     if args.quantize:
         model.quantize(args.quantize)
     optimizer = keras.optimizers.AdamW(1e-4, weight_decay=0.05)
@@ -93,6 +96,34 @@ def _peak_gib():
     return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
 
 
+def compile_train_step(model, x, y):
+    """(state, executable): Keras' `train_step` jitted with the state donated, as `Model.fit` does, and compiled."""
+    import jax
+
+    if not model.optimizer.built:  # train_on_batch builds it; a step compiled first builds it here
+        model._symbolic_build(data_batch=(x[:1], y[:1]))
+    state = model._get_jax_state(
+        trainable_variables=True,
+        non_trainable_variables=True,
+        optimizer_variables=True,
+        metrics_variables=True,
+        purge_model_variables=False,
+    )
+    return state, jax.jit(model.train_step, donate_argnums=0).lower(state, (x, y)).compile()
+
+
+def step_memory(compiled):
+    """XLA's buffer assignment for a compiled step, in bytes: arguments, outputs, the outputs aliasing donated
+    arguments, temporaries (what the step keeps for the backward pass lives here), and their peak sum."""
+    stats = compiled.memory_analysis()
+    out = {
+        name: int(getattr(stats, f"{name}_size_in_bytes", 0) or 0)
+        for name in ("argument", "output", "alias", "temp", "generated_code")
+    }
+    out["total"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+    return out
+
+
 def keras_vit_jax(args):
     """Keras' train_on_batch, then its compiled train/predict steps: HLO evidence, rates, peak memory."""
     import jax
@@ -105,16 +136,10 @@ def keras_vit_jax(args):
             model.train_on_batch(x, y)
 
     result = {"train_on_batch_img_s": rate(rounds(api_steps, args), args.batch)}
-    state = model._get_jax_state(
-        trainable_variables=True,
-        non_trainable_variables=True,
-        optimizer_variables=True,
-        metrics_variables=True,
-        purge_model_variables=False,
-    )
     start = time.perf_counter()
-    train = jax.jit(model.train_step, donate_argnums=0).lower(state, (x, y)).compile()
+    state, train = compile_train_step(model, x, y)
     result.update(compile_s=time.perf_counter() - start, train_fmha=fused_calls(train.as_text()))
+    result["memory"] = step_memory(train)
     losses = []
 
     def bare_steps(n):
@@ -240,6 +265,7 @@ def parse(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="timm: torch.compile")
+    p.add_argument("--remat", choices=sorted(REMAT), default="none", help="keras-vit: create_model's remat")
     p.add_argument("--quantize", default=None, help="keras-vit: model.quantize(MODE) before compiling (float8)")
     return p.parse_args(argv)
 
@@ -268,6 +294,7 @@ def main(argv=None):
         backend=os.environ.get("KERAS_BACKEND"),
         fused=os.environ.get("KERAS_VIT_FUSED_ATTENTION", "auto"),
         pad=os.environ.get("KERAS_VIT_ATTENTION_PAD", "2"),
+        remat=args.remat,
     )
     print("RESULT " + json.dumps(result), flush=True)
 

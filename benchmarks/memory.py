@@ -101,12 +101,19 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lora-rank", type=int, default=None, help="measure full training against LoRA of this rank")
     p.add_argument("--num-layers", type=int, default=None, help="encoder blocks (default: the variant's)")
-    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "remat,accum[,lora]": measure in this process
+    # "remat,accum[,lora]": measure in this process; remat is True, False or "elementwise"
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         remat, accum, lora = [*args.one.split(","), "0"][:3]
         record = measure(
-            args.variant, args.image_size, args.batch, remat == "True", int(accum), int(lora) or None, args.num_layers
+            args.variant,
+            args.image_size,
+            args.batch,
+            {"True": True, "False": False}.get(remat, remat),
+            int(accum),
+            int(lora) or None,
+            args.num_layers,
         )
         print("RESULT" + json.dumps(record))
         return

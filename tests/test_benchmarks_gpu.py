@@ -33,10 +33,11 @@ def test_a_gpu_run_without_fused_attention_is_refused():
 @pytest.mark.slow
 def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "_on_gpu", lambda: False)
-    code = gpu.main(["--smoke", "--only", "matmul,kv_jax_fused,kv_jax_unfused", "--out", str(tmp_path)])
+    only = "matmul,kv_jax_fused,kv_jax_unfused,kv_jax_remat_elementwise"
+    code = gpu.main(["--smoke", "--only", only, "--out", str(tmp_path)])
     assert code == 0
     results = {r["label"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
-    for label in ("kv_jax_fused", "kv_jax_unfused"):
+    for label in ("kv_jax_fused", "kv_jax_unfused", "kv_jax_remat_elementwise"):
         r = results[label]
         assert "error" not in r, r
         assert r["train_img_s"]["min"] <= r["train_img_s"]["median"] <= r["train_img_s"]["max"]
@@ -45,4 +46,9 @@ def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monke
     # the same seed and data on the two routes: the same training, step for step
     fused, unfused = results["kv_jax_fused"]["losses"], results["kv_jax_unfused"]["losses"]
     assert max(abs(a - b) for a, b in zip(fused, unfused, strict=True)) < 1e-4
+    # remat: the same training again, and the step's XLA buffer assignment in the record
+    remat = results["kv_jax_remat_elementwise"]
+    assert remat["remat"] == "elementwise" and "--remat" in remat["argv"]
+    assert max(abs(a - b) for a, b in zip(remat["losses"], fused, strict=True)) < 1e-4
+    assert remat["memory"]["temp"] > 0 and remat["memory"]["total"] >= remat["memory"]["argument"]
     assert results["matmul"]["tflops"] > 0

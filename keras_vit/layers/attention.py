@@ -119,11 +119,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     out_bias = property(lambda self: self.out.bias)
 
     def call(self, tokens, training=None, return_attention_scores=False, context=None):
+        query, key, value = self.project(tokens, context)
+        return self.attend(query, key, value, training, return_attention_scores)
+
+    def project(self, tokens, context=None):
+        """(Q scaled by 1/sqrt(D_h), K, V), each (B, T, H, D_h); keys and values from `context` when given."""
         context = tokens if context is None else context
-        query, key, value = self._scaled_query(tokens), self.key(context), self.value(context)
+        return self._scaled_query(tokens), self.key(context), self.value(context)
+
+    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False):
+        """The attention product and the `out` projection on projected tokens. `recompute` (explicit route, no
+        attention dropout in training): the softmax weights are recomputed from the scores in the backward pass
+        instead of kept (`EncoderBlock(remat="elementwise")` asks for it)."""
         dropout = self.dropout if training and self.dropout_rate else None
         if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
-            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training)
+            recompute = recompute and dropout is None and not return_attention_scores
+            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute)
         else:
             attended, weights = attention_kernel.fused(query, key, value, 1.0), None
         output = self.out(attended)

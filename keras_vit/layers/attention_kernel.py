@@ -75,10 +75,20 @@ def fused(query, key, value, scale, multiple=None):
     return attended[:, :tokens]
 
 
-def explicit(query, key, value, scale, dropout=None, training=None):
-    """(softmax(Q K^T * scale) V, the softmax weights (B, H, T, S)); dropout on the weights when given."""
+def explicit(query, key, value, scale, dropout=None, training=None, recompute=False):
+    """(softmax(Q K^T * scale) V, the softmax weights (B, H, T, S)); dropout on the weights when given.
+
+    `recompute` (no dropout): the weights, which the product with V needs for V's gradient, are recomputed from the
+    scores (a matmul output, kept) in the backward pass instead of kept beside them (`keras.remat`); the weights
+    returned are then None."""
     scores = ops.einsum("bqhk,bshk->bhqs", query * scale, key)
-    # Softmax in float32 even under a bfloat16/float16 policy: the row sums are what mixed precision hurts.
-    weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)
+    if recompute and dropout is None:
+        return keras.remat(lambda s, v: ops.einsum("bhqs,bshk->bqhk", _softmax(s), v))(scores, value), None
+    weights = _softmax(scores)
     dropped = weights if dropout is None else dropout(weights, training=training)
     return ops.einsum("bhqs,bshk->bqhk", dropped, value), weights
+
+
+def _softmax(scores):
+    # In float32 even under a bfloat16/float16 policy: the row sums are what mixed precision hurts.
+    return ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)

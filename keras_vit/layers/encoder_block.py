@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_vit._remat import remat_setting
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_norm import LayerNorm
@@ -26,10 +27,17 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon (1e-6 in the reference code; Keras' default 1e-3 breaks parity).
         gelu: "tanh", "exact" or "quick".
         layer_scale: initial LayerScale gain of both residual branches, or None for none.
-        remat: rematerialise the block in training (gradient checkpointing, `keras.remat`: `tf.recompute_grad` on
-            TensorFlow, `jax.checkpoint` on JAX): its activations are recomputed in the backward pass instead of
-            kept, for about one more forward pass of compute. Needs zero dropout and drop-path rates, since the
-            recomputation would draw new random masks.
+        remat: what training recomputes in the backward pass instead of keeping (`keras.remat`: `jax.checkpoint`
+            on JAX, `tf.recompute_grad` on TensorFlow, `torch.utils.checkpoint` on torch; the NumPy and OpenVINO
+            backends cannot differentiate, and Keras makes it a no-op there):
+            False: nothing.
+            True or "block": the whole block from its input, for about one more forward pass of compute. Needs
+            zero dropout and drop-path rates, since the recomputation would draw new random masks.
+            "elementwise": both LayerNorms, the GELU and the explicit attention's softmax, each from its input;
+            the matmul outputs (Q, K, V, the scores, both MLP Denses) stay kept, as JAX's `dots_saveable` policy
+            keeps them, so the extra compute is elementwise only. Dropout and drop path stay outside what is
+            recomputed, so any rates work. The fused attention route keeps what its kernel keeps.
+            Inference and `return_attention_scores` never recompute; the forward values are the same either way.
 
     Call arguments:
         tokens: (B, T, D).
@@ -49,12 +57,13 @@ class EncoderBlock(keras.layers.Layer):
         layer_scale=None,
         **kwargs,
     ):
-        if remat and (dropout_rate or attention_dropout_rate or drop_path_rate):
+        remat = remat_setting(remat)
+        if remat is True and (dropout_rate or attention_dropout_rate or drop_path_rate):
             raise ValueError(
                 f"remat=True needs dropout_rate, attention_dropout_rate and the drop-path rate at 0: the backward "
                 f"pass recomputes the block and would draw new dropout masks. Received: dropout_rate={dropout_rate}, "
                 f"attention_dropout_rate={attention_dropout_rate}, drop_path_rate={drop_path_rate}; set them to 0 "
-                f"or remat=False."
+                f"or remat='elementwise' or remat=False."
             )
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
@@ -64,7 +73,7 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu = gelu
-        self.remat = bool(remat)
+        self.remat = remat
         self.layer_scale = None if layer_scale is None else float(layer_scale)
         policy = self.dtype_policy
         self.ls_1 = self.ls_2 = None
@@ -86,27 +95,47 @@ class EncoderBlock(keras.layers.Layer):
                 layer.build(input_shape)
 
     def call(self, tokens, training=None, return_attention_scores=False):
-        if self.remat and training and not return_attention_scores:
+        if self.remat is True and training and not return_attention_scores:
             return keras.remat(lambda x: self._forward(x, training, False))(tokens)
         return self._forward(tokens, training, return_attention_scores)
 
     def _forward(self, tokens, training, return_attention_scores):
-        attended = self.attention(
-            self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
-        )
+        recompute = self.remat == "elementwise" and bool(training) and not return_attention_scores
+        attended = self._attention(tokens, training, return_attention_scores, recompute)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
         if self.ls_1 is not None:
             attended = self.ls_1(attended)
         x = tokens + self.drop_path(attended, training=training)
-        mlp = self.mlp(self.norm_2(x), training=training)
+        mlp = self._mlp(x, training, recompute)
         if self.ls_2 is not None:
             mlp = self.ls_2(mlp)
         x = x + self.drop_path(mlp, training=training)
         if return_attention_scores:
             return x, scores
         return x
+
+    def _attention(self, tokens, training, return_attention_scores, recompute):
+        """MSA(LN(z)). `recompute`: LN(z), which the Q/K/V projections need for their kernels' gradients, is
+        recomputed from z in the backward pass: the `keras.remat` region ends at the projections' outputs, which
+        are kept. JAX drops the projections from the recomputation (the region's output is not needed there: Ti/16's
+        compiled step has 291 dots with and without it); `tf.recompute_grad` runs the region again, matmuls included,
+        unless TensorFlow's graph optimiser prunes the unused outputs (not checked)."""
+        if not recompute:
+            return self.attention(
+                self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
+            )
+        query, key, value = keras.remat(lambda z: self.attention.project(self.norm_1(z)))(tokens)
+        return self.attention.attend(query, key, value, training=training, recompute=True)
+
+    def _mlp(self, x, training, recompute):
+        """MLP(LN(x)); `recompute`: LN(x) recomputed as in `_attention`, up to `Dense_0`'s output, and the GELU's
+        output up to `Dense_1`'s (`MlpBlock.finish`)."""
+        if not recompute:
+            return self.mlp(self.norm_2(x), training=training)
+        hidden = keras.remat(lambda z: self.mlp.dense_0(self.norm_2(z)))(x)
+        return self.mlp.finish(hidden, training=training, recompute=True)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -123,7 +152,7 @@ class EncoderBlock(keras.layers.Layer):
             gelu=self.gelu,
         )
         if self.remat:  # absent when off: configs saved before the option existed stay what they were
-            config["remat"] = True
+            config["remat"] = self.remat
         if self.layer_scale is not None:
             config["layer_scale"] = self.layer_scale
         return config

@@ -45,8 +45,17 @@ class MlpBlock(keras.layers.Layer):
         build_deferred(self.dense_1, (*input_shape[:-1], self.mlp_dim))
 
     def call(self, x, training=None):
-        x = self._activate(self.dense_0(x))
-        x = self.dropout(x, training=training)
+        return self.finish(self.dense_0(x), training=training)
+
+    def finish(self, hidden, training=None, recompute=False):
+        """GELU, dropout, `Dense_1` and dropout on `Dense_0`'s output. `recompute` (and no dropout in training):
+        the GELU's output, which `Dense_1` needs for its kernel's gradient, is recomputed from `hidden` in the
+        backward pass instead of kept (`keras.remat` around GELU and `Dense_1`; JAX drops the unused matmul from
+        the recomputation, see `EncoderBlock._attention`), so of the two (B, T, M) tensors only `hidden` is kept."""
+        if recompute and not (training and self.dropout_rate):
+            x = keras.remat(lambda h: self.dense_1(self._activate(h)))(hidden)
+            return self.dropout(x, training=training)
+        x = self.dropout(self._activate(hidden), training=training)
         return self.dropout(self.dense_1(x), training=training)
 
     def _activate(self, x):

@@ -84,11 +84,12 @@ def validate(config):
         if not 0.0 <= value < 1.0:
             raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
     rates = {n: getattr(config, n) for n in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate")}
-    if config.remat and any(rates.values()):
+    if config.remat is True and any(rates.values()):
         received = ", ".join(f"{n}={v}" for n, v in rates.items())
         raise ValueError(
             f"remat=True needs zero dropout and stochastic-depth rates: the backward pass recomputes each block and "
-            f"would draw new random masks. Received: {received}; set them to 0 or remat=False."
+            f"would draw new random masks. Received: {received}; set them to 0, or use remat='elementwise' (it "
+            f"recomputes no dropout) or remat=False."
         )
     validate_family(config)
     if config.pooling == "token" and not config.class_token:

@@ -2,8 +2,10 @@
 
 import dataclasses
 import re
+from typing import Literal
 
 from keras_vit._names import did_you_mean
+from keras_vit._remat import remat_setting
 
 # name: (hidden size D, layers L, heads H, MLP width M), from the paper's Table 1 plus DeiT's Ti and S.
 _SIZES = {
@@ -61,8 +63,10 @@ class ViTConfig:
             patch grid inside the graph. Learned position embeddings only.
         dynamic_resize_method: the interpolation used then: "zoom" (corner-aligned linear, what the original
             code and `load_npz` use when fine-tuning at another size), "bilinear" or "bicubic" (half-pixel).
-        remat: rematerialise each encoder block in training (gradient checkpointing): less activation memory for
-            about one more forward pass; needs zero dropout and stochastic-depth rates (see `EncoderBlock`).
+        remat: what the backward pass recomputes instead of keeping (see `EncoderBlock`): False (nothing), True
+            or "block" (each encoder block from its input: least memory, about one more forward pass; needs zero
+            dropout and stochastic-depth rates) or "elementwise" (LayerNorm, GELU and the attention softmax, from
+            the matmul outputs around them, which stay kept; any dropout).
         layer_scale: initial gain of a LayerScale on both residual branches of every block (DeiT-III, DINOv2:
             timm `init_values`); None for none.
         num_registers: register tokens inserted after the class (and distillation) token, after the position
@@ -102,7 +106,7 @@ class ViTConfig:
     dtype: str | None = None
     dynamic_image_size: bool = False
     dynamic_resize_method: str = "zoom"
-    remat: bool = False
+    remat: bool | Literal["elementwise", "block"] = False
     layer_scale: float | None = None
     num_registers: int = 0
     distillation_token: bool = False
@@ -116,6 +120,7 @@ class ViTConfig:
         size = self.image_size
         size = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
         object.__setattr__(self, "image_size", size)
+        object.__setattr__(self, "remat", remat_setting(self.remat))
         if self.resnet_layers is not None:
             object.__setattr__(self, "resnet_layers", tuple(int(n) for n in self.resnet_layers))
 
