@@ -21,10 +21,9 @@ BUDGETS = {
     "float32": {"min_cosine": 0.9999, "max_rel_norm_diff": 1e-4},
     "float16": {"min_cosine": 0.999, "max_rel_norm_diff": 1e-2},
     "dynamic_int8": {"min_cosine": 0.995, "max_rel_norm_diff": 0.05},
-    # 0.985: the digits embedder retrained after the attention projections became EinsumDense layers (another
-    # initial draw, same 99.44% top-1) has its least full-int8 cosine at 0.9887 (0.9875 on LiteRT's GPU); 0.99 was
-    # set from one model's margin.
-    "int8": {"min_cosine": 0.985, "max_rel_norm_diff": 0.1},
+    # 0.99: the digits recipe's embedders at seeds 0-2 have least full-int8 cosines 0.9972/0.9931/0.9964; models
+    # trained while the attention projections started from one shared draw reached down to 0.9887 (docs/mobile.md).
+    "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
     "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
 }
 
