@@ -43,12 +43,14 @@ def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monke
         assert r["train_img_s"]["min"] <= r["train_img_s"]["median"] <= r["train_img_s"]["max"]
         assert len(r["losses"]) == 1 + 3 * 2  # warm-up, then 3 rounds of 2 steps
     assert results["kv_jax_fused"]["fused"] == "always"  # the smoke run takes the fused route's API on the CPU
-    # the same seed and data on the two routes: the same training, step for step
+    # the same seed and data on the two routes: the same training, step for step, to mixed bfloat16's rounding
+    # (3.3e-4 apart over 7 steps; the routes agree to 1e-6 in float32: tests/test_attention_kernel.py)
     fused, unfused = results["kv_jax_fused"]["losses"], results["kv_jax_unfused"]["losses"]
-    assert max(abs(a - b) for a, b in zip(fused, unfused, strict=True)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(fused, unfused, strict=True)) < 2e-3
     # remat: the same training again, and the step's XLA buffer assignment in the record
     remat = results["kv_jax_remat_elementwise"]
     assert remat["remat"] == "elementwise" and "--remat" in remat["argv"]
-    assert max(abs(a - b) for a, b in zip(remat["losses"], fused, strict=True)) < 1e-4
+    # mixed bfloat16 again; remat's gradients themselves are held to 1e-6 in float32 by tests/test_remat.py
+    assert max(abs(a - b) for a, b in zip(remat["losses"], fused, strict=True)) < 2e-3
     assert remat["memory"]["temp"] > 0 and remat["memory"]["total"] >= remat["memory"]["argument"]
     assert results["matmul"]["tflops"] > 0

@@ -65,12 +65,12 @@ def tiny(tmp_path_factory):
     return model, pixels, folder, report
 
 
-def test_random_vectors_share_a_direction_so_centred_ones_are_checked_too(tiny):
-    """A random network gives noise images similar vectors (mean cosine of neighbours ~0.95, measured), so a
-    cosine near 1 says less than it seems; the float32 file must also keep the vectors centred on their mean."""
+def test_centred_vectors_are_checked_too(tiny):
+    """Vectors that share a direction make a cosine near 1 say less than it seems (random networks' did, mean
+    neighbour cosine ~0.95, while their attention projections started equal); the float32 file must also keep the
+    vectors centred on their mean."""
     model, pixels, folder, _ = tiny
     reference = keras_features(model, pixels)
-    assert cosine(reference[:-1], reference[1:]).mean() > 0.8
     centre = reference.mean(0)
     vectors = mediapipe_embed(folder / "export" / "embedder_float32.tflite", pixels)
     assert cosine(vectors - centre, reference - centre).min() >= 0.9999

@@ -93,10 +93,9 @@ def test_runtime_vectors_match_keras(exported, name, batch):
 
 
 def test_random_vectors_are_checked_centred_too(exported):
-    """A random network's vectors share a direction (a cosine near 1 says little); centred on their mean they
-    still agree."""
+    """Centred on their mean the vectors still agree: a cosine near 1 can say little where vectors share a
+    direction (random networks' did while their attention projections started equal: mean neighbour cosine > 0.8)."""
     reference = keras_features(exported.model, exported.x)
-    assert cosine(reference[:-1], reference[1:]).mean() > 0.8
     centre = reference.mean(0)
     for name, run in RUNTIMES.items():
         assert cosine(run(exported.out / name, exported.x) - centre, reference - centre).min() >= FLOOR, name

@@ -21,7 +21,7 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "TrainConfig": ".config",
         "available_configs": ".configs",
         "get_config": ".configs",
-        "Placement": ".distribution",
+        "Placement": ".placements",
         "select_placement": ".distribution",
         "evaluate": ".evaluation",
         "StrategyError": ".strategy",

@@ -14,7 +14,7 @@ def independent(initializer, index):
     seed = getattr(initializer, "_init_seed", None)
     if index == 0 or not hasattr(initializer, "seed") or isinstance(seed, keras.random.SeedGenerator):
         return initializer
-    config = keras.initializers.serialize(initializer)
+    config = initializer.get_config()  # not keras.initializers.serialize: that imports TensorFlow where it can
     if isinstance(seed, int):
-        config["config"]["seed"] = seed + index
-    return keras.initializers.deserialize(config)
+        config["seed"] = seed + index
+    return type(initializer).from_config(config)
