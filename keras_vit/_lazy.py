@@ -51,13 +51,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     module's loader run `then()` once the module has executed."""
 
     def __init__(self, name, then):
-        self.name, self.then = name, then
+        self.name, self.then, self._looking = name, then, False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self._looking:  # the look-up below must not come back here
             return None
-        sys.meta_path.remove(self)  # once, and the look-up below must not come back here
-        spec = importlib.util.find_spec(fullname)
+        self._looking = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
@@ -65,6 +68,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_then(module):
             exec_module(module)
             del spec.loader.exec_module  # the loader's own method again
+            # Only an executed module ends the watch: a probe (`importlib.util.find_spec("keras")`, as Keras' and
+            # our own availability checks do) also comes through here and must not use it up.
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             self.then()
 
         spec.loader.exec_module = exec_then

@@ -113,3 +113,16 @@ def test_no_package_decides_by_the_command_line():
         for path in (ROOT / folder).rglob("*.py"):
             text = path.read_text()
             assert "orig_argv" not in text and "sys.argv[:1]" not in text, path
+
+
+def test_a_probe_for_keras_does_not_use_up_the_registration():
+    """`importlib.util.find_spec("keras")` before Keras is imported (availability checks do it) once consumed the
+    hook that registers keras_vit's classes, so `load_model` could not find VisionTransformer afterwards."""
+    code = (
+        "import importlib.util, keras_vit; importlib.util.find_spec('keras'); import keras; "
+        "print(keras.saving.get_registered_object('keras_vit>VisionTransformer') is not None)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "True", result.stdout

@@ -9,7 +9,6 @@ import logging
 
 import keras
 
-import keras_vit.models.vision_transformer  # noqa: F401  (registers keras_vit's model and layers for load_model)
 from keras_vit import files
 
 from .config import TrainConfig
