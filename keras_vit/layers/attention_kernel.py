@@ -81,7 +81,7 @@ def explicit(query, key, value, scale, dropout=None, training=None, recompute=Fa
     `recompute` (no dropout): the weights, which the product with V needs for V's gradient, are recomputed from the
     scores (a matmul output, kept) in the backward pass instead of kept beside them (`keras.remat`); the weights
     returned are then None."""
-    scores = ops.einsum("bqhk,bshk->bhqs", query * scale, key)
+    scores = ops.einsum("bqhk,bshk->bhqs", query if scale == 1.0 else query * scale, key)
     if recompute and dropout is None:
         return keras.remat(lambda s, v: ops.einsum("bhqs,bshk->bqhk", _softmax(s), v))(scores, value), None
     weights = _softmax(scores)
