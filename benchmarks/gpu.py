@@ -41,6 +41,7 @@ PLAN = [
     ),
     ("kv_jax_L16_remat_block", {"KERAS_BACKEND": "jax"}, ["keras-vit", *L16, "--remat", "block"], 180, True),
     ("kv_torch", {"KERAS_BACKEND": "torch"}, ["keras-vit", *B16], 120, False),
+    ("kv_torch_compiled", {"KERAS_BACKEND": "torch"}, ["keras-vit", *B16, "--compile"], 180, False),
     ("timm_eager", {}, ["timm", *B16], 80, False),
 ]
 SMOKE = ["--variant", "Ti/16", "--image-size", "32", "--batch", "4", "--steps", "2", "--rounds", "3", "--warmup", "1"]

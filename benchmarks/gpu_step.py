@@ -5,6 +5,7 @@ Prints one line `RESULT {json}`. KIND:
               `predict_step`), jitted with the state donated as `Model.fit` does, compiled once; the compiled
               HLO is searched for cuDNN's fused attention (`__cudnn$fmha...` custom calls, forward and backward),
               and the same executable is timed (the "bare step"). `train_on_batch` (Keras' API) is timed too.
+              On torch, `train_on_batch`/`predict_on_batch`, eager or (`--compile`) through torch.compile.
   timm        timm's ViT of the same size (eager, or `--compile` for torch.compile), torch.autocast bfloat16.
   matmul      the bfloat16 matmul rate of this device (8192^3 products), MFU's ceiling.
 Every speed is `--rounds` rounds of `--steps` steps after `--warmup` steps: median and min-max per round.
@@ -80,7 +81,12 @@ def _keras_model(args):
     if args.quantize:
         model.quantize(args.quantize)
     optimizer = keras.optimizers.AdamW(1e-4, weight_decay=0.05)
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # On the torch backend --compile is Keras' jit_compile=True: its train/predict functions go through
+    # torch.compile. JAX always compiles (the step is jitted whatever is asked).
+    jit = args.compile if keras.config.backend() == "torch" else "auto"
+    model.compile(
+        optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit
+    )
     return model
 
 
@@ -264,7 +270,9 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--compile", action="store_true", help="timm: torch.compile")
+    p.add_argument(
+        "--compile", action="store_true", help="timm: torch.compile; keras-vit on torch: compile(jit_compile=True)"
+    )
     p.add_argument("--remat", choices=sorted(REMAT), default="none", help="keras-vit: create_model's remat")
     p.add_argument("--quantize", default=None, help="keras-vit: model.quantize(MODE) before compiling (float8)")
     return p.parse_args(argv)
