@@ -21,10 +21,11 @@ BUDGETS = {
     "float32": {"min_cosine": 0.9999, "max_rel_norm_diff": 1e-4},
     "float16": {"min_cosine": 0.999, "max_rel_norm_diff": 1e-2},
     "dynamic_int8": {"min_cosine": 0.995, "max_rel_norm_diff": 0.05},
-    # 0.99: the digits recipe's embedders at seeds 0-2 have least full-int8 cosines 0.9972/0.9931/0.9964; models
-    # trained while the attention projections started from one shared draw reached down to 0.9887 (docs/mobile.md).
-    "int8": {"min_cosine": 0.99, "max_rel_norm_diff": 0.1},
-    "int8_matmul": {"min_cosine": 0.99, "max_rel_norm_diff": 0.05},
+    # The full-int8 files' least cosine depends on the trained weights: the digits recipe's embedders ranged
+    # 0.9789-0.9972 (int8) and 0.9883-0.9992 (int8_matmul) over four trained models (docs/mobile.md); the
+    # budgets leave room below the worst of them.
+    "int8": {"min_cosine": 0.95, "max_rel_norm_diff": 0.1},
+    "int8_matmul": {"min_cosine": 0.975, "max_rel_norm_diff": 0.05},
 }
 
 # An ONNX or OpenVINO file's checks beyond its figures (export/portable.py: `check`), as for a classifier
