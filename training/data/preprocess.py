@@ -34,11 +34,16 @@ def resize_small_central_crop(image, small, size):
     return tf.slice(image, [top, left, 0], [size, size, 3])
 
 
-def eval_preprocess(image, size, resize_small=None):
-    """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
-    shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
+def eval_pixels(image, size, resize_small=None):
+    """Held-out pre-processing before scaling: a squash resize to `size` (the paper's), or with `resize_small` set
+    big_vision's shorter-side resize and central crop (`TrainConfig.eval_resize_small`); float32 0..255."""
     image = resize_small_central_crop(image, resize_small, size) if resize_small else resize(image, size)
-    return tf.ensure_shape(scale(image), [size, size, 3])
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def eval_preprocess(image, size, resize_small=None):
+    """`eval_pixels` scaled to [-1, 1]."""
+    return scale(eval_pixels(image, size, resize_small))
 
 
 def _inception_box(area, seed):
