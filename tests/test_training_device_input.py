@@ -144,12 +144,27 @@ def test_the_wrapper_trains_like_the_plain_model_on_the_float_stream(backend):
     assert f"same step {backend}" in result.stdout
 
 
-def test_the_wrapper_is_not_a_saved_model():
+def test_the_wrapper_scales_uint8_images_and_owns_no_variables():
     model = keras.Sequential([keras.Input((2, 2, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
     wrapped = DeviceInput(model)
     out = wrapped(np.full((3, 2, 2, 3), 255, np.uint8))
     np.testing.assert_allclose(out, model(np.ones((3, 2, 2, 3), np.float32)), atol=1e-6)
     assert wrapped.trainable_variables == model.trainable_variables  # the same variables, nothing of its own
+
+
+def test_under_mixed_bfloat16_the_wrapper_still_scales_and_mixes_in_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras.Sequential([keras.Input((2, 2, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
+        wrapped = DeviceInput(model)
+        images = np.arange(24, dtype=np.uint8).reshape(2, 2, 2, 3) * 10
+        weights = np.tile(np.float32([[0.75, 0.25]]), (2, 1))
+        out = wrapped({"images": images, "mixup_weights": weights})
+        expected = model(_host(images, weights))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert wrapped.compute_dtype == "float32" and model.compute_dtype == "bfloat16"
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(expected, np.float32))
 
 
 # A run with Mixup and RandAugment, checkpoints at steps 3, 4, 6, 8; killed after step 3's, it resumes mid-epoch.
@@ -161,24 +176,27 @@ RUN = ["--dataset", "synthetic", "--epochs", "2", "--batch-size", "8"]
 RUN += [arg for option in SETTINGS.split(" ") for arg in ("--set", option)]
 
 
-def _cli(workdir, *extra, kill_at=None):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "KERAS_VIT_KILL_AT_WRITE")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, KERAS_BACKEND="tensorflow")
+def _cli(workdir, backend, *extra, kill_at=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "KERAS_VIT_KILL_AT_WRITE", "XLA_FLAGS")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, KERAS_BACKEND=backend)
     if kill_at:
         env["KERAS_VIT_KILL_AT_WRITE"] = kill_at
     command = [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow
-def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_and_writes_the_plain_model(tmp_path):
+@pytest.mark.slow  # three short runs: 36 s on TensorFlow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])  # JAX: the fitted model's state is what a checkpoint syncs
+def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_and_writes_the_plain_model(
+    tmp_path, backend
+):
     host, device = tmp_path / "host", tmp_path / "device"
-    reference = _cli(host)  # device_input=auto: off on this CPU
+    reference = _cli(host, backend)  # device_input=auto: off on this CPU
     assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-3000:]
     assert "device_input=auto: images scaled in tf.data (a cpu run)" in reference.stdout
-    stopped = _cli(device, "--set", "device_input=true", kill_at="ckpt-00000003.npz:after")
+    stopped = _cli(device, backend, "--set", "device_input=true", kill_at="ckpt-00000003.npz:after")
     assert stopped.returncode == -signal.SIGKILL, stopped.stdout[-2000:] + stopped.stderr[-3000:]
-    resumed = _cli(device, "--set", "device_input=true")
+    resumed = _cli(device, backend, "--set", "device_input=true")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "resuming from step 3 of 8" in resumed.stdout
     metrics = {name: json.loads((path / "metrics.json").read_text()) for name, path in (("h", host), ("d", device))}
