@@ -208,3 +208,19 @@ def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_an
     print(f"largest weight difference from the host route after 8 AdamW steps: {worst:.2e}")  # for `pytest -s`
     assert worst < 1e-5  # only where the scaling and the mixing ran moved (1-ulp differences, see above)
     assert abs(metrics["h"]["loss"] - metrics["d"]["loss"]) < 1e-4
+
+
+def test_the_moving_average_and_lora_runs_write_the_plain_model_with_device_input(tmp_path):
+    import training
+
+    tiny = dict(TINY, epochs=1, steps_per_epoch=3, warmup_steps=1, eval_every=0, num_samples=4,
+                num_calibration=4, strategy="default", device_input=True, jit_compile=False)  # fmt: skip
+    averaged = training.train(TrainConfig(**tiny, ema_decay=0.9), str(tmp_path / "ema"), verbose=0)
+    assert averaged.metrics["device_input"] is True and averaged.metrics["ema"]["exported"] == "average"
+    init = str(tmp_path / "ema" / "model.keras")
+    lora = training.train(TrainConfig(**tiny, init=init, lora_rank=2), str(tmp_path / "lora"), verbose=0)
+    assert lora.metrics["device_input"] is True
+    for result in (averaged, lora):
+        assert type(result.model).__name__ == "VisionTransformer"
+        saved = keras.saving.load_model(os.path.join(result.workdir, "model.keras"), compile=False)
+        assert type(saved).__name__ == "VisionTransformer" and saved.inputs[0].dtype == "float32"
