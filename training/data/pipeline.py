@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..augment import quantize, randaugment
-from .preprocess import augment_fn, eval_pixels, mixup, mixup_weights, resize, scale
+from .preprocess import augment_fn, eval_pixels, mix_rows, mixup, mixup_weights, resize, scale
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1), device_input=False):
@@ -143,9 +143,8 @@ def _mixed(ds, config, start_step, device_input=False):
         if not device_input:
             return mixup(images, labels, alpha, seed, count)
         weights = mixup_weights(alpha, count, seed)  # the same draw as `mixup`'s
-        mixed = tf.add_n([weights[i] * tf.roll(labels, i, axis=0) for i in range(count)])
-        rows = tf.tile(weights[tf.newaxis], [tf.shape(images)[0], 1])
-        return {"images": images, "mixup_weights": tf.ensure_shape(rows, [images.shape[0], count])}, mixed
+        rows = tf.ensure_shape(tf.tile(weights[tf.newaxis], [tf.shape(images)[0], 1]), [images.shape[0], count])
+        return {"images": images, "mixup_weights": rows}, mix_rows(labels, weights)
 
     return ds.enumerate(start_step).map(
         lambda step, b: mix(step, *b), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -243,8 +242,9 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
             weight 0 either way.
 
     Returns:
-        A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
-        `ceil(num_heldout / B)` batches (one process), every one of static batch size B.
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) (uint8 with `device_input`), one-hot labels float32
+        (B, K), weights float32 (B,)), `ceil(num_heldout / B)` batches (one process), every one of static batch
+        size B.
     """
     index, processes = shard
     batch = int(batch_size or config.batch_size)

@@ -118,11 +118,12 @@ def mixup_weights(alpha, num_images, seed):
     return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
 
 
+def mix_rows(batch, weights):
+    """sum_i weights[i] * (the batch rolled by i rows): Mixup of a batch with its rolled copies."""
+    return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(weights.shape[0])])
+
+
 def mixup(images, labels, alpha, seed, num_images=2):
     """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
     weights = mixup_weights(alpha, num_images, seed)
-
-    def mix(batch):
-        return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(num_images)])
-
-    return mix(images), mix(labels)
+    return mix_rows(images, weights), mix_rows(labels, weights)
