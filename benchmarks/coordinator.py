@@ -112,6 +112,9 @@ def task_list(options):
     if options.pipeline_batches:
         args = dict(folder=None, batch=options.batch, batches=options.pipeline_batches, threads=options.threads)
         tasks.append(("pipeline/imagenet", ("keras-vit", "timm"), "pipeline", args, "img/s/core"))
+        # The same stream as `--set device_input=true` feeds it: uint8 images and Mixup's weights.
+        uint8 = dict(args, device_input=True)
+        tasks.append(("pipeline/imagenet_uint8", ("keras-vit",), "pipeline", uint8, "img/s/core"))
     if options.input_wait_steps:
         args = dict(folder=None, steps=options.input_wait_steps, threads=options.threads)
         tasks.append(("input_wait/train", ("keras-vit",), "input_wait", args, "fraction"))

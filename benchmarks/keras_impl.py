@@ -64,7 +64,7 @@ class KerasBench:
         self.labels = rng.integers(0, spec["num_classes"], spec["batch"]).astype("int32")
         self._train, self._infer, self._latency = {}, {}, {}
         self._float_model = None
-        self._pipeline, self._wait_state = None, {}
+        self._pipeline, self._wait_state = {}, {}
         self._peak_state = {}
         self.tflite_info = {}
 
@@ -205,13 +205,15 @@ class KerasBench:
     def tflite_latency(self, mode, reps, warmup):
         return {"latency_ms": self._latency[mode].measure(reps, warmup), "threads": self._latency[mode].threads}
 
-    def pipeline(self, folder, batch, batches, threads):
-        """The ImageNet recipe's host input pipeline (benchmarks/pipeline.py), images/s per core."""
+    def pipeline(self, folder, batch, batches, threads, device_input=False):
+        """The ImageNet recipe's host input pipeline (benchmarks/pipeline.py), images/s per core; `device_input`:
+        its uint8 form (`TrainConfig.device_input`)."""
         from benchmarks.pipeline import KerasPipeline
 
-        if self._pipeline is None:
-            self._pipeline = KerasPipeline(folder, batch, threads, size=self.spec["image_size"])
-        return self._pipeline.measure(batches)
+        if device_input not in self._pipeline:
+            size = self.spec["image_size"]
+            self._pipeline[device_input] = KerasPipeline(folder, batch, threads, size=size, device_input=device_input)
+        return self._pipeline[device_input].measure(batches)
 
     def input_wait(self, folder, steps, threads):
         from benchmarks.pipeline import input_wait

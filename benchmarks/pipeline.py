@@ -9,6 +9,10 @@ and timm's `Mixup(mixup_alpha=0.2)` on the batch. torchvision does not load with
 (benchmarks/_torchvision_shim.py), so the crop, flip and tensor conversion are written with Pillow and numpy
 instead of timm's torchvision-based `create_transform`; RandAugment and Mixup are timm's own.
 
+`--set device_input=true`'s form of the same stream (`device_input=True`: uint8 images and Mixup's weights, the
+scaling and image mixing left to the accelerator's step) is measured beside it (`python -m benchmarks.pipeline`,
+or the coordinator's "pipeline/imagenet_uint8" row).
+
 Both sides get `threads` cores: tf.data a private pool of that many threads, the DataLoader that many worker
 processes. Each measurement starts a fresh iterator and times the batches after its first, so neither side
 gains from batches prefetched while another worker was being measured, nor keeps working in the background;
@@ -80,9 +84,10 @@ def _timed(batches, next_batch, batch_size, threads):
 
 
 class KerasPipeline:
-    """keras-vit's training input stream (`training.data.train_dataset`) with the ImageNet recipe's augmentation."""
+    """keras-vit's training input stream (`training.data.train_dataset`) with the ImageNet recipe's augmentation;
+    `device_input`: its uint8 form (`TrainConfig.device_input`)."""
 
-    def __init__(self, folder, batch, threads, size=224):
+    def __init__(self, folder, batch, threads, size=224, device_input=False):
         import tensorflow as tf
 
         from training import configs as train_configs
@@ -94,7 +99,7 @@ class KerasPipeline:
         self.source = data.load_source(self.config.dataset, holdout_fraction=0.25)
         options = tf.data.Options()
         options.threading.private_threadpool_size = threads
-        self.dataset = data.train_dataset(self.source, self.config).with_options(options)
+        self.dataset = data.train_dataset(self.source, self.config, device_input=device_input).with_options(options)
         self.batch, self.threads = batch, threads
 
     def measure(self, batches):
@@ -232,3 +237,54 @@ class TimmPipeline:
             return _timed(batches, next_batch, self.batch, self.threads)
         finally:
             iterator._shutdown_workers()  # as `del`, but at once: no worker may run while another is timed
+
+
+def compare_device_input(folder, rounds=3, batches=20, batch=64, threads=1, size=224, progress=print):
+    """{form: [img/s per core of each round]} of the float32 stream and its `device_input` (uint8) form, measured
+    in interleaved rounds (float, uint8, float, uint8, ...), so a slower moment of a shared machine hits both."""
+    pipes = {
+        "float32": KerasPipeline(folder, batch, threads, size=size),
+        "uint8": KerasPipeline(folder, batch, threads, size=size, device_input=True),
+    }
+    rates = {form: [] for form in pipes}
+    for index in range(rounds):
+        for form, pipe in pipes.items():
+            rates[form].append(pipe.measure(batches)["images_per_second_per_core"])
+            progress(f"[round {index + 1}/{rounds}] {form}: {rates[form][-1]:.1f} img/s per core")
+    return rates
+
+
+def _spread(values, digits=1):
+    return f"{float(np.median(values)):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def main(argv=None):
+    """`python -m benchmarks.pipeline`: the imagenet1k_s16 stream against its device_input form, median (min-max)."""
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=main.__doc__)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", type=int, default=20, help="timed batches per round and form")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--images", type=int, default=256, help="synthetic JPEGs (500x375) in the folder")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--folder", help="where the JPEGs are written (default: a temporary folder)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = make_jpeg_folder(args.folder or tmp, args.images)["path"]
+        rates = compare_device_input(folder, args.rounds, args.batches, args.batch, args.threads, args.image_size)
+    ratios = [u / f for f, u in zip(rates["float32"], rates["uint8"])]
+    print(
+        f"imagenet1k_s16 stream, {args.image_size} px, batch {args.batch}, {args.threads} thread(s), "
+        f"{args.rounds} interleaved rounds of {args.batches} batches; img/s per core, median (min-max):"
+    )
+    print(f"  float32 images in [-1, 1], Mixup in tf.data: {_spread(rates['float32'])}")
+    print(f"  device_input (uint8 images + Mixup weights): {_spread(rates['uint8'])}")
+    print(f"  uint8 / float32, per round: {_spread(ratios, 2)}")
+    return rates
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ def _medians(report):
         ("TFLite f32 ms", "tflite/float32", 1), ("dyn-int8", "tflite/dynamic_int8", 1),
         ("full-int8", "tflite/full_int8", 1),
         ("int8-matmul", "tflite/int8_matmul", 1), ("pipeline img/s/core", "pipeline/imagenet", 1),
+        ("uint8", "pipeline/imagenet_uint8", 1),
     ]  # fmt: skip
     lines = []
     s = report["settings"]

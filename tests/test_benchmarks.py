@@ -272,6 +272,7 @@ def test_one_round_smoke_run_writes_a_sane_report_and_the_readme_table(tmp_path)
         "latency/b1",
         "peak/float32",
         "pipeline/imagenet",
+        "pipeline/imagenet_uint8",
     ):
         assert 0 < med[key]["keras-vit"] < 1e6, key
     for key in ("train/float32+xla", "infer/b4+xla", "latency/b1+xla"):

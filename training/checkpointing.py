@@ -79,9 +79,12 @@ class CheckpointManager:
     is named) and a SHA-256 of every array (a file that reads but does not match it is treated as unreadable).
     """
 
-    def __init__(self, directory, model, optimizer, keep=2, write=True, skipped=()):
+    def __init__(self, directory, model, optimizer, keep=2, write=True, skipped=(), fitted=None):
         self.directory = directory
         self.model = model
+        # The model `fit` runs (`training.device_input.DeviceInput` over `model`, or `model`): it holds the step's
+        # running metrics and, on JAX, the training state during an epoch; the weights saved are `model`'s.
+        self.fitted = model if fitted is None else fitted
         self.optimizer = optimizer
         self.keep = keep
         self.write = write  # False on the non-chief workers of a multi-worker run
@@ -99,7 +102,7 @@ class CheckpointManager:
         """Writes the checkpoint of the current step (only where `write`); returns its path."""
         # Keras' JAX trainer keeps the training state outside the variables during an epoch (they read None);
         # its public sync puts it back. The TensorFlow trainer has no such method and nothing to sync.
-        sync = getattr(self.model, "jax_state_sync", None)
+        sync = getattr(self.fitted, "jax_state_sync", None)
         if sync is not None:
             sync()
         step = self.step()
@@ -107,7 +110,7 @@ class CheckpointManager:
         # The epoch's running metric sums (loss and accuracy totals and counts): a resume in mid-epoch restores them,
         # so the epoch's logged row covers all its steps, not only those after the resume. Read on every worker:
         # under MultiWorkerMirroredStrategy reading a metric (a sync-on-read variable) is a collective.
-        metrics = list(getattr(self.model, "metrics_variables", ()))
+        metrics = list(getattr(self.fitted, "metrics_variables", ()))
         metric_values = [np.asarray(variable.numpy()) for variable in metrics]
         # Variables split over several processes' devices (fsdp) are gathered on every process: a collective.
         gathered = {
@@ -229,7 +232,7 @@ class CheckpointManager:
         epoch's logged row then covers only the steps after the resume (the weights are right either way).
         """
         path, arrays = resume.path, resume.arrays
-        variables = list(getattr(self.model, "metrics_variables", ()))
+        variables = list(getattr(self.fitted, "metrics_variables", ()))
         saved = resume.metric_paths
         pairs, missing, unused = pair_by_path(saved, [v.path for v in variables])
         values = [arrays[f"metrics/{pairs[j]:05d}"] for j in range(len(variables)) if j in pairs]

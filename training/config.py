@@ -97,6 +97,12 @@ class TrainConfig:
         jit_compile: "auto" (TPUStrategy and other tf.distribute strategies: Keras' choice, TPUStrategy compiling
             with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
             True or False to force it. See `training.strategy.resolve_jit_compile`.
+        device_input: where images are scaled to [-1, 1] (and Mixup's images mixed): True sends uint8 images
+            (and Mixup's weights) to the device and does that arithmetic inside the compiled step
+            (`training.device_input`), False does it in tf.data; "auto" is True on a GPU or TPU and False on a CPU.
+            The stream is the same either way (without RandAugment each image is rounded to whole 0..255 levels
+            first). With Mixup it needs accum_steps=1 and a step that sees the whole batch the host mixed (one
+            process; on TensorFlow one replica): "auto" falls back to False otherwise, True is refused.
         steps_per_execution: steps run per call into the compiled function; lowered to the largest divisor of
             the steps per epoch not above it (with a printed note), so epochs and checkpoints stay on schedule;
             None for the largest divisor up to 50 (no note).
@@ -169,6 +175,7 @@ class TrainConfig:
     mixup_images: int = 2
     eval_resize_small: int | None = None
     jit_compile: bool | Literal["auto"] = "auto"
+    device_input: bool | Literal["auto"] = "auto"
     steps_per_execution: int | None = 1
     precision: Literal["float32", "mixed_bfloat16"] = "float32"
     seed: int = 0

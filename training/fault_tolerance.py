@@ -100,7 +100,7 @@ class FaultTolerance(keras.callbacks.Callback):
             # Keras builds the compiled metrics in the first step (without a tf.distribute strategy), after
             # `on_epoch_begin`, which restores their sums: build them now with a zero-weight sample (the epoch's
             # reset clears it).
-            zeros = np.zeros((1, self.model.output_shape[-1]), "float32")
+            zeros = np.zeros((1, self.manager.model.output_shape[-1]), "float32")  # the plain model's
             self.model.compute_metrics(zeros, zeros, zeros, sample_weight=np.zeros((1,), "float32"))
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)

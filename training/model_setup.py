@@ -1,7 +1,8 @@
 """Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored.
 
 `build_run` builds the model (from `--init` on a new run), compiles it with the plan's optimizer, schedule and XLA
-setting, and restores the plan's checkpoint; the `CheckpointManager` it returns is complete from the start.
+setting, and restores the plan's checkpoint; the `CheckpointManager` it returns is complete from the start. With
+`plan.device_input` the model `fit` runs is a `DeviceInput` over it, compiled the same way.
 """
 
 import keras
@@ -13,13 +14,19 @@ from keras_vit.lora import TARGET_GROUPS
 
 from . import processes
 from .checkpointing import CheckpointManager
+from .device_input import DeviceInput
 from .init_checkpoint import initialise_from
 from .optim import make_loss, make_optimizer
 from .resolve import model_config
 
 
 def build_run(plan):
-    """(model, manager): the plan's model compiled inside the placement's scope, its checkpoint restored."""
+    """(model, fitted, manager): the plan's model compiled inside the placement's scope, its checkpoint restored.
+
+    `fitted` is the model `fit` and the held-out evaluation of the run's stream run: `model` itself, or with
+    `plan.device_input` a `DeviceInput` over it (the same variables) that takes uint8 images. `model` is what
+    checkpoints, model.keras, the moving average and every export see.
+    """
     config, placement, source = plan.config, plan.placement, plan.source
     same_weights = "Run the same keras-vit version, config and --init on every process."
     # Under several JAX processes every weight is built, initialised and restored as one global array.
@@ -29,31 +36,40 @@ def build_run(plan):
         model = build_model(initial, source.num_classes, class_names=source.class_names, checkpoint=plan.init)
         optimizer = placement.prepare_optimizer(make_optimizer(config, plan.total_steps, plan.schedule))
         optimizer.build(model.trainable_variables)
-        model.compile(
-            optimizer=optimizer,
-            loss=make_loss(config),
-            # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
-            weighted_metrics=[
-                keras.metrics.CategoricalAccuracy(name="top1"),
-                keras.metrics.TopKCategoricalAccuracy(k=min(5, source.num_classes), name="top5"),
-            ],
-            jit_compile=plan.jit_compile,
-            # Fit steps are micro-batches (gradient accumulation); see the workaround for the count.
-            steps_per_execution=placement.fit_steps_per_execution(plan.steps_per_execution, config.accum_steps),
-        )
-        placement.prepare_model(model)
+        fitted = DeviceInput(model) if plan.device_input else model
+        for compiled in {id(model): model, id(fitted): fitted}.values():
+            _compile(compiled, optimizer, plan)
         manager = CheckpointManager(
             files.join(plan.workdir, "checkpoints"),
             model,
             optimizer,
             write=plan.chief,
             skipped=plan.resume.skipped if plan.resume else (),
+            fitted=fitted,
         )
         if plan.resume:
             manager.restore(plan.resume)
     if placement.num_processes > 1:  # same seed, same file: a difference here would silently split the replicas
         processes.check_same("the model's starting weights", weights_checksum(model), same_weights)
-    return model, manager
+    return model, fitted, manager
+
+
+def _compile(model, optimizer, plan):
+    """`model.compile` with the run's loss, metrics and XLA setting, and the placement's fixes."""
+    config, placement = plan.config, plan.placement
+    model.compile(
+        optimizer=optimizer,
+        loss=make_loss(config),
+        # Weighted: evaluation batches are padded with zero-weight samples (training.data.eval_dataset).
+        weighted_metrics=[
+            keras.metrics.CategoricalAccuracy(name="top1"),
+            keras.metrics.TopKCategoricalAccuracy(k=min(5, plan.source.num_classes), name="top5"),
+        ],
+        jit_compile=plan.jit_compile,
+        # Fit steps are micro-batches (gradient accumulation); see the workaround for the count.
+        steps_per_execution=placement.fit_steps_per_execution(plan.steps_per_execution, config.accum_steps),
+    )
+    placement.prepare_model(model)
 
 
 def weights_checksum(model):

@@ -38,6 +38,7 @@ EXEMPT = {
     "strategy": "where the run is placed: a preempted run may resume on other hardware",
     "join_timeout": "how long the processes of a run wait for each other at the start",
     "jit_compile": "how the same steps are compiled",
+    "device_input": "where the same stream is scaled and mixed (host or device); 'auto' follows the hardware",
     "steps_per_execution": "steps per call into the compiled step; the resume keeps it a divisor of the epoch",
 }
 # Fields a resume may change when the named switch is on; the change is recorded in the run's history.

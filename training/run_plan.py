@@ -23,6 +23,7 @@ from .checkpointing import Resume, find_resume
 from .config import steps_per_execution_for
 from .configs import get_config
 from .data import load_source
+from .device_input import resolve_device_input
 from .distribution import select_placement, set_matmul_precision
 from .init_checkpoint import read_init
 from .optim import WarmupDecay, make_schedule
@@ -44,6 +45,8 @@ class RunPlan:
         schedule: the learning-rate schedule (the checkpoint's on a resume, stretched if asked).
         identity: the run's identity (`training.run_identity.RunIdentity`).
         jit_compile: the resolved XLA setting; `measured`: the backend advice that informed it, or None.
+        device_input: whether uint8 images go to the device, scaled (and mixed) there (`training.device_input`);
+            `device_input_reason`: why, in the words metrics.json records.
         started: time.time() at the start; `verbose`: Keras' verbosity.
     """
 
@@ -60,6 +63,8 @@ class RunPlan:
     identity: object
     jit_compile: object
     measured: object
+    device_input: bool
+    device_input_reason: str
     started: float
     verbose: int
 
@@ -84,6 +89,8 @@ def plan_run(config, workdir, *, tf_strategy, overrides, verbose, held, name="cu
     resume = find_resume(files.join(workdir, "checkpoints"))  # before the optimizer: it carries its schedule
     config, init = _settings(config, source, placement, workdir, resume)
     jit_compile, measured = _jit_compile(config, placement, source)
+    device_input, device_input_reason = resolve_device_input(config, placement)
+    print(f"[training] {device_input_reason}", flush=True)
     steps_per_epoch, total_steps, steps_per_execution = _step_counts(config, source, placement, resume)
     if placement.num_processes > 1:  # every process restores the same file, or none does
         processes.check_same(
@@ -108,6 +115,8 @@ def plan_run(config, workdir, *, tf_strategy, overrides, verbose, held, name="cu
         identity=identity,
         jit_compile=jit_compile,
         measured=measured,
+        device_input=device_input,
+        device_input_reason=device_input_reason,
         started=started,
         verbose=(1 if sys.stdout.isatty() else 2) if verbose is None else verbose,
     )

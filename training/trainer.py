@@ -75,11 +75,11 @@ def train(config="digits", workdir=None, *, tf_strategy=None, callbacks=(), verb
         plan = plan_run(
             config, workdir, tf_strategy=tf_strategy, overrides=overrides, verbose=verbose, held=held, name=name
         )
-        model, manager = build_run(plan)
+        model, fitted, manager = build_run(plan)  # `fitted`: the model itself, or one taking uint8 images
         _start(plan, manager)
-        eval_ds = eval_dataset(plan.source, plan.config, shard=plan.placement.shard)
-        histories, fit_seconds = _fit(plan, model, manager, callbacks, eval_ds)
-        return _finish(plan, model, manager, eval_ds, histories, fit_seconds)
+        eval_ds = eval_dataset(plan.source, plan.config, shard=plan.placement.shard, device_input=plan.device_input)
+        histories, fit_seconds = _fit(plan, fitted, manager, callbacks, eval_ds)
+        return _finish(plan, model, fitted, manager, eval_ds, histories, fit_seconds)
 
 
 def _start(plan, manager):
@@ -107,7 +107,8 @@ def _segments(start, steps_per_epoch, total_steps):
 
 
 def _fit(plan, model, manager, callbacks, eval_ds):
-    """Stage 3: `model.fit` over the plan's remaining steps; returns (histories, seconds spent in fit)."""
+    """Stage 3: `model.fit` over the plan's remaining steps; returns (histories, seconds spent in fit). `model`: the
+    one `fit` runs (`build_run`'s `fitted`)."""
     config, workdir, shard = plan.config, plan.workdir, plan.placement.shard
     start = manager.step()
     mid_epoch = plan.resume if start % plan.steps_per_epoch else None
@@ -128,7 +129,12 @@ def _fit(plan, model, manager, callbacks, eval_ds):
         whole = (plan.total_steps - first_step) // plan.steps_per_epoch
         epochs = first_epoch + (1 if steps != plan.steps_per_epoch else whole)
         data = train_dataset(
-            plan.source, config, start_step=first_step, num_steps=(epochs - first_epoch) * steps, shard=shard
+            plan.source,
+            config,
+            start_step=first_step,
+            num_steps=(epochs - first_epoch) * steps,
+            shard=shard,
+            device_input=plan.device_input,
         )
         fit_started = time.time()
         history = model.fit(
@@ -150,13 +156,13 @@ def _fit(plan, model, manager, callbacks, eval_ds):
     return histories, fit_seconds
 
 
-def _finish(plan, model, manager, eval_ds, histories, fit_seconds):
+def _finish(plan, model, fitted, manager, eval_ds, histories, fit_seconds):
     """Stage 4: the held-out evaluation (of the raw and the averaged weights, with `ema_decay`), metrics.json and the
-    outputs (model, labels, samples, plots)."""
+    outputs (model, labels, samples, plots). `fitted` evaluates the run's `eval_ds`; `model` is written."""
     config, workdir = plan.config, plan.workdir
 
     def evaluate():
-        return model.evaluate(eval_ds, verbose=0, return_dict=True)
+        return fitted.evaluate(eval_ds, verbose=0, return_dict=True)
 
     averaged = None
     if config.ema_decay is None:
@@ -209,6 +215,8 @@ def _metrics(plan, model, manager, results, fit_seconds):
         "dataset": config.dataset,
         **plan.placement.metrics(),  # backend, strategy, replicas, devices, device_kind, processes, local_devices
         "jit_compile": bool(model.jit_compile),  # Keras' resolved value (TPUStrategy compiles with XLA regardless)
+        "device_input": plan.device_input,  # uint8 images scaled (and mixed) in the compiled step
+        "device_input_reason": plan.device_input_reason,
         "fastest_measured_form": plan.measured.fastest if plan.measured is not None else None,
         "parameters": int(model.count_params()),
         "trainable_parameters": sum(math.prod(v.shape) for v in model.trainable_weights),  # LoRA: factors + head

@@ -7,16 +7,20 @@ stream at element `s * batch_size`, rebuilding only the current pass (so a resum
 `s` batches). Nothing is lost or repeated after a restart, and with op determinism the batches are bitwise the
 ones an uninterrupted run would have seen. Held-out batches all have one static shape (`eval_dataset` pads with
 zero-weight samples).
+
+With `device_input=True` (`TrainConfig.device_input`) both yield uint8 images, a quarter of the bytes to copy to an
+accelerator, and leave the scaling to [-1, 1] and Mixup's image mixing to the compiled step
+(`training.device_input.DeviceInput`); the stream is otherwise the same.
 """
 
 import numpy as np
 import tensorflow as tf
 
 from ..augment import quantize, randaugment
-from .preprocess import augment_fn, eval_preprocess, mixup, resize, scale
+from .preprocess import augment_fn, eval_pixels, mix_rows, mixup, mixup_weights, resize, scale
 
 
-def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1)):
+def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1), device_input=False):
     """The endless (or `num_steps`-long) stream of training batches, starting at global step `start_step`.
 
     Args:
@@ -30,20 +34,34 @@ def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1))
             the one-process ones, augmentation included (it is seeded by the element's global position). A TFDS
             source read per process (`Source.shard_count`) streams its own share instead. Mixup mixes within each
             process's rows.
+        device_input: yield uint8 images, to be scaled (and mixed) on the device (`training.device_input`). They
+            are the float stream's 0..255 images rounded and clipped: with RandAugment, whose output is already
+            whole levels, exactly those images; without it the bilinear resize's fractions are rounded (at most
+            0.5 / 127.5 after scaling). With Mixup the labels are mixed here as always, and the images come with
+            the step's mixing weights instead, the same (seed, step) draw. Mixup with `accum_steps > 1` is
+            refused: the step's batch is mixed before it is split into micro-batches (rows roll across their
+            boundaries), which a mix per micro-batch on the device cannot reproduce.
 
     Returns:
         A `tf.data.Dataset` of (images float32 (B, S, S, 3) in [-1, 1], one-hot labels float32 (B, K)), B the
         global batch divided by the number of processes; with `config.accum_steps > 1`, each step's batch comes as
-        `accum_steps` consecutive micro-batches of B // accum_steps.
+        `accum_steps` consecutive micro-batches of B // accum_steps. With `device_input` the images are uint8
+        in 0..255, and with Mixup the first element is a dict {"images": uint8 (B, S, S, 3), "mixup_weights":
+        float32 (B, mixup_images)}, every row the batch's weights (one row per image, so Keras can split it).
     """
+    if device_input and config.mixup_alpha > 0 and config.accum_steps > 1:
+        raise ValueError(
+            f"device_input=True mixes each micro-batch on the device, but Mixup with accum_steps="
+            f"{config.accum_steps} mixes the whole step's batch. Use device_input=false or accum_steps=1."
+        )
     index, processes = shard
     micro, rows = _split_batch(config, source.num_train, processes)
     positions = _process_positions(index, rows, micro)
     ds = _element_stream(source, config, start_step, shard, micro, rows, positions)
-    ds = ds.map(_prepare_fn(source, config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(_prepare_fn(source, config, device_input), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(config.batch_size // processes, drop_remainder=True)
     if config.mixup_alpha > 0:
-        ds = _mixed(ds, config, start_step)
+        ds = _mixed(ds, config, start_step, device_input)
     if num_steps is not None:
         ds = ds.take(num_steps)
     if config.accum_steps > 1:
@@ -88,8 +106,9 @@ def _element_stream(source, config, start_step, shard, micro, rows, positions):
     return ds.map(lambda k, element: (positions(k), element))
 
 
-def _prepare_fn(source, config):
-    """(position, raw element) -> (augmented image in [-1, 1], one-hot label), seeded by the position."""
+def _prepare_fn(source, config, device_input=False):
+    """(position, raw element) -> (augmented image in [-1, 1], or uint8 with `device_input`; one-hot label),
+    seeded by the position."""
     augment = augment_fn(config, source.original_size)
     pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
@@ -107,24 +126,28 @@ def _prepare_fn(source, config):
             image = randaugment(
                 quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
             )
-        return scale(image), tf.one_hot(label, source.num_classes)
+        pixels = tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
+        return pixels, tf.one_hot(label, source.num_classes)
 
     return prepare
 
 
-def _mixed(ds, config, start_step):
+def _mixed(ds, config, start_step, device_input=False):
     """The batches with Mixup. Seeded by (seed, step) only: every worker of a multi-worker run draws the same
-    weights for a step, as big_vision's global mixing coefficient (fold_in=None). Mixed in parallel, in order."""
+    weights for a step, as big_vision's global mixing coefficient (fold_in=None). Mixed in parallel, in order.
+    With `device_input` only the labels are mixed; the images travel with the weights (`train_dataset`)."""
+    alpha, count = float(config.mixup_alpha), config.mixup_images
+
+    def mix(step, images, labels):
+        seed = tf.stack([tf.cast(config.seed, tf.int64), step])
+        if not device_input:
+            return mixup(images, labels, alpha, seed, count)
+        weights = mixup_weights(alpha, count, seed)  # the same draw as `mixup`'s
+        rows = tf.ensure_shape(tf.tile(weights[tf.newaxis], [tf.shape(images)[0], 1]), [images.shape[0], count])
+        return {"images": images, "mixup_weights": rows}, mix_rows(labels, weights)
+
     return ds.enumerate(start_step).map(
-        lambda step, b: mixup(
-            b[0],
-            b[1],
-            float(config.mixup_alpha),
-            tf.stack([tf.cast(config.seed, tf.int64), step]),
-            config.mixup_images,
-        ),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        lambda step, b: mix(step, *b), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
 
 
@@ -137,7 +160,7 @@ def _micro_batches(accum_steps):
         def stack(x):
             return tf.reshape(x, [accum_steps, x.shape[0] // accum_steps, *x.shape[1:]])  # static shapes, for XLA
 
-        return stack(images), stack(labels)
+        return tf.nest.map_structure(stack, (images, labels))
 
     return split
 
@@ -193,7 +216,7 @@ def _shuffled_stream(train, count, buffer, seed, start):
     return passes.enumerate(first_pass * count).skip(offset)
 
 
-def eval_dataset(source, config, batch_size=None, shard=(0, 1)):
+def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=False):
     """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
 
     A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
@@ -214,10 +237,14 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1)):
         config: a `TrainConfig` (image_size, batch_size, eval_resize_small).
         batch_size: overrides `config.batch_size` (the global batch).
         shard: (this process's index, number of processes).
+        device_input: uint8 images (the float ones' 0..255 pixels, rounded), scaled on the device
+            (`training.device_input`); the padding images are then 0 (-1 after scaling) instead of 0.0: they have
+            weight 0 either way.
 
     Returns:
-        A `tf.data.Dataset` of (images float32 (B, S, S, 3), one-hot labels float32 (B, K), weights float32 (B,)),
-        `ceil(num_heldout / B)` batches (one process), every one of static batch size B.
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) (uint8 with `device_input`), one-hot labels float32
+        (B, K), weights float32 (B,)), `ceil(num_heldout / B)` batches (one process), every one of static batch
+        size B.
     """
     index, processes = shard
     batch = int(batch_size or config.batch_size)
@@ -238,17 +265,17 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1)):
     num_classes = source.num_classes
     size = config.image_size
     heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
+
+    def pixels(raw):
+        image = eval_pixels(source.decode(raw), size, config.eval_resize_small)
+        return tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
+
     ds = heldout.map(
-        lambda raw, label: (
-            eval_preprocess(source.decode(raw), size, config.eval_resize_small),
-            tf.one_hot(label, num_classes),
-            tf.constant(weight, tf.float32),
-        ),
+        lambda raw, label: (pixels(raw), tf.one_hot(label, num_classes), tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    padding = tf.data.Dataset.from_tensors(
-        (tf.zeros([size, size, 3]), tf.zeros([num_classes]), tf.constant(0.0))
-    ).repeat(padded - share)
+    blank = tf.zeros([size, size, 3], tf.uint8 if device_input else tf.float32)
+    padding = tf.data.Dataset.from_tensors((blank, tf.zeros([num_classes]), tf.constant(0.0))).repeat(padded - share)
     ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
     return _with_options(ds.prefetch(tf.data.AUTOTUNE))
 

@@ -34,11 +34,16 @@ def resize_small_central_crop(image, small, size):
     return tf.slice(image, [top, left, 0], [size, size, 3])
 
 
-def eval_preprocess(image, size, resize_small=None):
-    """Held-out pre-processing: a squash resize to `size` (the paper's), or with `resize_small` set big_vision's
-    shorter-side resize and central crop (`TrainConfig.eval_resize_small`); then scaled to [-1, 1]."""
+def eval_pixels(image, size, resize_small=None):
+    """Held-out pre-processing before scaling: a squash resize to `size` (the paper's), or with `resize_small` set
+    big_vision's shorter-side resize and central crop (`TrainConfig.eval_resize_small`); float32 0..255."""
     image = resize_small_central_crop(image, resize_small, size) if resize_small else resize(image, size)
-    return tf.ensure_shape(scale(image), [size, size, 3])
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def eval_preprocess(image, size, resize_small=None):
+    """`eval_pixels` scaled to [-1, 1]."""
+    return scale(eval_pixels(image, size, resize_small))
 
 
 def _inception_box(area, seed):
@@ -113,11 +118,12 @@ def mixup_weights(alpha, num_images, seed):
     return tf.cast(tf.sort(weights, direction="DESCENDING"), tf.float32)
 
 
+def mix_rows(batch, weights):
+    """sum_i weights[i] * (the batch rolled by i rows): Mixup of a batch with its rolled copies."""
+    return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(weights.shape[0])])
+
+
 def mixup(images, labels, alpha, seed, num_images=2):
     """Mixes a batch with its copies rolled by 1..num_images-1 places, images and labels with the same weights."""
     weights = mixup_weights(alpha, num_images, seed)
-
-    def mix(batch):
-        return tf.add_n([weights[i] * tf.roll(batch, i, axis=0) for i in range(num_images)])
-
-    return mix(images), mix(labels)
+    return mix_rows(images, weights), mix_rows(labels, weights)
