@@ -38,28 +38,39 @@ FORMS = (
 )
 
 
-def measure(form, variant, image_size, batch, steps):
-    """img/s of one form in this process (keras_vit from PYTHONPATH)."""
-    import keras
+def _batch(batch, image_size):
     import numpy as np
 
-    import keras_vit
-
-    if form.endswith("bf16"):
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model(variant, image_size=image_size, num_classes=1000)
     x = np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
-    y = np.random.default_rng(1).integers(0, 1000, batch)
+    return x, np.random.default_rng(1).integers(0, 1000, batch)
+
+
+def _warm_step(keras_vit, form, variant, x, y):
+    """A function running one step of `form` ("train", "train_bf16", "infer", "infer_xla") on a model that
+    `keras_vit` builds, compiled and warmed by two steps. JAX always compiles its step (jit_compile=True)."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if form.endswith("bf16") else "float32")
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model(variant, image_size=x.shape[1], num_classes=1000)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     jit = form.endswith("xla") or keras.config.backend() == "jax"
     model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=loss, jit_compile=jit)
-    if form.startswith("train"):
-        step, count = (lambda: model.train_on_batch(x, y)), steps
-    else:
-        step, count = (lambda: model.predict_on_batch(x)), 2 * steps
+
+    def step():
+        return model.train_on_batch(x, y) if form.startswith("train") else model.predict_on_batch(x)
+
     for _ in range(2):
         step()
+    return step
+
+
+def measure(form, variant, image_size, batch, steps):
+    """img/s of one form in this process (keras_vit from PYTHONPATH)."""
+    import keras_vit
+
+    step = _warm_step(keras_vit, form, variant, *_batch(batch, image_size))
+    count = steps if form.startswith("train") else 2 * steps
     start = time.perf_counter()
     for _ in range(count):
         step()
@@ -70,12 +81,7 @@ def paired(form, trees, args):
     """Step-by-step pairs in one process: each commit's keras_vit imported in turn (sys.modules purged between),
     its model built, compiled and warmed; then single steps alternate (old, new, new, old, ...). Pairs see the same
     machine load and process, so a shared machine's swings cancel. Returns per-pair speed ratios new/old."""
-    import keras
-    import numpy as np
-
-    x = np.random.default_rng(0).uniform(-1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
-    y = np.random.default_rng(1).integers(0, 1000, args.batch)
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if form.endswith("bf16") else "float32")
+    x, y = _batch(args.batch, args.image_size)
     steps = {}
     for side in ("old", "new"):
         for name in [m for m in sys.modules if m == "keras_vit" or m.startswith("keras_vit.")]:
@@ -84,19 +90,9 @@ def paired(form, trees, args):
         try:
             import keras_vit
 
-            keras.utils.set_random_seed(0)
-            model = keras_vit.create_model(args.variant, image_size=args.image_size, num_classes=1000)
+            steps[side] = _warm_step(keras_vit, form, args.variant, x, y)
         finally:
             sys.path.remove(trees[side])
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=loss, jit_compile=form.endswith("xla"))
-        steps[side] = (
-            (lambda m=model: m.train_on_batch(x, y))
-            if form.startswith("train")
-            else (lambda m=model: m.predict_on_batch(x))
-        )
-        for _ in range(2):
-            steps[side]()
     times = {"old": [], "new": []}
     for r in range(args.pairs):
         for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
