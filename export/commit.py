@@ -128,16 +128,25 @@ def claim(out):
 def _lock(path, out):
     if fcntl is None:
         return None
+    fd = _lock_file(path, 0o666, blocking=False)
+    if fd is None:
+        raise ExportError(
+            f"Another export is writing to {out!r} right now (it holds the lock {path}). Wait for it to "
+            "finish, or pass another --out."
+        )
+    return fd
+
+
+def _lock_file(path, mode, blocking=True):
+    """An open descriptor holding `flock` on the file at `path` (created if absent); None when another process
+    holds it and not `blocking`."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
-            raise ExportError(
-                f"Another export is writing to {out!r} right now (it holds the lock {path}). Wait for it to "
-                "finish, or pass another --out."
-            ) from None
+            return None
         try:
             held = os.stat(path)
         except FileNotFoundError:
@@ -171,21 +180,77 @@ def staged(out, owned):
         try:
             yield target, staging
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove_staging(staging)
 
 
 def staging_dir(out):
     """A new, empty directory to build the export in: beside a local `out` (the path `claim` yielded), in the
-    system temp dir for a URL."""
+    system temp dir for a URL (see `_url_staging_dir`)."""
     out = os.fspath(out)
     if files.is_remote(out):
-        return Path(tempfile.mkdtemp(prefix=".export-staging-"))
+        return _url_staging_dir()
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     # os.mkdir's mode, not mkdtemp's private 0o700: this directory becomes `out`.
     staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex}")
     os.mkdir(staging, 0o777)
     return Path(staging)
+
+
+# A URL export's staging directories, with the lock that marks each one as in use until its export ends.
+_URL_STAGING = ".export-staging-"
+_url_locks = {}  # staging directory -> the open, flocked descriptor of its lock file
+
+
+def _url_staging_dir():
+    """A new staging directory `.export-staging-TOKEN` for a URL export, in the system temp dir.
+
+    A URL has no sibling directory for the next export to clean, so each URL staging directory has a lock file
+    beside it (`.export-staging-TOKEN.lock`), held (`flock`) until the directory is removed. Any staging directory
+    whose lock nobody holds belongs to a killed export: every new one first removes those.
+    """
+    root = tempfile.gettempdir()
+    if fcntl is not None:
+        _remove_dead_url_staging(root)
+    token = uuid.uuid4().hex
+    staging = os.path.join(root, f"{_URL_STAGING}{token}")
+    if fcntl is not None:
+        _url_locks[staging] = _lock_file(f"{staging}.lock", 0o600)
+    os.mkdir(staging, 0o700)
+    return Path(staging)
+
+
+def _remove_dead_url_staging(root):
+    pattern = re.compile(rf"^{re.escape(_URL_STAGING)}[0-9a-f]{{32}}\.lock$")
+    for name in os.listdir(root):
+        if not pattern.match(name):
+            continue
+        lock_path = os.path.join(root, name)
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its export is running
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(lock_path[: -len(".lock")], ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.remove(lock_path)
+        finally:
+            os.close(fd)
+
+
+def _remove_staging(staging):
+    """Removes a staging directory, and for a URL's its lock file and lock."""
+    shutil.rmtree(staging, ignore_errors=True)
+    lock = _url_locks.pop(os.fspath(staging), None)
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            os.remove(f"{os.fspath(staging)}.lock")
+        os.close(lock)
 
 
 def manifest(directory):
@@ -251,4 +316,4 @@ def _commit_url(staging, out):
             fault_point(f"uploading {name}")
             files.copy_file(staging / name, files.join(out, *name.split("/")))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_staging(staging)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -146,8 +147,13 @@ def run_child(out, name, exchange, env):
 
 @pytest.mark.slow  # 2, 3 and 8 killed children of 2-5 s each
 @pytest.mark.parametrize("path", ["exchange", "two renames", "url"])
-def test_commit_killed_at_every_point(path, tmp_path):
+def test_commit_killed_at_every_point(path, tmp_path, monkeypatch):
     exchange = path == "exchange"
+    # A URL export stages in the temp dir: give this test its own, to see that killed runs leave nothing there.
+    temp = tmp_path.parent / f"{tmp_path.name}-temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setenv("TMPDIR", str(temp))
     if exchange and sys.platform != "linux":
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux's; elsewhere the export takes the two-rename path")
     base = f"file://{tmp_path}" if path == "url" else str(tmp_path)
@@ -195,6 +201,24 @@ def test_commit_killed_at_every_point(path, tmp_path):
         assert check_complete(out) == expected("B"), points[k - 1]
         if path != "url":  # nothing left beside `out`: the killed run's staging or old set was cleaned up
             assert sorted(p.name for p in tmp_path.iterdir()) == ["export"], points[k - 1]
+        else:  # nor in the temp dir: the rerun removed the killed run's staging, and its own
+            assert not any(name.startswith(".export-staging-") for name in os.listdir(temp)), points[k - 1]
+
+
+def test_a_url_staging_directory_is_removed_only_once_its_export_is_dead(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    alive = commit.staging_dir("file:///bucket/a")
+    (alive / "model.onnx").write_bytes(b"x")
+    dead = commit.staging_dir("file:///bucket/b")
+    (dead / "model.onnx").write_bytes(b"y")
+    # How a killed export leaves it: the kernel drops the lock with the process; the directory stays.
+    os.close(commit._url_locks.pop(os.fspath(dead)))
+    third = commit.staging_dir("file:///bucket/c")
+    assert alive.is_dir() and (alive / "model.onnx").read_bytes() == b"x"  # held (by this process): kept
+    assert not dead.exists() and not Path(f"{dead}.lock").exists()
+    for staging in (alive, third):
+        commit._remove_staging(staging)
+    assert os.listdir(tmp_path) == []
 
 
 def test_claim_puts_back_a_set_moved_aside(tmp_path):
