@@ -1,7 +1,7 @@
 """The moving average of the weights (`--set ema_decay=D`): the average against its definition computed in numpy
 from the weights after each update, with and without gradient accumulation; a run killed in mid-epoch resumes to
 the uninterrupted run's average bit for bit on both backends (the digits recipe, from the command line); both
-weight sets are evaluated and the chosen one is what model.keras holds and the export verifies."""
+weight sets are evaluated and the chosen one is what model.keras (which every export reads) holds."""
 
 import json
 import os
@@ -176,12 +176,12 @@ def _killed_and_resumed_equals_uninterrupted(tmp_path, backend):
         np.testing.assert_array_equal(a, b)
     assert ours[3]["ema"] == theirs[3]["ema"] and ours[3]["resumed_from_step"] == 30
     print(f"{backend}: {json.dumps(ours[3]['ema'])}")  # the figures, for `pytest -s`
-    return reference, ours
+    return ours
 
 
 @pytest.mark.slow
 def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_average(tmp_path):
-    reference, (averages, raw, exported, metrics) = _killed_and_resumed_equals_uninterrupted(tmp_path, "tensorflow")
+    averages, raw, exported, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "tensorflow")
     report = metrics["ema"]
     assert report["raw"]["top1"] > 0.3 and report["average"]["top1"] > 0.3  # it trained (chance: 0.1)
     assert report["exported"] == "average" and metrics["top1"] == report["average"]["top1"]
@@ -189,19 +189,14 @@ def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_avera
     for variable in exported.trainable_variables:
         average = averages[variable.path.replace("/", "_")]
         np.testing.assert_array_equal(variable.numpy(), average)
+    # ... which differ from the raw weights. Every export reads model.keras (the export tests check each format
+    # against it), so what is exported is the average.
     assert any(not np.array_equal(w, r) for w, r in zip(exported.get_weights(), raw))
-    exported_run = subprocess.run(
-        [sys.executable, "-m", "export", str(reference), "--quantize", "float32", "--latency-runs", "1"],
-        cwd=ROOT, env=_env("tensorflow"), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert exported_run.returncode == 0, exported_run.stdout[-2000:] + exported_run.stderr[-3000:]
-    # Every artifact within its budget of model.keras, i.e. of the averaged weights.
-    assert json.loads((reference / "export" / "report.json").read_text())["passed"]
 
 
 @pytest.mark.slow
 def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_under_jax(tmp_path):
-    _, (_, _, _, metrics) = _killed_and_resumed_equals_uninterrupted(tmp_path, "jax")
+    _, _, _, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "jax")
     assert metrics["backend"] == "jax" and metrics["devices"] == 2
     assert metrics["ema"]["raw"]["top1"] > 0.3 and metrics["ema"]["average"]["top1"] > 0.3
 
