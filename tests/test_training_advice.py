@@ -2,6 +2,7 @@
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import tensorflow as tf
@@ -157,6 +158,37 @@ def test_the_gpu_advice_line_says_what_was_not_measured_and_how_to_switch(tmp_pa
         assert measured.line(form) == facts + switch
     assert measured.line("JAX") == facts + "; this run uses it"
     assert "fastest" not in measured.line("TensorFlow")
+
+
+def test_the_placement_names_its_gpu_and_the_trainer_reads_that_gpus_advice(tmp_path, monkeypatch, capsys):
+    import jax
+
+    import training
+    from training import distribution, run_plan
+    from training.placements import TensorFlowPlacement
+
+    # What TensorFlow and JAX answer on a GPU machine; on this CPU machine there is no GPU to name.
+    details = {"device_name": "NVIDIA H200", "compute_capability": (9, 0)}
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda device: details)
+    assert distribution._tensorflow_gpu_name() == "NVIDIA H200"
+    monkeypatch.undo()
+    assert distribution._jax_gpu_name(SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")) == "NVIDIA H200"
+    assert distribution._jax_gpu_name(jax.devices()[0]) is None
+    assert distribution.select_placement("default").device_name is None
+
+    path = tmp_path / "advice.json"
+    _record_gpu(path, "B/16", B16, 3210.5)
+    monkeypatch.setattr(advice, "ADVICE_FILE", str(path))
+    config = training.TrainConfig(variant="B/16", image_size=224, precision="mixed_bfloat16", jit_compile="auto")
+    placement = TensorFlowPlacement(backend="tensorflow", name="_DefaultDistributionStrategy", reason="test",
+                                    num_replicas=1, device_kind="gpu", device_name="NVIDIA H200",
+                                    tf_strategy=tf.distribute.get_strategy())  # fmt: skip
+    jit_compile, measured = run_plan._jit_compile(config, placement, SimpleNamespace(num_classes=1000))
+    out = capsys.readouterr().out
+    assert jit_compile is True and measured.device == "NVIDIA H200"
+    assert "[training] advice: measured training speed: JAX 3,210.5 img/s (`python -m benchmarks.gpu` on NVIDIA" in out
+    assert out.rstrip().endswith("; this run uses TensorFlow+XLA: for the measured one use KERAS_BACKEND=jax")
 
 
 def test_auto_jit_follows_the_measurement_on_the_default_strategy(tmp_path):
