@@ -1,6 +1,7 @@
 """benchmarks.gpu_advice: which rows of a `python -m benchmarks.gpu` run the trainer's GPU advice is made of."""
 
 import json
+import os
 
 import pytest
 
@@ -11,6 +12,8 @@ from training import advice
 B16 = flops.vit_forward_flops(224, 16, 768, 12, 3072, 1000)
 L16 = flops.vit_forward_flops(224, 16, 1024, 24, 4096, 1000)
 FUSED = {"__cudnn$fmhaScaleBiasSoftmax": 12, "__cudnn$fmhaScaleBiasSoftmaxBackward": 12}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H200_RESULTS = os.path.join(ROOT, "benchmarks", "gpu_runs", "gpu-h200-2026-12-04.jsonl")
 
 
 def _row(label, img_s, *extra, variant="B/16", batch="256", **fields):
@@ -101,3 +104,17 @@ def test_results_without_a_usable_row_record_nothing(tmp_path, capsys):
     assert not (tmp_path / "advice.json").exists() and "nothing recorded" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # one without the other is a mistake, not a benchmark run
         gpu.main(["--advice", str(tmp_path / "advice.json")])
+
+
+def test_the_shipped_h200_advice_is_what_the_writer_makes_of_the_raw_results(tmp_path):
+    path = str(tmp_path / "advice.json")
+    assert gpu_advice.main(path, H200_RESULTS, device="NVIDIA H200", when="2026-12-04") == 0
+    with open(path) as f:
+        written = json.load(f)["gpus"]
+    with open(advice.ADVICE_FILE) as f:
+        shipped = json.load(f)["gpus"]
+    assert shipped == written, "training/backend_advice.json's GPU section differs from its raw results: regenerate"
+    # The figures docs/performance.md gives for that run: B/16 3,248 img/s (padded to 198), L/16 1,081 (second run).
+    b16, l16 = (advice.lookup("gpu", "mixed_bfloat16", f, device_name="NVIDIA H200") for f in (B16, L16))
+    assert round(b16.figures["JAX"]) == 3248 and b16.run["batch"] == 256
+    assert round(l16.figures["JAX"]) == 1081 and l16.run["batch"] == 128
