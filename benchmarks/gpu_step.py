@@ -9,10 +9,13 @@ Prints one line `RESULT {json}`. KIND:
   timm        timm's ViT of the same size (eager, or `--compile` for torch.compile), torch.autocast bfloat16.
   matmul      the bfloat16 matmul rate of this device (8192^3 products), MFU's ceiling.
 Every speed is `--rounds` rounds of `--steps` steps after `--warmup` steps: median and min-max per round.
+Each result names the device it ran on (`device`: "NVIDIA H200", or "cpu") and the day (`date`), which the
+trainer's GPU advice is keyed and dated by (`python -m benchmarks.gpu --advice`).
 """
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -252,6 +255,21 @@ def matmul(args):
     return {"tflops": 2 * n**3 / best / 1e12, "size": n}
 
 
+def device_name(kind, backend):
+    """The device the measurement ran on as its driver names it ("NVIDIA H200"; "cpu" without an accelerator);
+    None when the framework that would say is missing (the measurement failed for the same reason)."""
+    try:
+        if kind == "timm" or backend == "torch":
+            import torch
+
+            return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        import jax
+
+        return jax.devices()[0].device_kind
+    except ImportError:
+        return None
+
+
 def versions():
     out = {}
     for name in ("jax", "torch", "timm", "keras"):
@@ -303,6 +321,8 @@ def main(argv=None):
         fused=os.environ.get("KERAS_VIT_FUSED_ATTENTION", "auto"),
         pad=os.environ.get("KERAS_VIT_ATTENTION_PAD", "2"),
         remat=args.remat,
+        device=device_name(args.kind, os.environ.get("KERAS_BACKEND")),
+        date=datetime.date.today().isoformat(),
     )
     print("RESULT " + json.dumps(result), flush=True)
 

@@ -1,5 +1,6 @@
 """benchmarks.gpu: the smoke mode CI runs on the CPU, and the refusal of a GPU run without fused attention."""
 
+import datetime
 import json
 
 import pytest
@@ -30,6 +31,14 @@ def test_a_gpu_run_without_fused_attention_is_refused():
     assert gpu.missing_fusion({**fused, "train_fmha": {}}, on_gpu=False) is None  # a CPU has no such kernel
 
 
+def test_a_result_names_its_device_and_day(capsys):
+    gpu_step.main(["matmul"])  # JAX, a 512^2 product on the CPU: a second
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT ") :])
+    assert result["device"] == "cpu" and result["date"] == datetime.date.today().isoformat()
+    assert gpu_step.device_name("keras-vit", "jax") == "cpu"  # jax.devices()[0].device_kind: "NVIDIA H200" on one
+
+
 @pytest.mark.slow
 def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "_on_gpu", lambda: False)
@@ -42,6 +51,7 @@ def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monke
         assert "error" not in r, r
         assert r["train_img_s"]["min"] <= r["train_img_s"]["median"] <= r["train_img_s"]["max"]
         assert len(r["losses"]) == 1 + 3 * 2  # warm-up, then 3 rounds of 2 steps
+        assert r["device"] == "cpu"
     assert results["kv_jax_fused"]["fused"] == "always"  # the smoke run takes the fused route's API on the CPU
     # the same seed and data on the two routes: the same training, step for step, to mixed bfloat16's rounding
     # (3.3e-4 apart over 7 steps; the routes agree to 1e-6 in float32: tests/test_attention_kernel.py)

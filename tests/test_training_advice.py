@@ -1,7 +1,8 @@
-"""The trainer's backend advice: the benchmark's figures per CPU class, looked up by model size."""
+"""The trainer's backend advice: the benchmark's figures per CPU class and per GPU, looked up by model size."""
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import tensorflow as tf
@@ -11,6 +12,8 @@ from training import advice
 from training.strategy import resolve_jit_compile
 
 TI16 = flops.vit_forward_flops(224, 16, 192, 12, 768, 1000)
+B16 = flops.vit_forward_flops(224, 16, 768, 12, 3072, 1000)
+L16 = flops.vit_forward_flops(224, 16, 1024, 24, 4096, 1000)
 MACHINE = {"cpu_model": "Test CPU", "threads": 2}
 
 
@@ -83,7 +86,12 @@ def test_record_replaces_the_same_model_and_keeps_others(tmp_path):
         "float32": {"TensorFlow": 34.0, "TensorFlow+XLA": 28.0},
     }
     bf16 = advice.lookup("cpu", "mixed_bfloat16", TI16, path=str(path), cpu="x86_64 avx512_bf16")
-    assert bf16.fastest == "TensorFlow" and bf16.xla_faster() is None
+    assert bf16.figures == {"TensorFlow": 40.0} and bf16.xla_faster() is None
+    # One form measured is faster than nothing: the advice names it and what was not measured, never "fastest".
+    assert bf16.fastest is None
+    line = bf16.line("TensorFlow")
+    assert line.startswith("measured training speed: TensorFlow 40.0 img/s (`python -m benchmarks` on Test CPU")
+    assert line.endswith("; TensorFlow+XLA, JAX not measured on this CPU class; this run uses it")
 
 
 def test_advice_line_names_the_switch_only_when_the_run_is_not_the_fastest(tmp_path):
@@ -99,6 +107,88 @@ def test_advice_line_names_the_switch_only_when_the_run_is_not_the_fastest(tmp_p
     assert other.endswith(
         "this run uses JAX: for the faster one use KERAS_BACKEND=tensorflow with --set jit_compile=False"
     )
+
+
+def _record_gpu(path, variant, fwd, jax_img_s, gpu="NVIDIA H200"):
+    spec = {"variant": variant, "image_size": 224, "batch": 256, "num_classes": 1000}
+    versions = {"jax": "0.11.2", "keras": "3.15.1"}
+    medians = {"bfloat16": {"JAX": jax_img_s}}
+    return advice.record_gpu(str(path), gpu, spec, fwd, medians, versions, when="2026-12-04", rows={"bfloat16": "kv"})
+
+
+def test_a_gpu_run_reads_its_gpus_measurement_and_nothing_else(tmp_path):
+    path = tmp_path / "advice.json"
+    _record(path, "B/16", 224, B16, {"TensorFlow": 3.0, "TensorFlow+XLA": 2.0}, bf16={"JAX": 5.0})
+    _record_gpu(path, "B/16", B16, 1000.0)
+    _record_gpu(path, "L/16", L16, 300.0)
+    data = json.loads(path.read_text())
+    assert list(data["gpus"]) == ["NVIDIA H200"] and list(data["platforms"]) == ["x86_64 avx512_bf16"]
+    gpu = dict(path=str(path), device_name="NVIDIA H200")
+
+    b16 = advice.lookup("gpu", "mixed_bfloat16", B16 * 1.5, **gpu)
+    assert (b16.device, b16.kind, b16.run["variant"], b16.figures) == ("NVIDIA H200", "gpu", "B/16", {"JAX": 1000.0})
+    assert b16.run["versions"] == {"jax": "0.11.2", "keras": "3.15.1"} and b16.run["measured"] == "2026-12-04"
+    assert advice.lookup("gpu", "mixed_bfloat16", L16 / 1.5, **gpu).figures == {"JAX": 300.0}
+    # No TensorFlow figures on a GPU: the measurement cannot decide jit_compile="auto", which keeps its rule.
+    assert b16.xla_faster() is None and b16.fastest is None
+    value, reason = resolve_jit_compile("auto", tf.distribute.get_strategy(), b16)
+    assert value is True and reason.endswith("XLA on (this TensorFlow compiles on the default device)")
+
+    # Another GPU, a GPU without a name, a model beyond SCALE_RANGE of both, an unmeasured precision, a TPU, and a
+    # CPU lookup by the GPU's name: no advice, rather than a guess.
+    assert advice.lookup("gpu", "mixed_bfloat16", B16, path=str(path), device_name="NVIDIA A100-SXM4-80GB") is None
+    assert advice.lookup("gpu", "mixed_bfloat16", B16, path=str(path)) is None
+    assert advice.lookup("gpu", "mixed_bfloat16", B16 / (advice.SCALE_RANGE * 1.1), **gpu) is None
+    assert advice.lookup("gpu", "mixed_bfloat16", L16 * (advice.SCALE_RANGE * 1.1), **gpu) is None
+    assert advice.lookup("gpu", "float32", B16, **gpu) is None
+    assert advice.lookup("tpu", "mixed_bfloat16", B16, **gpu) is None
+    assert advice.lookup("cpu", "mixed_bfloat16", B16, path=str(path), cpu="NVIDIA H200") is None
+
+
+def test_the_gpu_advice_line_says_what_was_not_measured_and_how_to_switch(tmp_path):
+    path = tmp_path / "advice.json"
+    _record_gpu(path, "B/16", B16, 3210.5)
+    measured = advice.lookup("gpu", "mixed_bfloat16", B16, path=str(path), device_name="NVIDIA H200")
+    facts = (
+        "measured training speed: JAX 3,210.5 img/s (`python -m benchmarks.gpu` on NVIDIA H200, 2026-12-04: "
+        "ViT-B/16 at 224 px, batch 256, mixed_bfloat16); TensorFlow, TensorFlow+XLA not measured on this GPU"
+    )
+    for form in ("TensorFlow", "TensorFlow+XLA"):
+        switch = f"; this run uses {form}: for the measured one use KERAS_BACKEND=jax"
+        assert measured.line(form) == facts + switch
+    assert measured.line("JAX") == facts + "; this run uses it"
+    assert "fastest" not in measured.line("TensorFlow")
+
+
+def test_the_placement_names_its_gpu_and_the_trainer_reads_that_gpus_advice(tmp_path, monkeypatch, capsys):
+    import jax
+
+    import training
+    from training import distribution, run_plan
+    from training.placements import TensorFlowPlacement
+
+    # What TensorFlow and JAX answer on a GPU machine; on this CPU machine there is no GPU to name.
+    details = {"device_name": "NVIDIA H200", "compute_capability": (9, 0)}
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda device: details)
+    assert distribution._tensorflow_gpu_name() == "NVIDIA H200"
+    monkeypatch.undo()
+    assert distribution._jax_gpu_name(SimpleNamespace(platform="gpu", device_kind="NVIDIA H200")) == "NVIDIA H200"
+    assert distribution._jax_gpu_name(jax.devices()[0]) is None
+    assert distribution.select_placement("default").device_name is None
+
+    path = tmp_path / "advice.json"
+    _record_gpu(path, "B/16", B16, 3210.5)
+    monkeypatch.setattr(advice, "ADVICE_FILE", str(path))
+    config = training.TrainConfig(variant="B/16", image_size=224, precision="mixed_bfloat16", jit_compile="auto")
+    placement = TensorFlowPlacement(backend="tensorflow", name="_DefaultDistributionStrategy", reason="test",
+                                    num_replicas=1, device_kind="gpu", device_name="NVIDIA H200",
+                                    tf_strategy=tf.distribute.get_strategy())  # fmt: skip
+    jit_compile, measured = run_plan._jit_compile(config, placement, SimpleNamespace(num_classes=1000))
+    out = capsys.readouterr().out
+    assert jit_compile is True and measured.device == "NVIDIA H200"
+    assert "[training] advice: measured training speed: JAX 3,210.5 img/s (`python -m benchmarks.gpu` on NVIDIA" in out
+    assert out.rstrip().endswith("; this run uses TensorFlow+XLA: for the measured one use KERAS_BACKEND=jax")
 
 
 def test_auto_jit_follows_the_measurement_on_the_default_strategy(tmp_path):
@@ -134,7 +224,8 @@ def test_the_shipped_advice_file_is_well_formed():
     with open(advice.ADVICE_FILE) as f:
         data = json.load(f)
     assert data["platforms"], "training/backend_advice.json has no measurement"
-    for cpu, platform in data["platforms"].items():
+    sections = [*data["platforms"].items(), *data.get("gpus", {}).items()]
+    for cpu, platform in sections:
         for run in platform["runs"]:
             config = get_variant(run["variant"]).replace(
                 image_size=run["image_size"], num_classes=run["num_classes"], **run["overrides"]

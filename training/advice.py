@@ -1,14 +1,17 @@
 """Which Keras backend trains fastest here: the benchmark's measurements, as the trainer reads them.
 
 `python -m benchmarks --advice training/backend_advice.json` records, per CPU class, the training throughput
-of every keras-vit form it measured (TensorFlow with and without XLA, JAX, PyTorch) for one model size. The
-trainer looks up the run's CPU class and the measured model nearest to its own in FLOPs per image, and:
+of every keras-vit form it measured (TensorFlow with and without XLA, JAX, PyTorch) for one model size;
+`python -m benchmarks.gpu --advice ... --from-results OUT/results.jsonl` records, per GPU (by the name its driver
+gives it, "NVIDIA H200"), keras-vit's JAX figures (the GPU benchmark runs no TensorFlow). The trainer looks up the
+run's CPU class or GPU and the measured model nearest to its own in FLOPs per image, and:
 
-- prints which form was fastest there, and how to switch when the run uses another one;
+- prints which form was fastest there (or, where one form alone was measured, its figure and which of the
+  trainer's forms were not measured), and how to switch when the run uses another one;
 - resolves `jit_compile="auto"` on a CPU (TensorFlow backend, default strategy) to the faster of TensorFlow with
   and without XLA in that measurement.
 
-Nothing is guessed: a CPU class or precision without a measurement gets no advice, and "auto" keeps its rule.
+Nothing is guessed: a CPU class, GPU or precision without a measurement gets no advice, and "auto" keeps its rule.
 Pure Python (no TensorFlow import), so the benchmark's coordinator can write the file too.
 """
 
@@ -26,6 +29,7 @@ TRAINER_FORMS = {
     "TensorFlow+XLA": "KERAS_BACKEND=tensorflow with --set jit_compile=True",
     "JAX": "KERAS_BACKEND=jax",
 }
+SECTIONS = {"cpu": "platforms", "gpu": "gpus"}  # device kind -> the advice file's section, keyed by device
 PRECISIONS = {"float32": "float32", "mixed_bfloat16": "bfloat16"}  # trainer precision -> benchmark dtype key
 # A measurement speaks for models within this factor of its FLOPs per image; beyond, the balance of op
 # overhead and matmul speed that decides between the forms may differ.
@@ -76,11 +80,28 @@ def record(path, cpu, machine, spec, forward_flops, medians, when=None):
         medians: {"float32": {form name: img/s}, "bfloat16": {...}}, keras-vit forms only.
     A run of the same variant and image size on the same CPU class replaces the older one.
     """
-    from keras_vit.files import atomic_write_text
+    entry = _entry(spec, forward_flops, medians, when)
+    entry.update(cpu_model=machine.get("cpu_model"), threads=machine.get("threads"))
+    return _merge(path, "cpu", cpu, entry)
 
-    advice = _read(path) or {"platforms": {}}
-    runs = advice["platforms"].setdefault(cpu, {"runs": []})["runs"]
-    entry = {
+
+def record_gpu(path, gpu, spec, forward_flops, medians, versions, when=None, rows=None):
+    """Merges one GPU's training figures (`python -m benchmarks.gpu`) into the advice file at `path`.
+
+    Args:
+        gpu: the GPU's name as its driver gives it ("NVIDIA H200"): the key a run's GPU is looked up by.
+        spec, forward_flops, medians, when: as for `record`.
+        versions: the packages that ran ({"jax": ..., "keras": ...}).
+        rows: {dtype: the label of the results row each figure comes from}, so a figure can be traced back.
+    """
+    entry = _entry(spec, forward_flops, medians, when)
+    entry.update(versions=dict(versions), rows=dict(rows or {}))
+    return _merge(path, "gpu", gpu, entry)
+
+
+def _entry(spec, forward_flops, medians, when):
+    """The fields every measured run has: the model, its batch and FLOPs, the day, img/s per dtype and form."""
+    return {
         "model": spec.get("recipe") or spec["variant"],  # how the advice names the measured model
         "variant": spec["variant"],
         "overrides": spec.get("overrides") or {},
@@ -88,18 +109,26 @@ def record(path, cpu, machine, spec, forward_flops, medians, when=None):
         "num_classes": spec["num_classes"],
         "batch": spec["batch"],
         "forward_flops": forward_flops,
-        "cpu_model": machine.get("cpu_model"),
-        "threads": machine.get("threads"),
         "measured": when or datetime.date.today().isoformat(),
         "images_per_second": {dtype: dict(sorted(forms.items())) for dtype, forms in medians.items() if forms},
     }
+
+
+def _merge(path, kind, device, entry):
+    """Adds `entry` to `device`'s runs in the `kind` section of the file at `path`, replacing a run of the same
+    model and image size, and rewrites the file atomically."""
+    from keras_vit.files import atomic_write_text
+
+    advice = _read(path) or {}
+    runs = advice.setdefault(SECTIONS[kind], {}).setdefault(device, {"runs": []})["runs"]
     same = ("model", "variant", "overrides", "image_size")
     runs[:] = [r for r in runs if any(r.get(k) != entry[k] for k in same)]
     runs.append(entry)
     runs.sort(key=lambda r: r["forward_flops"])
     advice["about"] = (
-        "Training img/s of keras-vit's forms per CPU class, written by `python -m benchmarks --advice`; read by "
-        "training/advice.py. Regenerate, do not edit."
+        "Training img/s of keras-vit's forms per CPU class (`platforms`, written by `python -m benchmarks --advice`) "
+        "and per GPU (`gpus`, by `python -m benchmarks.gpu --advice`); read by training/advice.py. Regenerate, do "
+        "not edit."
     )
     atomic_write_text(path, json.dumps(advice, indent=1, sort_keys=True) + "\n")
     return entry
@@ -117,14 +146,16 @@ def _read(path):
 class Advice:
     """The measurement that speaks for a run, and what it says."""
 
-    cpu: str
+    device: str  # the CPU class, or the GPU's name, it was measured on
     precision: str
     run: dict  # the benchmark entry (variant, image size, figures, when)
     figures: dict  # {form: img/s} of the trainer's forms in that measurement
+    kind: str = "cpu"  # "cpu" or "gpu"
 
     @property
     def fastest(self):
-        return max(self.figures, key=self.figures.get)
+        """The faster of the forms measured; None when only one was (nothing to be faster than)."""
+        return max(self.figures, key=self.figures.get) if len(self.figures) > 1 else None
 
     def xla_faster(self):
         """False when TensorFlow without XLA measured more than NOISE_MARGIN faster than with it, True otherwise;
@@ -136,19 +167,30 @@ class Advice:
 
     def source(self):
         r = self.run
+        model = f"{_model_name(r)} at {r['image_size']} px, batch {r['batch']}, {self.precision}"
+        if self.kind == "gpu":
+            return f"`python -m benchmarks.gpu` on {self.device}, {r['measured']}: {model}"
         return (
-            f"`python -m benchmarks` on {r.get('cpu_model') or 'a'} CPU ({self.cpu}, {r.get('threads')} threads, "
-            f"{r['measured']}): {_model_name(r)} at {r['image_size']} px, batch {r['batch']}, {self.precision}"
+            f"`python -m benchmarks` on {r.get('cpu_model') or 'a'} CPU ({self.device}, {r.get('threads')} threads, "
+            f"{r['measured']}): {model}"
         )
 
     def line(self, current):
-        """The startup line for a run in form `current` ("TensorFlow", "TensorFlow+XLA" or "JAX")."""
-        figures = ", ".join(f"{form} {v:.1f}" for form, v in sorted(self.figures.items(), key=lambda kv: -kv[1]))
-        best = self.fastest
-        text = f"fastest measured training form: {best} (img/s: {figures}; {self.source()})"
-        if current == best:
+        """The startup line for a run in form `current` ("TensorFlow", "TensorFlow+XLA" or "JAX"): the figures,
+        the trainer's forms that were not measured, and how to switch to the fastest (or the only) measured one."""
+        figures = ", ".join(f"{form} {v:,.1f}" for form, v in sorted(self.figures.items(), key=lambda kv: -kv[1]))
+        target = self.fastest
+        if target is not None:
+            text, which = f"fastest measured training form: {target} (img/s: {figures}; {self.source()})", "faster"
+        else:
+            (target,) = self.figures
+            text, which = f"measured training speed: {figures} img/s ({self.source()})", "measured"
+        missing = [form for form in TRAINER_FORMS if form not in self.figures]
+        if missing:
+            text += f"; {', '.join(missing)} not measured on this {'GPU' if self.kind == 'gpu' else 'CPU class'}"
+        if current == target:
             return text + "; this run uses it"
-        return text + f"; this run uses {current}: for the faster one use {TRAINER_FORMS[best]}"
+        return text + f"; this run uses {current}: for the {which} one use {TRAINER_FORMS[target]}"
 
 
 def _model_name(run):
@@ -156,21 +198,22 @@ def _model_name(run):
     return f"ViT-{name}" if name == run["variant"] else f"the {name} recipe's model"
 
 
-def lookup(device_kind, precision, forward_flops, path=None, cpu=None):
+def lookup(device_kind, precision, forward_flops, path=None, cpu=None, device_name=None):
     """The `Advice` for a run, or None where nothing measured speaks for it.
 
     Args:
-        device_kind: "cpu", "gpu" or "tpu" (only CPUs are measured so far).
+        device_kind: "cpu", "gpu" or "tpu" (CPUs and GPUs are measured; a TPU gets no advice).
         precision: the trainer's precision ("float32" or "mixed_bfloat16").
         forward_flops: the run's model FLOPs per image (None for a hybrid: no advice).
-        path: the advice file (default: `ADVICE_FILE`, the one the repository's benchmark run wrote).
+        path: the advice file (default: `ADVICE_FILE`, the one the repository's benchmark runs wrote).
         cpu: the CPU class (default: this machine's `cpu_class()`).
+        device_name: the GPU's name ("NVIDIA H200"), which selects a GPU's measurement (None: no GPU advice).
     """
-    if device_kind != "cpu" or forward_flops is None or precision not in PRECISIONS:
+    if device_kind not in SECTIONS or forward_flops is None or precision not in PRECISIONS:
         return None
-    advice = _read(path or ADVICE_FILE)
-    cpu = cpu or cpu_class()
-    runs = ((advice or {}).get("platforms", {}).get(cpu) or {}).get("runs", [])
+    device = (cpu or cpu_class()) if device_kind == "cpu" else device_name
+    sections = (_read(path or ADVICE_FILE) or {}).get(SECTIONS[device_kind], {})
+    runs = (sections.get(device) or {}).get("runs", []) if device else []
     dtype = PRECISIONS[precision]
     runs = [r for r in runs if any(f in TRAINER_FORMS for f in r["images_per_second"].get(dtype, {}))]
     if not runs:
@@ -179,4 +222,4 @@ def lookup(device_kind, precision, forward_flops, path=None, cpu=None):
     if abs(math.log(nearest["forward_flops"] / forward_flops)) > math.log(SCALE_RANGE):
         return None
     figures = {f: v for f, v in nearest["images_per_second"][dtype].items() if f in TRAINER_FORMS}
-    return Advice(cpu=cpu, precision=precision, run=nearest, figures=figures)
+    return Advice(device=device, precision=precision, run=nearest, figures=figures, kind=device_kind)

@@ -89,8 +89,17 @@ def _tensorflow_placement(name, tf_strategy):
         num_replicas=tf_strategy.num_replicas_in_sync,
         device_kind=kind,
         is_chief=tf_strategies.is_chief(tf_strategy),
+        device_name=_tensorflow_gpu_name() if kind == "gpu" else None,
         tf_strategy=tf_strategy,
     )
+
+
+def _tensorflow_gpu_name():
+    """The first GPU's name as its driver gives it ("NVIDIA H200"), or None where TensorFlow does not say."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else None
 
 
 def _jax_placement(name, join_timeout):
@@ -110,6 +119,7 @@ def _jax_placement(name, join_timeout):
     devices = jax.devices() if num_processes > 1 else jax.local_devices()
     local = jax.local_device_count()
     kind = devices[0].platform
+    gpu_name = _jax_gpu_name(devices[0])
     if num_processes > 1 and name in ("default", "mirrored"):
         raise StrategyError(
             f"--strategy {name} uses the devices of one process, but this run has {num_processes} processes "
@@ -125,6 +135,7 @@ def _jax_placement(name, join_timeout):
             num_replicas=1,
             device_kind=kind,
             local_devices=1,
+            device_name=gpu_name,
         )
     reason = _jax_reason(name, num_processes, devices, accelerator)
     if name == "fsdp":
@@ -147,8 +158,14 @@ def _jax_placement(name, join_timeout):
         num_processes=num_processes,
         process_index=jax.process_index(),
         local_devices=local,
+        device_name=gpu_name,
         distribution=distribution,
     )
+
+
+def _jax_gpu_name(device):
+    """A JAX GPU's name as its driver gives it ("NVIDIA H200"); None for a CPU or TPU device."""
+    return device.device_kind if device.platform == "gpu" else None
 
 
 def _join_processes(name, join_timeout):

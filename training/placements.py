@@ -27,6 +27,8 @@ class Placement:
         num_processes, process_index: the processes of a multi-process JAX run (1 and 0 elsewhere: a
             TensorFlow multi-worker run feeds its workers through `tf.distribute`, not through these).
         local_devices: the devices of this process among the `num_replicas`.
+        device_name: a GPU's name as its driver gives it ("NVIDIA H200"), which selects the GPU's backend advice
+            (`training.advice`); None on CPUs and TPUs.
     """
 
     backend: str
@@ -38,6 +40,7 @@ class Placement:
     num_processes: int = 1
     process_index: int = 0
     local_devices: int | None = None
+    device_name: str | None = None
 
     @property
     def num_replicas_in_sync(self):  # the tf.distribute spelling, which the trainer's messages use

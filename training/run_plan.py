@@ -147,7 +147,7 @@ def _settings(config, source, placement, workdir, resume):
 def _jit_compile(config, placement, source):
     """(jit_compile, measured advice): XLA on or off for this device, printed with the reason."""
     forward = flops.config_forward_flops(resolve.model_config(config, source.num_classes))
-    measured = advice.lookup(placement.device_kind, config.precision, forward)
+    measured = advice.lookup(placement.device_kind, config.precision, forward, device_name=placement.device_name)
     jit_compile, reason = placement.resolve_jit_compile(config.jit_compile, measured)
     print(f"[training] {placement.describe()}; {reason}", flush=True)
     if measured is not None:

@@ -24,6 +24,7 @@ from keras_vit.layers.device import platform
 
 ENV = "KERAS_VIT_FUSED_ATTENTION"
 PAD_ENV = "KERAS_VIT_ATTENTION_PAD"
+DEFAULT_PAD = 2  # the padding multiple without PAD_ENV; the GPU advice takes only rows measured with it
 _MODES = {"auto": "auto", "always": "always", "1": "always", "true": "always", "never": "never", "0": "never"}
 
 
@@ -49,13 +50,15 @@ def padding_multiple(query):
     dtype = keras.backend.standardize_dtype(query.dtype)
     if keras.config.backend() != "jax" or dtype not in ("bfloat16", "float16") or platform(query) != "gpu":
         return 1
-    raw = os.environ.get(PAD_ENV, "2")
+    raw = os.environ.get(PAD_ENV, str(DEFAULT_PAD))
     try:
         multiple = int(raw)
     except ValueError:
         multiple = 0
     if multiple < 1:
-        raise ValueError(f"{PAD_ENV} must be a positive integer. Received: {PAD_ENV}={raw!r}; unset it for 2.")
+        raise ValueError(
+            f"{PAD_ENV} must be a positive integer. Received: {PAD_ENV}={raw!r}; unset it for {DEFAULT_PAD}."
+        )
     return multiple
 
 

@@ -1,0 +1,109 @@
+"""The trainer's GPU advice from a `python -m benchmarks.gpu` run: `python -m benchmarks.gpu --advice
+training/backend_advice.json --from-results OUT/results.jsonl [--device NAME] [--date YYYY-MM-DD]`.
+
+A row counts only where it measured keras_vit as the trainer would run it: on Keras' JAX backend (the trainer
+trains on TensorFlow or JAX, and the GPU machine has no TensorFlow), with the library's defaults (fused attention
+left on `auto`, the sequence padded to `attention_kernel.DEFAULT_PAD`, no remat, no quantisation), with cuDNN's
+fused attention present in its compiled step, and without an error. Of several such rows for one GPU, model and
+precision, the last in the file (the newest) counts. Every other row is listed with the reason it was left out.
+Rows name their GPU and day since `benchmarks.gpu_step` records them; `--device` and `--date` give them for
+older results (and must agree with rows that state them).
+"""
+
+import json
+
+from benchmarks import gpu, gpu_step
+from keras_vit.layers.attention_kernel import DEFAULT_PAD
+from keras_vit.models import flops, get_variant
+from training import advice
+
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}  # gpu_step's --dtype -> the advice file's precision key
+NUM_CLASSES = 1000  # what gpu_step measures
+
+
+def skipped(row):
+    """Why `row` does not measure keras_vit as the trainer runs it on a GPU, or None when it does."""
+    argv = row.get("argv") or []
+    if "error" in row or not isinstance(row.get("train_img_s"), dict):
+        return f"no training figure ({row.get('error', 'not measured')})"
+    if argv[:1] != ["keras-vit"] or row.get("backend") != "jax":
+        return "not keras_vit on Keras' JAX backend"
+    if row.get("device") == "cpu":
+        return "measured on a CPU"
+    args = gpu_step.parse(argv)
+    if args.remat != "none" or args.quantize:
+        return f"not the default model (remat={args.remat}, quantize={args.quantize})"
+    if row.get("fused", "auto") != "auto":
+        return f"KERAS_VIT_FUSED_ATTENTION={row['fused']}, not the default auto"
+    if str(row.get("pad")) != str(DEFAULT_PAD):
+        return f"padded to a multiple of {row.get('pad')}, not the library's default {DEFAULT_PAD}"
+    return gpu.missing_fusion(row, on_gpu=True)
+
+
+def choose(results, device=None, when=None):
+    """({(gpu, variant, image_size): {dtype: row}}, [(label, why left out)]) from a results file's rows; each
+    chosen row also carries its line in the file (a label recurs when a run is repeated)."""
+    chosen, left_out = {}, []
+    for line, row in enumerate(results, 1):
+        why = skipped(row)
+        if why:
+            left_out.append((row.get("label"), why))
+            continue
+        args = gpu_step.parse(row["argv"])
+        stated = {key: _stated(row, key, given, f"--{key}") for key, given in (("device", device), ("date", when))}
+        row = {**row, **stated, "line": line}
+        by_dtype = chosen.setdefault((row["device"], args.variant, args.image_size), {})
+        older = by_dtype.get(DTYPES[args.dtype])
+        if older is not None:
+            left_out.append((older["label"], f"{row['label']}, later in the file, measured the same"))
+        by_dtype[DTYPES[args.dtype]] = row
+    return chosen, left_out
+
+
+def _stated(row, key, given, flag):
+    """The row's `key` (device or date), or `given` for results written before rows recorded it."""
+    value = row.get(key)
+    if value is not None and given is not None and value != given:
+        raise ValueError(f"{row['label']} states {key}={value!r}, but {flag} says {given!r}. Drop {flag}.")
+    if value is None and given is None:
+        raise ValueError(
+            f"{row['label']} does not state its {key} (results written before benchmarks.gpu_step recorded it). "
+            f"Pass {flag}, e.g. --device 'NVIDIA H200' --date 2026-12-04."
+        )
+    return given if value is None else value
+
+
+def record(path, key, by_dtype):
+    """Writes one (gpu, variant, image_size) entry into the advice file at `path`; returns it."""
+    gpu_name, variant, image_size = key
+    batches = {gpu_step.parse(row["argv"]).batch for row in by_dtype.values()}
+    if len(batches) > 1:
+        raise ValueError(f"{variant} at {image_size} px was measured at batches {sorted(batches)}: keep one.")
+    newest = max(by_dtype.values(), key=lambda row: row["date"])
+    spec = {"variant": variant, "image_size": image_size, "batch": batches.pop(), "num_classes": NUM_CLASSES}
+    config = get_variant(variant).replace(image_size=image_size, num_classes=NUM_CLASSES)
+    medians = {dtype: {"JAX": row["train_img_s"]["median"]} for dtype, row in by_dtype.items()}
+    versions = {k: v for k, v in newest.get("versions", {}).items() if k in ("jax", "keras")}
+    rows = {dtype: f"{row['label']} (line {row['line']})" for dtype, row in by_dtype.items()}
+    forward = flops.config_forward_flops(config)
+    return advice.record_gpu(path, gpu_name, spec, forward, medians, versions, when=newest["date"], rows=rows)
+
+
+def read_results(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(path, results_path, device=None, when=None):
+    """Records the GPU figures of the results file in the advice file; prints what it took and left out."""
+    chosen, left_out = choose(read_results(results_path), device, when)
+    for label, why in left_out:
+        print(f"left out {label}: {why}")
+    for key, by_dtype in chosen.items():
+        entry = record(path, key, by_dtype)
+        figures = ", ".join(f"{d} JAX {f['JAX']:,.1f} img/s" for d, f in entry["images_per_second"].items())
+        print(f"recorded {key[0]}: ViT-{key[1]} at {key[2]} px, batch {entry['batch']}: {figures} ({entry['rows']})")
+    if not chosen:
+        print(f"no row of {results_path} measured keras_vit on JAX with the library's defaults: nothing recorded")
+        return 1
+    return 0
