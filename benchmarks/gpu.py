@@ -9,8 +9,7 @@ The `kv_jax_*remat_*` rows are the same step with `create_model(remat=...)` (`be
 peak and XLA memory into the largest batch that fits 80 and 141 GiB).
 `--smoke`: the same plan at ViT-Ti/16, 32 px, batch 4 on whatever device is there (CI runs it on a CPU, where
 no fused call is expected and timm may be absent).
-`--advice training/backend_advice.json --from-results OUT/results.jsonl` measures nothing: it records the
-results' keras_vit JAX training figures for the trainer's GPU advice (benchmarks/gpu_advice.py).
+`python -m benchmarks.gpu_advice` records a run's keras_vit JAX training figures for the trainer's GPU advice.
 """
 
 import argparse
@@ -130,18 +129,7 @@ def main(argv=None):
     p.add_argument("--deadline", type=float, default=480)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated labels to run")
-    p.add_argument("--advice", default=None, help="with --from-results: the trainer's advice file to record it in")
-    p.add_argument("--from-results", default=None, help="with --advice: a results.jsonl to take the figures from")
-    p.add_argument("--device", default=None, help="with --advice: the GPU's name, for rows that do not state it")
-    p.add_argument("--date", default=None, help="with --advice: the day measured, for rows that do not state it")
     args = p.parse_args(argv)
-    if args.advice or args.from_results:
-        if not (args.advice and args.from_results):
-            p.error("--advice and --from-results go together, e.g. --advice training/backend_advice.json "
-                    "--from-results gpu-bench/results.jsonl")  # fmt: skip
-        from benchmarks import gpu_advice
-
-        return gpu_advice.main(args.advice, args.from_results, args.device, args.date)
     os.makedirs(args.out, exist_ok=True)
     start, results = time.monotonic(), []
     plan = [row for row in PLAN if not args.only or row[0] in args.only.split(",")]

@@ -1,5 +1,5 @@
-"""The trainer's GPU advice from a `python -m benchmarks.gpu` run: `python -m benchmarks.gpu --advice
-training/backend_advice.json --from-results OUT/results.jsonl [--device NAME] [--date YYYY-MM-DD]`.
+"""The trainer's GPU advice from a `python -m benchmarks.gpu` run: `python -m benchmarks.gpu_advice
+training/backend_advice.json OUT/results.jsonl [--device NAME] [--date YYYY-MM-DD]`.
 
 A row counts only where it measured keras_vit as the trainer would run it: on Keras' JAX backend (the trainer
 trains on TensorFlow or JAX, and the GPU machine has no TensorFlow), with the library's defaults (fused attention
@@ -10,7 +10,9 @@ Rows name their GPU and day since `benchmarks.gpu_step` records them; `--device`
 older results (and must agree with rows that state them).
 """
 
+import argparse
 import json
+import sys
 
 from benchmarks import gpu, gpu_step
 from keras_vit.layers.attention_kernel import DEFAULT_PAD
@@ -107,3 +109,17 @@ def main(path, results_path, device=None, when=None):
         print(f"no row of {results_path} measured keras_vit on JAX with the library's defaults: nothing recorded")
         return 1
     return 0
+
+
+def cli(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_advice", description=main.__doc__)
+    p.add_argument("advice", help="the trainer's advice file to record in (training/backend_advice.json)")
+    p.add_argument("results", help="a `python -m benchmarks.gpu` run's results.jsonl")
+    p.add_argument("--device", default=None, help="the GPU's name, for rows that do not state it")
+    p.add_argument("--date", default=None, help="the day measured (YYYY-MM-DD), for rows that do not state it")
+    args = p.parse_args(argv)
+    return main(args.advice, args.results, args.device, args.date)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

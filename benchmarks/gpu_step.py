@@ -10,7 +10,7 @@ Prints one line `RESULT {json}`. KIND:
   matmul      the bfloat16 matmul rate of this device (8192^3 products), MFU's ceiling.
 Every speed is `--rounds` rounds of `--steps` steps after `--warmup` steps: median and min-max per round.
 Each result names the device it ran on (`device`: "NVIDIA H200", or "cpu") and the day (`date`), which the
-trainer's GPU advice is keyed and dated by (`python -m benchmarks.gpu --advice`).
+trainer's GPU advice is keyed and dated by (`python -m benchmarks.gpu_advice`).
 """
 
 import argparse

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from benchmarks import gpu, gpu_advice
+from benchmarks import gpu_advice
 from keras_vit.models import flops
 from training import advice
 
@@ -61,7 +61,7 @@ def _write(path, rows):
 
 def test_only_default_fused_jax_rows_make_the_advice_and_the_newest_counts(tmp_path, capsys):
     results, path = _write(tmp_path / "results.jsonl", ROWS), str(tmp_path / "advice.json")
-    assert gpu.main(["--advice", path, "--from-results", results]) == 0
+    assert gpu_advice.cli([path, results]) == 0
 
     b16 = advice.lookup("gpu", "mixed_bfloat16", B16, path=path, device_name="NVIDIA Test GPU")
     assert b16.figures == {"JAX": 2100.0} and b16.run["measured"] == "2026-12-06" and b16.run["batch"] == 256
@@ -100,10 +100,10 @@ def test_results_that_do_not_name_their_gpu_need_device_and_date(tmp_path):
 
 def test_results_without_a_usable_row_record_nothing(tmp_path, capsys):
     results = _write(tmp_path / "results.jsonl", ROWS[2:4])  # unfused and padded to 64 only
-    assert gpu.main(["--advice", str(tmp_path / "advice.json"), "--from-results", results]) == 1
+    assert gpu_advice.cli([str(tmp_path / "advice.json"), results]) == 1
     assert not (tmp_path / "advice.json").exists() and "nothing recorded" in capsys.readouterr().out
-    with pytest.raises(SystemExit):  # one without the other is a mistake, not a benchmark run
-        gpu.main(["--advice", str(tmp_path / "advice.json")])
+    with pytest.raises(SystemExit):  # the results file is not optional
+        gpu_advice.cli([str(tmp_path / "advice.json")])
 
 
 def test_the_shipped_h200_advice_is_what_the_writer_makes_of_the_raw_results(tmp_path):

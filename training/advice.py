@@ -2,7 +2,7 @@
 
 `python -m benchmarks --advice training/backend_advice.json` records, per CPU class, the training throughput
 of every keras-vit form it measured (TensorFlow with and without XLA, JAX, PyTorch) for one model size;
-`python -m benchmarks.gpu --advice ... --from-results OUT/results.jsonl` records, per GPU (by the name its driver
+`python -m benchmarks.gpu_advice FILE OUT/results.jsonl` records, per GPU (by the name its driver
 gives it, "NVIDIA H200"), keras-vit's JAX figures (the GPU benchmark runs no TensorFlow). The trainer looks up the
 run's CPU class or GPU and the measured model nearest to its own in FLOPs per image, and:
 
@@ -127,7 +127,7 @@ def _merge(path, kind, device, entry):
     runs.sort(key=lambda r: r["forward_flops"])
     advice["about"] = (
         "Training img/s of keras-vit's forms per CPU class (`platforms`, written by `python -m benchmarks --advice`) "
-        "and per GPU (`gpus`, by `python -m benchmarks.gpu --advice`); read by training/advice.py. Regenerate, do "
+        "and per GPU (`gpus`, by `python -m benchmarks.gpu_advice`); read by training/advice.py. Regenerate, do "
         "not edit."
     )
     atomic_write_text(path, json.dumps(advice, indent=1, sort_keys=True) + "\n")
