@@ -276,7 +276,7 @@ def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tm
     port = _free_ports(1)[0]
     started = time.time()
     result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(tmp_path / "run"), *RUN, "--set", "join_timeout=5"],
+        [sys.executable, "-m", "training", "--workdir", str(tmp_path / "run"), *RUN, "--set", "join_timeout=2"],
         cwd=ROOT,
         env=_env(
             2,
@@ -292,9 +292,9 @@ def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tm
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]
     if index == 0:  # the coordinator: nobody came
-        assert f"Process 0 of 3 waited 5 s at 127.0.0.1:{port} and process(es) 1, 2 never joined." in error
+        assert f"Process 0 of 3 waited 2 s at 127.0.0.1:{port} and process(es) 1, 2 never joined." in error
     else:  # nobody serves the address
-        assert f"Process 1 of 3 could not reach process 0 at 127.0.0.1:{port} within 5 s." in error
+        assert f"Process 1 of 3 could not reach process 0 at 127.0.0.1:{port} within 2 s." in error
     assert "Start all 3 processes with the same KERAS_DISTRIBUTION_JOB_ADDRESSES" in error
     assert elapsed < 60
     assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was written
