@@ -27,6 +27,8 @@ PLAN = [
     ("kv_jax_fused", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16], 150, True),
     ("kv_jax_unfused", {"KERAS_BACKEND": "jax", "KERAS_VIT_FUSED_ATTENTION": "never"}, ["keras-vit", *B16], 150, False),
     ("timm_compiled", {}, ["timm", *B16, "--compile"], 150, False),
+    # The bare step again, then Model.fit through the trainer's DeviceInput on uint8 host arrays: fit / step.
+    ("kv_jax_fit", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--fit", "--steps-per-execution", "5"], 180, True),
     ("kv_jax_remat_elementwise", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--remat", "elementwise"], 150, True),
     ("kv_jax_remat_block", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16, "--remat", "block"], 150, True),
     ("kv_jax_fused_pad64", {"KERAS_BACKEND": "jax", "KERAS_VIT_ATTENTION_PAD": "64"}, ["keras-vit", *B16], 150, True),
@@ -70,8 +72,8 @@ def run_one(label, env, argv, timeout, smoke, out_dir):
 
 def _extra(argv):
     """The options a smoke run keeps (what the measurement is, not its size)."""
-    kept = ("--quantize", "--remat")
-    return [v for i, v in enumerate(argv) if v in kept or (i and argv[i - 1] in kept)]
+    flags, valued = ("--fit",), ("--quantize", "--remat", "--steps-per-execution")
+    return [v for i, v in enumerate(argv) if v in flags or v in valued or (i and argv[i - 1] in valued)]
 
 
 def missing_fusion(result, on_gpu):
@@ -118,6 +120,13 @@ def table(results, peak_tflops):
             f"| {r['label']} | {_cell(r, 'train_img_s')} | {_cell(r, 'infer_img_s')} | {peak} | {step} | {ratio} | "
             f"{calls} |{error}"
         )
+    for r in results:
+        if isinstance(r.get("fit_img_s"), dict):
+            lines.append(
+                f"\n{r['label']}: Model.fit through DeviceInput on uint8 host arrays "
+                f"({r['fit_img_s']['steps_per_execution']} steps per execution) {_cell(r, 'fit_img_s')} img/s, "
+                f"{r['fit_vs_step']:.2f}x the bare step's {r['train_img_s']['median']:,.0f} in the same process"
+            )
     if peak_tflops:
         lines.append(f"\nbfloat16 matmul peak measured in this run: {peak_tflops:.0f} TFLOP/s")
     return "\n".join(lines)

@@ -162,7 +162,48 @@ def keras_vit_jax(args):
     result["peak_gib"] = _peak_gib()
     result["losses"] = [float(v) for v in losses]
     result.update(_predict(model, (state[0], state[1]), x, args))
+    if args.fit:
+        result["fit_img_s"] = fit_rate(model, state, args)
+        result["fit_vs_step"] = result["fit_img_s"]["median"] / result["train_img_s"]["median"]
     return result
+
+
+def fit_rate(model, state, args):
+    """`Model.fit`'s own img/s, the trainer's `device_input` route less tf.data: uint8 images in host memory,
+    copied by Keras' fit loop (one batch ahead on an accelerator) into `training.device_input.DeviceInput`'s compiled
+    step, which scales them there; AdamW, `--steps-per-execution` steps per call, progress bar off. Each round is one
+    `fit` call of `--steps` steps, epoch start and end included; the first call compiles."""
+    import keras
+
+    from training.device_input import DeviceInput  # keras and keras_vit only: no TensorFlow
+
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (args.batch * args.steps, args.image_size, args.image_size, 3), dtype=np.uint8)
+    labels = rng.integers(0, 1000, len(images)).astype("int32")
+    # The bare steps donated the model's buffers to their jitted step (a GPU frees them): the variables take the
+    # state those steps left.
+    for variables, values in zip((model.trainable_variables, model.non_trainable_variables), state[:2]):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+    # Whole executions per fit call: the largest divisor of --steps not above --steps-per-execution.
+    per_call = max(d for d in range(1, min(args.steps_per_execution, args.steps) + 1) if args.steps % d == 0)
+    wrapped = DeviceInput(model)
+    wrapped.compile(
+        optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=per_call,
+    )
+
+    def fit(n):
+        wrapped.fit(images, labels, batch_size=args.batch, epochs=1, steps_per_epoch=n, shuffle=False, verbose=0)
+
+    per_step = []
+    fit(args.steps)  # compiles; --warmup steps would not divide into whole executions
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        fit(args.steps)
+        per_step.append((time.perf_counter() - start) / args.steps)
+    return {**rate(per_step, args.batch), "steps_per_execution": per_call}
 
 
 def _predict(model, state, x, args):
@@ -293,6 +334,8 @@ def parse(argv=None):
     )
     p.add_argument("--remat", choices=sorted(REMAT), default="none", help="keras-vit: create_model's remat")
     p.add_argument("--quantize", default=None, help="keras-vit: model.quantize(MODE) before compiling (float8)")
+    p.add_argument("--fit", action="store_true", help="keras-vit on JAX: also Model.fit's img/s over uint8 host arrays")
+    p.add_argument("--steps-per-execution", type=int, default=1, help="with --fit: steps per compiled call")
     return p.parse_args(argv)
 
 

@@ -42,7 +42,7 @@ def test_a_result_names_its_device_and_day(capsys):
 @pytest.mark.slow
 def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "_on_gpu", lambda: False)
-    only = "matmul,kv_jax_fused,kv_jax_unfused,kv_jax_remat_elementwise"
+    only = "matmul,kv_jax_fused,kv_jax_fit,kv_jax_unfused,kv_jax_remat_elementwise"
     code = gpu.main(["--smoke", "--only", only, "--out", str(tmp_path)])
     assert code == 0
     results = {r["label"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
@@ -64,3 +64,10 @@ def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monke
     assert max(abs(a - b) for a, b in zip(remat["losses"], fused, strict=True)) < 2e-3
     assert remat["memory"]["temp"] > 0 and remat["memory"]["total"] >= remat["memory"]["argument"]
     assert results["matmul"]["tflops"] > 0
+    # Model.fit through the trainer's DeviceInput on uint8 host arrays, against the bare step of the same process
+    fit = results["kv_jax_fit"]
+    assert "error" not in fit, fit
+    assert fit["fit_img_s"]["min"] <= fit["fit_img_s"]["median"] <= fit["fit_img_s"]["max"]
+    assert fit["fit_img_s"]["steps_per_execution"] == 2  # --steps-per-execution 5 down to a divisor of 2 steps
+    assert fit["fit_vs_step"] == fit["fit_img_s"]["median"] / fit["train_img_s"]["median"] > 0
+    assert fit["losses"] == results["kv_jax_fused"]["losses"]  # the same measurement before it, the same seed
