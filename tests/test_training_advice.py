@@ -184,6 +184,8 @@ def test_the_placement_names_its_gpu_and_the_trainer_reads_that_gpus_advice(tmp_
     placement = TensorFlowPlacement(backend="tensorflow", name="_DefaultDistributionStrategy", reason="test",
                                     num_replicas=1, device_kind="gpu", device_name="NVIDIA H200",
                                     tf_strategy=tf.distribute.get_strategy())  # fmt: skip
+    assert "backend tensorflow, 1 gpu device (NVIDIA H200), _DefaultDistributionStrategy" in placement.describe()
+    assert placement.metrics()["device_name"] == "NVIDIA H200"  # metrics.json names the GPU
     jit_compile, measured = run_plan._jit_compile(config, placement, SimpleNamespace(num_classes=1000))
     out = capsys.readouterr().out
     assert jit_compile is True and measured.device == "NVIDIA H200"

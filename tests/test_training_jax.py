@@ -395,6 +395,7 @@ def test_tensorflow_placement_and_bad_matmul_precision():
         "replicas": 1,
         "devices": 1,
         "device_kind": "cpu",
+        "device_name": None,
         "processes": 1,
         "local_devices": 1,
     }

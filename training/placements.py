@@ -54,8 +54,11 @@ class Placement:
     def describe(self):
         """One line: backend, devices, what distributes the step and why."""
         devices = f"{self.num_replicas} {self.device_kind} device{'s' if self.num_replicas != 1 else ''}"
+        notes = [self.device_name] if self.device_name else []
         if self.num_processes > 1:
-            devices += f" ({self.num_processes} processes x {self.local_devices}; this is process {self.process_index})"
+            notes.append(f"{self.num_processes} processes x {self.local_devices}; this is process {self.process_index}")
+        if notes:
+            devices += f" ({'; '.join(notes)})"
         return f"backend {self.backend}, {devices}, {self.name} - {self.reason}"
 
     def metrics(self):
@@ -66,6 +69,7 @@ class Placement:
             "replicas": self.num_replicas,
             "devices": self.num_replicas,
             "device_kind": self.device_kind,
+            "device_name": self.device_name,
             **self._processes(),
         }
 
