@@ -44,6 +44,8 @@ TINY = [
     "--set",
     "num_calibration=8",
     "--set",
+    "plots=false",
+    "--set",
     "jit_compile=false",
     "--set",
     "warmup_steps=0",

@@ -32,6 +32,7 @@ CONFIG = TrainConfig(
     strategy="default",
     num_samples=4,
     num_calibration=4,
+    plots=False,
 )
 
 

@@ -154,7 +154,7 @@ def test_batch_size_must_divide_into_micro_batches():
 RUN = dict(
     dataset="synthetic", image_size=16, batch_size=8, accum_steps=2, epochs=2, steps_per_epoch=3, warmup_steps=2,
     checkpoint_every=2, deterministic=True, eval_every=0, num_samples=4, num_calibration=4, learning_rate=3e-3,
-    jit_compile=False,
+    jit_compile=False, plots=False,
 )  # fmt: skip
 
 

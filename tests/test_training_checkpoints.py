@@ -153,6 +153,7 @@ CONFIG = training.TrainConfig(
     strategy="default",
     num_samples=4,
     num_calibration=4,
+    plots=False,
 )
 
 

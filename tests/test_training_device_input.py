@@ -170,7 +170,7 @@ def test_under_mixed_bfloat16_the_wrapper_still_scales_and_mixes_in_float32():
 # A run with Mixup and RandAugment, checkpoints at steps 3, 4, 6, 8; killed after step 3's, it resumes mid-epoch.
 SETTINGS = (
     "image_size=16 steps_per_epoch=4 checkpoint_every=3 eval_every=0 num_samples=8 num_calibration=8 "
-    "mixup_alpha=0.2 randaugment=(2,10) deterministic=True jit_compile=false warmup_steps=1"
+    "mixup_alpha=0.2 randaugment=(2,10) deterministic=True jit_compile=false warmup_steps=1 plots=false"
 )
 RUN = ["--dataset", "synthetic", "--epochs", "2", "--batch-size", "8"]
 RUN += [arg for option in SETTINGS.split(" ") for arg in ("--set", option)]

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = (
     "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
     "eval_every=0, checkpoint_every=0, learning_rate=3e-3, jit_compile=False, num_samples=4, "
-    "num_calibration=4, seed=1)"
+    "num_calibration=4, plots=False, seed=1)"
 )
 
 MIRRORED = textwrap.dedent(f"""

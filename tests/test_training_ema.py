@@ -20,10 +20,11 @@ from training.overrides import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=5, warmup_steps=1,
-            eval_every=0, num_samples=4, num_calibration=4, strategy="default", learning_rate=3e-3)  # fmt: skip
+            eval_every=0, num_samples=4, num_calibration=4, strategy="default", learning_rate=3e-3,
+            plots=False)  # fmt: skip
 # The digits recipe, short: 3 epochs of its 22 steps, checkpoints at steps 8, 16, 22, 30, 38, 44, ... 66. A kill right
 # after step 30's checkpoint resumes in mid-epoch, so the resumed run calls `fit` twice (the rest of epoch 1, then 2).
-SHORT = "checkpoint_every=8 warmup_steps=4 eval_every=0 num_samples=16 num_calibration=16"
+SHORT = "checkpoint_every=8 warmup_steps=4 eval_every=0 num_samples=16 num_calibration=16 plots=False"
 DIGITS = ["--config", "digits", "--epochs", "3"] + [
     arg for option in f"{SHORT} deterministic=True ema_decay=0.9".split() for arg in ("--set", option)
 ]

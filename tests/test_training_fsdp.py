@@ -23,7 +23,7 @@ DEVICES = 4
 # Tiny and dropout-free (hidden 32, MLP 128: both divide by 4); 2 epochs of 2 steps, checkpoints at steps 2 and 4.
 CONFIG = (
     "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=2, steps_per_epoch=2, "
-    "eval_every=0, checkpoint_every=2, learning_rate=3e-3, num_samples=4, num_calibration=4, seed=1)"
+    "eval_every=0, checkpoint_every=2, learning_rate=3e-3, num_samples=4, num_calibration=4, plots=False, seed=1)"
 )
 
 RUNS = textwrap.dedent(f"""

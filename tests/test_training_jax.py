@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tiny and dropout-free; 2 steps per epoch. Losses of two placements then agree to float rounding.
 CONFIG = (
     "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
-    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, seed=1)"
+    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, plots=False, seed=1)"
 )
 
 

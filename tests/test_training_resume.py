@@ -44,6 +44,8 @@ SMALL_RUN = [
     "num_calibration=8",
     "--set",
     "learning_rate=3e-3",
+    "--set",
+    "plots=false",
 ]
 RUN = [*SMALL_RUN, "--strategy", "default"]
 

@@ -19,6 +19,7 @@ TINY = dict(
     num_samples=8,
     num_calibration=8,
     checkpoint_every=0,
+    plots=False,
 )
 
 
@@ -49,6 +50,8 @@ def test_xla_steps_per_execution_counts_every_step(tmp_path):
         logits = model.predict((held["images"].astype("float32") - 127.5) / 127.5, verbose=0)
     assert logits.shape == (8, 10) and np.isfinite(logits).all()
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 8
+    # plots=False (TINY): everything else written, no figures (the digits and fine-tune tests check them drawn).
+    assert result.metrics["plots"] == {} and not (tmp_path / "plots").exists()
 
 
 def test_evaluate_errors(tmp_path):

@@ -119,6 +119,8 @@ class TrainConfig:
         eval_every: epochs between held-out evaluations during training (0 for the final one only).
         num_samples: held-out images saved to samples/heldout.npz.
         num_calibration: training images saved to samples/calibration.npz (<= 512).
+        plots: whether the run ends by drawing its figures into plots/ (training curves, attention distance and
+            rollout, embedding filters, position-embedding similarity); False skips them.
         strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
             `training.distribution`); "fsdp" on JAX also splits the large kernels and their optimizer state over
             the devices (`training.sharding`).
@@ -186,6 +188,7 @@ class TrainConfig:
     eval_every: int = 1
     num_samples: int = 64
     num_calibration: int = 256
+    plots: bool = True
     strategy: Strategy = "auto"
     matmul_precision: Literal["default", "high", "highest"] | None = None
     join_timeout: int = 300

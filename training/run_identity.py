@@ -35,6 +35,7 @@ EXEMPT = {
     "ema_export": "which of the two evaluated weight sets model.keras holds, chosen after training",
     "num_samples": "an output written after training",
     "num_calibration": "an output written after training",
+    "plots": "figures drawn after training",
     "strategy": "where the run is placed: a preempted run may resume on other hardware",
     "join_timeout": "how long the processes of a run wait for each other at the start",
     "jit_compile": "how the same steps are compiled",

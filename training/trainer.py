@@ -232,6 +232,8 @@ def _write_outputs(plan, model):
         # A plain-text copy of model.class_names for tools outside Python; export reads the model's own names.
         write_labels(files.join(workdir, "labels.txt"), source.class_names)
         write_samples(workdir, source, config)
+        if not config.plots:
+            return {}
         plots_dir = files.join(workdir, "plots")
         plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, plan.schedule, plan.total_steps)
         with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
