@@ -24,7 +24,8 @@ from tests.test_training_resume import SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 4 steps per epoch, 3 epochs, batch 16, no dropout; checkpoints mid-epoch (every 3 steps) for the kill test.
-RUN = [*SMALL_RUN, "--epochs", "3", "--set", "steps_per_epoch=4", "--set", "checkpoint_every=3"]
+# plots=true again (SMALL_RUN turns them off): process 0 alone draws them (test_only_process_zero_writes_the_workdir).
+RUN = [*SMALL_RUN, "--epochs", "3", "--set", "steps_per_epoch=4", "--set", "checkpoint_every=3", "--set", "plots=true"]
 
 
 def _env(devices, **extra):
