@@ -175,6 +175,7 @@ def fit_rate(model, state, args):
     `fit` call of `--steps` steps, epoch start and end included; the first call compiles."""
     import keras
 
+    from training.config import steps_per_execution_for  # pure Python
     from training.device_input import DeviceInput  # keras and keras_vit only: no TensorFlow
 
     rng = np.random.default_rng(1)
@@ -185,8 +186,8 @@ def fit_rate(model, state, args):
     for variables, values in zip((model.trainable_variables, model.non_trainable_variables), state[:2]):
         for variable, value in zip(variables, values):
             variable.assign(value)
-    # Whole executions per fit call: the largest divisor of --steps not above --steps-per-execution.
-    per_call = max(d for d in range(1, min(args.steps_per_execution, args.steps) + 1) if args.steps % d == 0)
+    # Whole executions per fit call: the largest divisor of --steps not above --steps-per-execution, as the trainer.
+    per_call, _ = steps_per_execution_for(args.steps_per_execution, args.steps)
     wrapped = DeviceInput(model)
     wrapped.compile(
         optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
