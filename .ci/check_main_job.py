@@ -23,9 +23,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import main_job  # noqa: E402  (the repository's root on the path first)
+from tests.support import main_job  # noqa: E402  (the repository's root on the path first)
 
-TRAIN_SECONDS = 180  # docs/training.md: "about 2 min on 2 CPU cores"; the bound tests/test_training_digits.py had
+TRAIN_SECONDS = 180  # docs/training.md: "about 2 min on 2 CPU cores"; the bound tests/training/test_digits.py had
 # 0.97: the digits recipe's held-out top-1 over seeds 0-2 was 97.78/98.33/98.89% once the attention projections drew
 # their own initial values (2026-12-04; 97.50-99.44% over six runs before): a bound at 0.98 sat inside the seed spread.
 TOP1 = 0.97

@@ -10,7 +10,7 @@ import os
 import sys
 
 # import name -> (distribution, the extra that installs it). TensorFlow is in [train] and [export] both, so it
-# takes the extra of the command that needs it. tests/test_extras.py checks the table against pyproject.toml.
+# takes the extra of the command that needs it. tests/keras_vit/test_extras.py checks the table against pyproject.toml.
 MODULES = {
     "tensorflow": ("tensorflow", None),
     "tensorflow_datasets": ("tensorflow-datasets", "train"),

@@ -62,7 +62,7 @@ from keras_vit.paths import (  # noqa: F401
 # The CLIs' one way in to the one-line messages for file errors (keras_vit/storage_errors.py).
 from keras_vit.storage_errors import describe_os_error, describe_storage_error  # noqa: F401
 
-# Fault injection for tests (tests/test_training_resume.py): KERAS_VIT_KILL_AT_WRITE="N" makes the process SIGKILL
+# Fault injection for tests (tests/training/test_resume.py): KERAS_VIT_KILL_AT_WRITE="N" makes the process SIGKILL
 # itself during its Nth atomic write (the data written, not yet in place), "N:after" right after that write is in
 # place; "NAME" or "NAME:after" at the first write of a file named NAME (e.g. "ckpt-00000008.npz"). Read once, at
 # import; writes are counted per process from 1. Never set outside tests.

@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
-from tests import main_job
+from tests.support import main_job
 
 try:
     import fcntl

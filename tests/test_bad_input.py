@@ -7,7 +7,7 @@ import pytest
 
 import keras_vit
 from keras_vit import CheckpointError
-from tests.checkpoints import vit_checkpoint
+from tests.support.checkpoints import vit_checkpoint
 
 
 @pytest.fixture(scope="module")

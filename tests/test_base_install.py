@@ -1,7 +1,7 @@
 """`pip install keras-vit` plus JAX, in a venv where TensorFlow cannot be imported: the model library runs.
 
 The wheel is built from a copy of the checkout (tests/test_packaging.py's way) and installed with what its base
-requirements and `jax` pull in, packed from this environment's installed distributions (tests/wheelhouse.py) and
+requirements and `jax` pull in, packed from this environment's installed distributions (tests/support/wheelhouse.py) and
 installed offline (`--no-index`), so the venv holds exactly those, at this environment's versions. In it, with
 KERAS_BACKEND=jax and from another directory: a timm folder loads and gives timm's own logits, predictions carry
 class names, the model is saved as a transformers folder (which loads back to the same logits) and as `.keras`,
@@ -19,8 +19,8 @@ import zipfile
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests import wheelhouse
 from tests.conftest import ROOT
+from tests.support import wheelhouse
 from tests.test_packaging import _build_options, _clean_env, _run, _source_copy
 
 pytestmark = pytest.mark.slow

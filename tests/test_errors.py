@@ -201,7 +201,7 @@ def test_training_cli_bad_set_is_one_line_and_exit_2(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_npz(tmp_path_factory):
-    from tests.checkpoints import vit_checkpoint
+    from tests.support.checkpoints import vit_checkpoint
 
     path = tmp_path_factory.mktemp("ckpt") / "testing.npz"
     ckpt = vit_checkpoint(
@@ -485,7 +485,7 @@ def test_full_disk_mid_run_keeps_the_checkpoints_and_resumes(tmp_path, failing_d
 def exported(tmp_path_factory):
     """A tiny classifier and a first, complete export of it (float32 TFLite only, to keep it fast)."""
     from export.__main__ import main
-    from tests import export_fixtures as fx
+    from tests.support import export_fixtures as fx
 
     root = tmp_path_factory.mktemp("exported")
     fx.random_classifier("testing", head_scale=4.0).save(root / "model.keras")

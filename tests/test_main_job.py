@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests import main_job
 from tests.conftest import ROOT, first_of_the_workers
+from tests.support import main_job
 
 
 def test_readme_main_job_is_train_then_export():

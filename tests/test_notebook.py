@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from tests.tfds_fakes import prepare_fake_cifar10
+from tests.support.tfds_fakes import prepare_fake_cifar10
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "colab_tpu.ipynb"

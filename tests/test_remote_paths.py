@@ -135,7 +135,7 @@ def test_tfds_data_dir_url_reaches_tfds_unchanged(monkeypatch):
 
 
 def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
-    from tests.test_training_data import _image_folder
+    from tests.training.test_data import _image_folder
     from training import data
 
     local = _image_folder(tmp_path / "pets")

@@ -22,7 +22,7 @@ def hold_until_the_end(optimizer):
     mid-epoch resume finishes its epoch in a call of its own), so the next call would go on training from the
     average, and a resumed run would differ from an uninterrupted one (on JAX the weight would even share the
     average's buffer, which the next jitted step donates: the process crashes). Here that call does nothing;
-    `evaluate_both` writes the average, once, after training. `tests/test_training_ema.py` checks that Keras still
+    `evaluate_both` writes the average, once, after training. `tests/training/test_ema.py` checks that Keras still
     makes the call.
     """
     optimizer.finalize_variable_values = _leave_the_weights
@@ -39,7 +39,7 @@ def once_per_update(optimizer):
     Keras 3.15 updates the average after every micro-batch, so with `accum_steps` A the decay would act A times per
     step (and a step's new weights would enter the average at a different rate than without accumulation). Here
     the average moves on the micro-batch that applies the update only: the same average as `accum_steps=1`.
-    `tests/test_training_ema.py` compares the two.
+    `tests/training/test_ema.py` compares the two.
     """
     steps = optimizer.gradient_accumulation_steps
     if not steps:

@@ -3,7 +3,7 @@
     python -m training.options_table            # prints the table
     python -m training.options_table --write    # writes it into docs/training.md, between its markers
 
-`tests/test_training_options_table.py` checks that the page holds exactly what `options_table()` generates, so
+`tests/training/test_options_table.py` checks that the page holds exactly what `options_table()` generates, so
 the page cannot drift from the options.
 """
 

@@ -15,7 +15,7 @@ the model instance only (nothing global is changed):
    dimensions"). We return the logs as 1-element vectors; the mean over axis 0 then gives the scalar back (the
    values are already synchronised metric results, identical on every replica).
 
-`tests/test_training_distributed.py` runs two workers with and without this patch: it fails when the crash is
+`tests/training/test_distributed.py` runs two workers with and without this patch: it fails when the crash is
 gone (delete this module then) or when the patch stops fixing it.
 """
 
@@ -69,7 +69,7 @@ def clip_after_all_reduce(optimizer, strategy):
     paper's recipes clip at 1.0, so this matters on every TPU and multi-GPU run). With more than one replica we
     move the clipping after the sum: Keras' own clipping is switched off and `_backend_update_step` (private; this
     instance only) sums, clips by the global norm, then applies the update exactly as Keras does.
-    `tests/test_training_distributed.py` checks Mirrored == default with clipping active.
+    `tests/training/test_distributed.py` checks Mirrored == default with clipping active.
     """
     norm = optimizer.global_clipnorm
     if not norm or strategy.num_replicas_in_sync <= 1:
@@ -109,7 +109,7 @@ def accumulate_across_replicas(optimizer, strategy):
     variables: add the sum to the accumulators, or average them, clip the mean by `global_clipnorm` (after the sum
     over replicas, as `clip_after_all_reduce` does), decay the weights and apply the update, as Keras does on one
     device, and then the moving average of the weights where `use_ema` asks for it, as Keras does. The cost is one
-    all-reduce per micro-step instead of one per update. `tests/test_training_accum.py`
+    all-reduce per micro-step instead of one per update. `tests/training/test_accum.py`
     checks Mirrored on two logical CPUs against one batch on one device, and that Keras still fails without this.
     """
     steps = optimizer.gradient_accumulation_steps

@@ -30,7 +30,7 @@ MODES = tuple(m for m in BUDGETS if m != "saved_model")
 # Why the other TFLite modes are not offered, in the one line that refuses them.
 REFUSED = {
     "int8": "full-integer int8 (one int8 scale per activation tensor) keeps a token cosine of only 0.93 with Keras on "
-    "the test model (tests/test_export_feature_maps.py); use int8_matmul (calibrated int8 matmuls, float activations)",
+    "the test model (tests/export/test_feature_maps.py); use int8_matmul (calibrated int8 matmuls, float activations)",
     "int8_int16": "its input and outputs are int16 tensors, and feature-map files keep float32 ones; use int8_matmul",
     "int4_weights": "ai-edge-quantizer's int4 weights have no budget verified here for block outputs; use dynamic_int8",
 }

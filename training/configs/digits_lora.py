@@ -12,7 +12,7 @@ exact), model.keras is the merged plain model (608,842 parameters), which evalua
 
 Measured (seed 0, TensorFlow, the shared 2-core CPU machine, one run each): from a deliberately short digits run
 (`python -m training --epochs 6`: 80.3% held-out top-1), this recipe reaches 87.2%; the same 6 epochs training the
-head alone gave 79.4%, full fine-tuning of every weight (learning rate 2e-3) 94.7%. `tests/test_training_lora.py`
+head alone gave 79.4%, full fine-tuning of every weight (learning rate 2e-3) 94.7%. `tests/training/test_lora.py`
 runs the first two and asserts at least 85%. From the full 28-epoch digits model (99.4%) there is little left to
 adapt; the short backbone shows what the factors add over the head.
 
