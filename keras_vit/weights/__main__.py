@@ -14,13 +14,25 @@ import os
 import sys
 
 from keras_vit import _extras, _startup
-from keras_vit.weights import catalogue, download, sources
+from keras_vit.weights import catalogue, catalogue_params, download, sources
 
 
 def _size(entry):
+    """`~N MiB` as a publisher gives it, `=N MiB` computed from the parameter count (float32) where none is."""
     if entry.size_bytes:
         return f"{entry.size_bytes / 2**20:.0f} MiB"
-    return f"~{entry.size_mib:g} MiB" if entry.size_mib else "?"
+    return f"~{entry.size_mib:g} MiB" if entry.size_mib else f"={catalogue_params.float32_mib(entry):.1f} MiB"
+
+
+def _size_info(entry):
+    if entry.size_bytes or entry.size_mib:
+        return f"{_size(entry)} ({entry.size_source})"
+    return f"{_size(entry)}, computed: not published, so not checked on download"
+
+
+def _parameters(entry):
+    without = "" if entry.representation_size else ", without pre_logits"
+    return f"{catalogue_params.parameter_count(entry):,} (from the architecture{without})"
 
 
 def _table(entries):
@@ -61,7 +73,8 @@ def _info(entry):
         ("position embedding", entry.position_embedding),
         ("preprocessing", entry.preprocessing),
         ("top-1", f"{entry.top1}% ({entry.top1_source})" if entry.top1 else "not reported"),
-        ("size", _size(entry) if entry.size_bytes or entry.size_mib else "not published"),
+        ("parameters", _parameters(entry)),
+        ("size", _size_info(entry)),
         ("sha256", entry.sha256 or "not published (recorded on first download)"),
         ("url", entry.url),
         ("gs", entry.gs_url),

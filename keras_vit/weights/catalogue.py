@@ -9,13 +9,14 @@ another run of the same sweep (another augmentation or fine-tuning learning rate
 Sources of the figures (read late 2026; nothing here was downloaded):
 - [VT] google-research/vision_transformer README.md: the bucket layout (`gs://vit_models/imagenet21k`,
   `.../imagenet21k+imagenet2012`, `.../augreg`), the "-224" fine-tunes and their expected top-1 (update 29.10.2020),
-  the table of recommended AugReg checkpoints (file names, pre-trained sizes in MiB, ImageNet top-1 at 384 px).
+  the table of recommended AugReg checkpoints (file names, pre-trained sizes in MiB, ImageNet top-1 at 384 px);
+  `vit_jax_augreg.ipynb` @ 62a446f: the same selection's output, with B/8's (fine-tuned at 224, not in the table).
 - [TIMM] huggingface/pytorch-image-models `timm/models/vision_transformer.py` default_cfgs (names, URLs, hf_hub_id,
   crop_pct, num_classes; the `*.augreg_in1k` runs pre-trained on ImageNet-1k only and the R26+S/32 fine-tune at 224
-  are from there) and `results/results-imagenet.csv` (top-1 timm measured with those settings): the 15 figures
+  are from there) and `results/results-imagenet.csv` (top-1 timm measured with those settings): the 24 figures
   credited to it are those of its revision 049b1332 (2023-05-24; the current one, 4e5207c7 of 2025-10-30, differs by
-  up to 0.04 points), B/32-384's 81.652 and L/16-384's 85.158 are from its results of 2021-04-17 (both facts as
-  keras-vit issue 29 reports them). The in21k originals' pre_logits width (= hidden size) is from timm's older
+  up to 0.04 points), B/32-384's 81.652 and L/16-384's 85.158 are from its results of 2021-04-17 (af647c10); each
+  source names its line in that file. The in21k originals' pre_logits width (= hidden size) is from timm's older
   `*_in21k` builders (`representation_size=768`...); their note that the original L/32 and H/14 files hold an
   all-zero 21k head is in those builders' docstrings. timm's Hub copies of the six in21k originals
   (`hf://timm/vit_*_224.orig_in21k`) hold neither that head nor `pre_logits` (default_cfgs: num_classes=0).
@@ -30,11 +31,13 @@ Sources of the figures (read late 2026; nothing here was downloaded):
   `gs://vit_models/sam/ViT-B_{16,32}.npz`); vision_transformer's README names the bucket only; two papers' READMEs
   name three more files in it (S/16, L/16, L/32; catalogue_extra.SAM gives each source).
 No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
-download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB.
+download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB;
+where there is none, `catalogue_params` computes the float32 size from the architecture (not checked on download).
 """
 
 import dataclasses
 import difflib
+import math
 import os
 import urllib.parse
 
@@ -116,10 +119,15 @@ class Checkpoint:
 
     @property
     def preprocessing(self):
-        resize = round(self.image_size / self.crop_pct)
+        resize = eval_resize(self.image_size, self.crop_pct)
         crop = f"resize to {resize}, centre-crop {self.image_size}" if resize != self.image_size else None
         scale = "(x - 127.5) / 127.5" if self.mean == (0.5,) * 3 and self.std == (0.5,) * 3 else "mean/std"
         return f"{crop or f'resize to {self.image_size}x{self.image_size}'} ({self.interpolation}), {scale}"
+
+
+def eval_resize(image_size, crop_pct):
+    """The side an image is resized to before its centre crop: timm's `math.floor(img_size / crop_pct)`."""
+    return math.floor(image_size / crop_pct)
 
 
 def gcs_https_url(bucket, obj):
@@ -148,7 +156,11 @@ _HIDDEN = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}
 _VT_README = "vision_transformer README, update of 29.10.2020 (expected top-1 of the -224 fine-tunes)"
 _VT_AUGREG = "vision_transformer README, recommended AugReg checkpoints"
 _TIMM_CSV = "timm results-imagenet.csv @ 049b1332 (2023-05-24), timm's evaluation"
-_TIMM_CSV_2021 = "timm results-imagenet.csv of 2021-04-17, timm's evaluation"
+_TIMM_CSV_2021 = "timm results-imagenet.csv of 2021-04-17 (af647c10), timm's evaluation"
+
+
+def _csv(line, source=_TIMM_CSV):
+    return f"{source}, line {line}"  # the line in that revision's file (line 1 is the header)
 
 
 _HUB_HEADLESS = (
@@ -215,13 +227,13 @@ def _vit_jax_fine_tunes():
     out = []
     # (variant, size, file stem, top-1, source, hf_hub_id)
     for variant, size, stem, top1, source, hub in [
-        ("B/16", 384, "ViT-B_16", 84.200, _TIMM_CSV, "timm/vit_base_patch16_384.orig_in21k_ft_in1k"),
+        ("B/16", 384, "ViT-B_16", 84.200, _csv(275), "timm/vit_base_patch16_384.orig_in21k_ft_in1k"),
         ("B/16", 224, "ViT-B_16-224", 81.2, _VT_README, "timm/vit_base_patch16_224.orig_in21k_ft_in1k"),
-        ("B/32", 384, "ViT-B_32", 81.652, _TIMM_CSV_2021, None),
-        ("L/16", 384, "ViT-L_16", 85.158, _TIMM_CSV_2021, None),
+        ("B/32", 384, "ViT-B_32", 81.652, _csv(83, _TIMM_CSV_2021), None),
+        ("L/16", 384, "ViT-L_16", 85.158, _csv(20, _TIMM_CSV_2021), None),
         ("L/16", 224, "ViT-L_16-224", 82.7, _VT_README, None),
-        ("L/32", 384, "ViT-L_32", 81.510, _TIMM_CSV, "timm/vit_large_patch32_384.orig_in21k_ft_in1k"),
-        ("R50+B/16", 384, "R50+ViT-B_16", 84.976, _TIMM_CSV, "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k"),
+        ("L/32", 384, "ViT-L_32", 81.510, _csv(545), "timm/vit_large_patch32_384.orig_in21k_ft_in1k"),
+        ("R50+B/16", 384, "R50+ViT-B_16", 84.976, _csv(206), "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k"),
         ("B/8", 384, "ViT-B_8", None, None, None),
     ]:
         folder = "imagenet21k+imagenet2012"
@@ -254,14 +266,15 @@ def _vit_jax_fine_tunes():
 def _sam():
     """The SAM checkpoints (arXiv 2106.01548) a source names, trained on ImageNet-1k (two of them in timm)."""
     out = []
-    for variant, obj, in_timm, source in extra.SAM:
+    for variant, obj, in_timm, source, top1, line in extra.SAM:
         name = _name(variant, 224, "sam_in1k")
         stem = obj.rsplit("/", 1)[-1][: -len(".npz")]
         note = extra.SAM_NOTE + ("" if in_timm else f"; {extra.SAM_NOT_TIMM}") + f" [{source}]"
         out.append(
             Checkpoint(
                 name=name, variant=variant, image_size=224, label_space=IMAGENET1K, num_classes=1000,
-                representation_size=None, bucket="vit_models", object=obj, top1=None, top1_source=None,
+                representation_size=None, bucket="vit_models", object=obj, top1=top1,
+                top1_source=_csv(line) if top1 else None,
                 family="vit_jax", crop_pct=0.9, hf_hub_id=f"timm/{name}" if in_timm else None, note=note,
                 aliases=(f"sam/{stem}", obj),
             )
@@ -294,18 +307,6 @@ def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=
 
 _FT = "--imagenet2012-steps_20k-lr_{lr}-res_{res}"
 
-# The AugReg README's recommended checkpoints (models keras_vit builds): variant -> (pre-training run, its MiB,
-# fine-tuning lr of the 384 px fine-tune, its top-1). R50+L/32 and R+Ti/16 are left out: no keras_vit variant.
-_RECOMMENDED = {
-    "L/16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", 1243, "0.01", 85.59),
-    "B/16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", 391, "0.03", 85.49),
-    "S/16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", 115, "0.03", 83.73),
-    "R26+S/32": ("R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 170, "0.01", 83.85),
-    "Ti/16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", 37, "0.03", 78.22),
-    "B/32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 398, "0.01", 83.59),
-    "S/32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", 118, "0.01", 79.58),
-}
-
 
 def _rows(table):
     return [line.split() for line in table.strip().splitlines()]
@@ -315,17 +316,20 @@ def _augreg_all():
     by_stem = {}
     for variant, size, stem in _rows(extra.TIMM_AUGREG):
         by_stem[stem] = _augreg(_name(variant, size, "augreg_in21k"), variant, int(size), stem, hub=True)
-    for variant, size, pre, lr, top1 in _rows(extra.TIMM_AUGREG_FT):
+    for variant, size, pre, lr, top1, line in _rows(extra.TIMM_AUGREG_FT):
         stem = pre + _FT.format(lr=lr, res=size)
         name = _name(variant, size, "augreg_in21k_ft_in1k")
-        by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_TIMM_CSV, hub=True)
-    for variant, size, stem in _rows(extra.TIMM_AUGREG_FT_ONLY):
-        tag = "augreg_in1k" if "-i1k-" in stem else "augreg_in21k_ft_in1k"
-        by_stem[stem] = _augreg(_name(variant, size, tag), variant, int(size), stem, hub=True)
-    for variant, (pre, mib, lr, top1) in _RECOMMENDED.items():
+        by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_csv(line), hub=True)
+    for variant, size, pre, lr, top1, line in _rows(extra.TIMM_AUGREG_FT_ONLY):
+        stem = pre + _FT.format(lr=lr, res=size)
+        name = _name(variant, size, "augreg_in1k" if "-i1k-" in stem else "augreg_in21k_ft_in1k")
+        by_stem[stem] = _augreg(name, variant, int(size), stem, top1=float(top1), source=_csv(line), hub=True)
+    recommended = [(v, row, _VT_AUGREG) for v, row in extra.RECOMMENDED.items()]
+    recommended += [(v, row, extra.AUGREG_NOTEBOOK) for v, row in extra.RECOMMENDED_NB.items()]
+    for variant, (pre, mib, lr, res, top1), source in recommended:
         pre_name = _name(variant, 224, "augreg_rec_in21k")
-        ft_stem = pre + _FT.format(lr=lr, res=384)
-        ft_name = _name(variant, 384, "augreg_rec_in21k_ft_in1k")
+        ft_stem = pre + _FT.format(lr=lr, res=res)
+        ft_name = _name(variant, res, "augreg_rec_in21k_ft_in1k")
         if pre in by_stem:  # timm publishes the recommended run: keep its name, add ours as an alias
             old = by_stem[pre]
             by_stem[pre] = dataclasses.replace(
@@ -335,11 +339,9 @@ def _augreg_all():
             by_stem[pre] = _augreg(pre_name, variant, 224, pre, mib=mib)
         if ft_stem in by_stem:  # the publisher's top-1 replaces timm's own measurement
             old = by_stem[ft_stem]
-            by_stem[ft_stem] = dataclasses.replace(
-                old, top1=top1, top1_source=_VT_AUGREG, aliases=(*old.aliases, ft_name)
-            )
+            by_stem[ft_stem] = dataclasses.replace(old, top1=top1, top1_source=source, aliases=(*old.aliases, ft_name))
         else:
-            by_stem[ft_stem] = _augreg(ft_name, variant, 384, ft_stem, top1=top1, source=_VT_AUGREG)
+            by_stem[ft_stem] = _augreg(ft_name, variant, res, ft_stem, top1=top1, source=source)
     return list(by_stem.values())
 
 

@@ -403,7 +403,7 @@ def test_every_figure_names_its_source_and_timms_figures_their_revision():
         assert entry.size_bytes is None or entry.size_bytes > 0
     by_source = [e.top1_source for e in catalogue.CATALOGUE.values()]
     assert (
-        sum("049b1332" in (s or "") for s in by_source) == 15 and sum("2021-04-17" in (s or "") for s in by_source) == 2
+        sum("049b1332" in (s or "") for s in by_source) == 24 and sum("2021-04-17" in (s or "") for s in by_source) == 2
     )
     assert figures > 30
 
