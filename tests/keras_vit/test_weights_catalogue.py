@@ -75,6 +75,20 @@ def test_the_recommended_b8_is_the_augreg_notebooks():
     assert catalogue.get("vit_base_patch8_224.augreg_in21k").object != pre.object  # timm's is another run
 
 
+# vit_jax_augreg.ipynb @ 62a446f, the selection cell's output: adapt_final_test of each recommended 384 px fine-tune.
+AUGREG_NOTEBOOK_TEST = {
+    "L/16": 0.85588, "B/16": 0.85486, "S/16": 0.83728, "R26+S/32": 0.83846, "Ti/16": 0.78220, "B/32": 0.83586,
+    "S/32": 0.79584,
+}  # fmt: skip
+
+
+def test_the_notebooks_selection_is_the_readmes_table():
+    """The notebook that gives B/8's recommended run gives the README's other rows, to the README's two decimals."""
+    for variant, accuracy in AUGREG_NOTEBOOK_TEST.items():
+        entry = catalogue.get(f"{catalogue._TIMM_NAMES[variant]}_384.augreg_rec_in21k_ft_in1k")
+        assert entry.top1 == round(accuracy * 100, 2) and "README" in entry.top1_source, variant
+
+
 @pytest.mark.parametrize(
     ("name", "resize"),
     [
