@@ -1,32 +1,5 @@
-"""Putting a finished export directory in place so that no reader ever sees two runs mixed.
-
-An export is built complete (artifacts, then `report.json`, which lists every file with its size and sha256)
-in a staging directory, and only then committed:
-
-- Local `out`: the staging directory is a sibling of `out` (same filesystem) and the two are swapped in one
-  atomic `renameat2(RENAME_EXCHANGE)` on Linux; elsewhere, or where the filesystem refuses it, `out` is
-  renamed aside (`.NAME.old-*`) and the staging directory renamed into place, and a crash between the two
-  renames is undone by the next export, which puts the old directory back. Either way `out` is at every
-  moment absent, the previous complete set, or the new complete set.
-
-  A local export holds an advisory lock (`flock` on `.NAME.lock` beside `out`) from before it looks at `out`
-  until it has committed (`claim`). The kernel drops the lock when its process dies, however it dies, so
-  whoever holds it knows that every `.NAME.staging-*` and `.NAME.old-*` beside `out` belongs to a dead attempt:
-  recovery never asks whether a PID is alive (in containers every run can be PID 2), and each attempt names
-  its directories with a fresh random token. A symlinked `out` is resolved: the export is written into the
-  directory the link points at, and the link stays.
-- URL `out` (`gs://...`): object stores cannot rename a directory, and one object write is the only atomic
-  step. Every old file is deleted first (`report.json` first of all), then the new files are written one by
-  one and `report.json` last. At every moment the directory holds files of one run only; it is complete exactly
-  when `report.json` is there. A crash during those writes leaves an incomplete set without a report (not the
-  previous set); running the export again completes it.
-
-`out` is replaced as a whole, so it must be absent, empty, or hold only what an export writes (`check_target`).
-
-Fault injection: `KERAS_VIT_EXPORT_KILL_AT=N` makes the process SIGKILL itself at the Nth `fault_point` (the
-points are numbered from 1 in the order an export reaches them), and `KERAS_VIT_EXPORT_TRACE=FILE` appends each
-point's name to FILE; the tests use the two to kill an export at every point, deterministically.
-"""
+"""Putting a finished export directory in place as a whole (an atomic swap locally, report.json last on a URL), so that
+no reader sees two runs mixed; fault points for the tests that kill an export (docs/export.md, "Reliability")."""
 
 import contextlib
 import hashlib

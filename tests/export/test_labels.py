@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import export
-from export import pipeline
+from export import sources
 from export.__main__ import main as cli
-from export.metadata_reader import read_metadata
+from export.tflite.metadata_reader import read_metadata
 from tests.support import export_fixtures as fx
 
 NAMES = [
@@ -85,14 +85,14 @@ def test_label_sources_in_order(tmp_path):
     old.mkdir()
     fx.random_classifier("testing").save(old / "model.keras")
     (old / "labels.txt").write_text("".join(f"old {i}\n" for i in range(10)))
-    assert pipeline.load_source(old).labels == [f"old {i}" for i in range(10)]
+    assert sources.load_source(old).labels == [f"old {i}" for i in range(10)]
     new = tmp_path / "new_workdir"
     new.mkdir()
     fx.random_classifier("testing", class_names=NAMES).save(new / "model.keras")
     (new / "labels.txt").write_text("".join(f"stale {i}\n" for i in range(10)))
-    assert pipeline.load_source(new).labels == NAMES
+    assert sources.load_source(new).labels == NAMES
     (tmp_path / "given.txt").write_text("".join(f"given {i}\n" for i in range(10)))
-    assert pipeline.load_source(new, labels=tmp_path / "given.txt").labels == [f"given {i}" for i in range(10)]
+    assert sources.load_source(new, labels=tmp_path / "given.txt").labels == [f"given {i}" for i in range(10)]
 
 
 @pytest.mark.parametrize(

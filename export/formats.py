@@ -1,17 +1,15 @@
-"""The file formats export/ writes, each a value with the same names (docs/export.md lists them): `NAME`, `KINDS`,
-`OWNED`, `SUFFIXES`, `open(path, num_threads)`, `modes(plan)` and `entry(plan, mode, verification, staging, out,
-options)`. This table is the one list of them: the export job writes them in its order, `--formats` takes its keys,
-the commit keeps the names they own, `load_runner` opens what they write."""
+"""The one table of the formats export/ writes (`FORMATS`), each a value with the same names (docs/export.md lists
+them); `load_runner` opens what any of them wrote."""
 
 import os
 
 from keras_vit import files
 
-from ..errors import ExportError
-from ..io import load_keras_model, model_labels
-from ..runners import KerasRunner
 from . import saved_model, tflite
+from .errors import ExportError
 from .interchange import ONNX, OPENVINO
+from .io import load_keras_model, model_labels
+from .keras_runner import KerasRunner
 
 FORMATS = {format.NAME: format for format in (saved_model, tflite, ONNX, OPENVINO)}
 
