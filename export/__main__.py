@@ -67,7 +67,7 @@ def _tflite_arguments(p):
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
     p.add_argument(
         "--labels",
-        help="class names file, one per line (default: the model's own class_names, else labels.txt beside it)",
+        help="class names file, one per line (default: the model's own class_names)",
     )
     p.add_argument("--dynamic-batch", action="store_true", help="TFLite batch dimension left open (default 1)")
     p.add_argument("--int8-io", default="float32", choices=("float32", "uint8"), help="full-int8 model's I/O type")

@@ -137,7 +137,7 @@ def _report(plan, v, artifacts, out, options):
     return {
         "source": str(source.name) if source.name else type(source.model).__name__,
         "out": str(out),
-        **plan.kind.TAG,
+        "kind": plan.kind.NAME,
         "model": {"image_size": list(image_size(plan.model)), **plan.kind.describe_model(plan)},
         **plan.kind.report_fields(plan, options),
         "verification": {"set": v.set_name, "images": len(v.x), "labelled": v.truth is not None},

@@ -84,7 +84,7 @@ def record(plan, v, options, name, fmt, mode, out, size, found, runner, budget, 
     return {
         "name": name,
         "format": fmt,
-        **plan.kind.TAG,
+        "kind": plan.kind.NAME,
         "quantization": mode,
         "path": files.join(out, name),  # where it is once committed
         "file_bytes": int(size),

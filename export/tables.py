@@ -17,7 +17,7 @@ def size(n):
 
 def format_table(report):
     """A readable table, one row per artifact (plus the Keras reference), and each artifact's budget and notes."""
-    kind = kinds.named(report.get("kind"))
+    kind = kinds.named(report["kind"])
     keras = report["keras"]
     header = ("artifact", "size", *kind.HEADER, "latency ms", "threads", "status")
     rows = [("keras (reference)", size(keras.get("file_bytes")), *kind.keras_cells(report),

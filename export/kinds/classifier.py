@@ -10,7 +10,6 @@ from ..errors import ExportError
 from ..io import check_labels
 
 NAME = "classifier"
-TAG = {}  # what its report and entries say of the kind: nothing, as before kinds were named
 TITLE = ""
 STEM = "model"
 # max|diff| is against the Keras logits, or against their softmax for an artifact that outputs probabilities.

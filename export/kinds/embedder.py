@@ -8,7 +8,6 @@ import numpy as np
 from ..errors import ExportError
 
 NAME = "embedder"
-TAG = {"kind": NAME}
 TITLE = " (image embedder)"
 STEM = "embedder"
 HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")

@@ -9,7 +9,6 @@ from ..errors import ExportError
 from .embedder import cosine
 
 NAME = "feature_maps"
-TAG = {"kind": NAME}
 TITLE = " (feature maps)"
 STEM = "feature_maps"
 HEADER = ("outputs", "min cos", "max rel diff")

@@ -14,7 +14,7 @@ def sidecar(description, runner, mode, options):
     """
     d = description
     form = _scores if d.labels is not None else _vector if len(d.outputs) == 1 else _named
-    return {"format": "tflite", **form(d, runner, mode, options)}
+    return {"format": "tflite", "kind": d.kind, **form(d, runner, mode, options)}
 
 
 def _tensor(detail):
@@ -29,7 +29,6 @@ def _ints(shape):
 
 
 def _scores(d, runner, mode, options):
-    # No "kind": a classifier's sidecar was written before kinds were named.
     output = dict(_tensor(runner.output_details[runner.output_kind]), meaning=d.tflite_output)
     return {
         "quantization": mode,
@@ -46,7 +45,6 @@ def _scores(d, runner, mode, options):
 def _vector(d, runner, mode, options):
     (out,) = d.outputs
     return {
-        "kind": d.kind,
         "quantization": mode,
         "dimensions": d.dimensions,
         "l2_normalized": d.l2_normalized,
@@ -67,7 +65,6 @@ def _named(d, runner, mode, options):
         for o, detail in ((o, runner.output_details[o.name]) for o in d.outputs)
     ]  # fmt: skip
     return {
-        "kind": d.kind,
         "quantization": mode,
         "dynamic_batch": runner.dynamic_batch,
         "signature": SIGNATURE,

@@ -15,11 +15,10 @@ from tests.support import export_fixtures as fx
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A random "testing"-variant classifier (32 px) saved as .keras with labels beside it."""
+    """A random "testing"-variant classifier (32 px) saved as .keras."""
     root = tmp_path_factory.mktemp("tiny")
     model = fx.random_classifier("testing", head_scale=4.0)
     model.save(root / "model.keras")
-    (root / "labels.txt").write_text("\n".join(f"class_{i}" for i in range(10)) + "\n")
     return root, model
 
 
