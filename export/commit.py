@@ -29,7 +29,8 @@ _points = itertools.count(1)  # fault points reached in this process
 
 
 def fault_point(name):
-    """A place where the fault-injection tests may kill the export (see the module docstring)."""
+    """A place where the fault-injection tests may kill the export: `KERAS_VIT_EXPORT_KILL_AT=N` makes the process
+    SIGKILL itself at the Nth point reached, and `KERAS_VIT_EXPORT_TRACE=FILE` appends each point's name to FILE."""
     number = next(_points)
     trace = os.environ.get("KERAS_VIT_EXPORT_TRACE")
     if trace:
@@ -73,6 +74,11 @@ def _siblings(out, kind):
 @contextlib.contextmanager
 def claim(out):
     """Takes the export lock on `out` and undoes what killed exports left; yields the path to write to.
+
+    The lock is an advisory `flock` on `.NAME.lock` beside `out`, which the kernel drops when its process dies,
+    however it dies: whoever holds it knows that every `.NAME.staging-*` and `.NAME.old-*` beside `out` belongs to a
+    dead attempt (no PID is asked whether it lives; in containers every run can be PID 2). The swap itself is one
+    `renameat2(RENAME_EXCHANGE)` on Linux, else two renames whose half-done state the next export undoes.
 
     For a local `out` that is `out` with symlinks resolved (an export replaces the directory a link points at,
     not the link). A URL comes back unchanged and is not locked: object stores have no locks.

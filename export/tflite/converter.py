@@ -72,7 +72,10 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
 
 def freeze(model, outputs, dynamic_batch=False):
     """The one freeze of every kind's TFLite file: `outputs(images) -> {name: tensor}` traced at `model`'s input
-    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`)."""
+    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`).
+
+    Freezing matters: converting the live function (or a SavedModel of it) keeps VAR_HANDLE/READ_VARIABLE ops whose
+    buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN."""
     import tensorflow as tf
 
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])

@@ -34,7 +34,9 @@ QUANTIZATION_WORDS = {
 
 @functools.lru_cache(maxsize=1)
 def metadata_schema():
-    """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package."""
+    """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package's file
+    (`mediapipe/tasks/metadata/metadata_schema_py_generated.py`, which needs only `flatbuffers`) rather than imported
+    through `mediapipe`, whose `__init__` starts the task runtime (and fails in some wheels)."""
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
         raise ExportError(
