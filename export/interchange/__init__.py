@@ -41,7 +41,10 @@ class Interchange:
     def lines(self, a, kind):
         """An entry's lines in the export table, below its budget line (`kind` words its figures)."""
         batch, size = a.get("dynamic_batch"), a.get("dynamic_image_size")
-        out = [f"  input {a['input_shape']} float32 NHWC in [-1, 1]; dynamic batch: "
+        said = a.get("output_contract")  # a vector's output document, as the file states it
+        norm = said and ("L2-normalised" if said["l2_normalized"] else "not L2-normalised")
+        output = f"output `{said['name']}`: {said['dimensions']} float32 values, {norm}; " if said else ""
+        out = [f"  input {a['input_shape']} float32 NHWC in [-1, 1]; {output}dynamic batch: "
                + (f"batches {batch['batches']} {kind.words(batch)}" if batch else "no")]  # fmt: skip
         if size:
             out.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, "
