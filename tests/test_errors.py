@@ -553,7 +553,7 @@ def test_export_onto_a_read_only_or_full_disk(exported, failing_disk, capsys, mo
 
 
 def test_runners_warn_on_images_outside_the_model_range():
-    from export.runners import KerasRunner
+    from export.keras_runner import KerasRunner
     from keras_vit.preprocessing import scale_pixels
 
     model = keras_vit.create_model("testing")

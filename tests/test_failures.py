@@ -23,8 +23,8 @@ import pytest
 from PIL import Image
 
 import keras_vit.images
-from export import metadata, metadata_reader
 from export.errors import ExportError
+from export.tflite import metadata, metadata_reader
 from training import data, option_types, overrides
 from training.config import TrainConfig
 from training.overrides import parse_overrides

@@ -392,11 +392,12 @@ def _dense_model():
 
 def test_the_benchmark_converts_through_the_exporters_converter(monkeypatch):
     """benchmarks/tflite.py times the conversion `python -m export` ships: every mode it times goes through
-    export.tflite.convert_frozen (under the exporter's name for the mode), with the model-space calibration."""
+    export.tflite.converter.convert_frozen (under the exporter's name for the mode), with the model-space
+    calibration."""
     import numpy as np
 
     from benchmarks import tflite
-    from export import tflite as export_tflite
+    from export.tflite import converter as export_tflite
 
     calls = []
 
@@ -422,7 +423,7 @@ def test_the_benchmarks_float32_file_is_the_exporters():
     import numpy as np
 
     from benchmarks import tflite
-    from export import tflite as export_tflite
+    from export.tflite import converter as export_tflite
 
     model = _dense_model()
     flatbuffer = tflite.convert(model, (4, 4, 3), "float32")

@@ -7,18 +7,18 @@ import pytest
 
 import export
 from export.__main__ import main as cli
-from export.runners import KerasRunner, TFLiteRunner
+from export.keras_runner import KerasRunner
+from export.tflite.runner import TFLiteRunner
 from keras_vit import files
 from tests.support import export_fixtures as fx
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A random "testing"-variant classifier (32 px) saved as .keras with labels beside it."""
+    """A random "testing"-variant classifier (32 px) saved as .keras."""
     root = tmp_path_factory.mktemp("tiny")
     model = fx.random_classifier("testing", head_scale=4.0)
     model.save(root / "model.keras")
-    (root / "labels.txt").write_text("\n".join(f"class_{i}" for i in range(10)) + "\n")
     return root, model
 
 
@@ -142,7 +142,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
     assert {"report.json", "model_float32.tflite", "saved_model/saved_model.pb"} <= set(before)
 
     # 1. A verification failure: an impossible budget for float32.
-    monkeypatch.setitem(export.verify.BUDGETS, "float32", {"max_abs_logit_diff": -1.0})
+    monkeypatch.setitem(export.kinds.classifier.BUDGETS, "float32", {"max_abs_logit_diff": -1.0})
     with pytest.raises(export.VerificationError, match="max abs probability diff") as caught:
         export.export_path(root / "model.keras", **options)
     assert "nothing in the output directory was changed" in str(caught.value)
@@ -154,7 +154,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
     def explode(*args, **kwargs):
         raise RuntimeError("simulated crash during conversion")
 
-    monkeypatch.setattr(export.tflite, "convert", explode)
+    monkeypatch.setattr(export.tflite.converter, "convert_described", explode)
     with pytest.raises(RuntimeError, match="simulated crash"):
         export.export_path(root / "model.keras", **options)
     assert tree_digest(out) == before

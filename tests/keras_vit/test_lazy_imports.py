@@ -34,8 +34,8 @@ def test_public_names_are_the_objects_of_their_modules():
     import export
     import keras_vit
     import training
-    from export import tflite
     from export.predict import predict
+    from export.tflite import converter as tflite
     from keras_vit.weights import precheck
 
     assert keras_vit.load_npz is keras_vit.weights.load_npz

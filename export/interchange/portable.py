@@ -1,24 +1,14 @@
-"""What the ONNX and OpenVINO artifacts share: the contract each file carries, one runner base, and one check of a
-written file (`check`) that every kind goes through with its own figures, budget and words (`kind.INTERCHANGE`).
-
-Both are converted by Keras itself (`model.export(path, format="onnx" | "openvino")`) from the model as it was
-built: a model built with `dynamic_image_size=True` keeps its open height and width, where TFLite needs one
-size. Both take float32 NHWC RGB images in [-1, 1] (uint8 pixels bilinearly resized to `image_size`, then
-`(x - 127.5) / 127.5`) and return logits, or, for a head-less model, a feature vector named `embedding`
-(L2-normalised in the file where the description says so, `l2_normalized_model`). The labels (a classifier's)
-and that input and output contract travel inside the file: ONNX `metadata_props` under the keys `keras_vit.<name>`,
-OpenVINO rt_info under `keras_vit/<name>`, each value a JSON document (`CONTRACT_KEYS`), rendered from the export's
-one description (`properties`).
-"""
+"""What ONNX and OpenVINO files share: the contract documents each carries (`properties`), one runner base, and the one
+check of a written file (`check`) that every kind goes through with its own figures and budget (`kind.CHECKS`)."""
 
 import json
 
 import numpy as np
 
-from . import preprocessing
-from .description import INPUT
-from .errors import ExportError
-from .runtime import batches, check_batch, median_ms
+from .. import preprocessing
+from ..description import INPUT
+from ..errors import ExportError
+from ..runtime import batches, check_batch, median_ms
 
 FORMATS = ("onnx", "openvino")
 CONTRACT_KEYS = ("labels", "input", "output", "preprocessing")
@@ -101,7 +91,7 @@ def first_line(exc):
 
 
 class InterchangeRunner:
-    """The runner interface of export/runners.py over a runtime that maps float32 NHWC batches to one output, named
+    """The runner interface of export/keras_runner.py over a runtime that maps float32 NHWC batches to one output, named
     `logits` or `embedding` as the file's contract says.
 
     Subclasses set `kind`, `what`, `input_shape` (None for open dimensions), `contract` (read back from the
@@ -167,7 +157,7 @@ def check(kind, runner, x, reference, truth, budget, description, dynamic_model=
     """Judges an ONNX or OpenVINO file (`runner`, opened) as `kind` (export/kinds/) judges its files: returns (its
     figures on `x` against `reference`, the Keras outputs by name; failures; the entry's fields beyond those).
 
-    The same checks for every kind, with the kind's figures, budget and words (`kind.INTERCHANGE`): the figures on
+    The same checks for every kind, with the kind's figures, budget and words (`kind.CHECKS`): the figures on
     the verification images; dynamic batch, the first images at each batch size of `DYNAMIC_BATCHES`; dynamic image
     size, when `dynamic_model` (the Keras model built with `dynamic_image_size=True`) is given, up to
     `DYNAMIC_SIZE_IMAGES` images at a second size (two patches taller, one patch wider) against that Keras model at
@@ -175,7 +165,7 @@ def check(kind, runner, x, reference, truth, budget, description, dynamic_model=
     documents the file carries. All are held to `budget`; a file whose batch (or, for a dynamic model, image size)
     is fixed fails.
     """
-    spec = kind.INTERCHANGE
+    spec = kind.CHECKS
     reference = expected(reference, description)
     found = kind.figures(runner.outputs(x), reference, truth)
     failures = kind.check_budget(found, budget)
@@ -208,7 +198,7 @@ def _batches(kind, runner, x, reference, budget, failures):
         out = np.concatenate([runner.run(b) for b in batches(x[: batch * (len(x) // batch)], batch)])
         runs.append(kind.figures({runner.output_kind: out}, {k: v[: len(out)] for k, v in reference.items()}))
         failures += [f"batch {batch}: {f}" for f in kind.check_budget(runs[-1], budget)]
-    key, worst = kind.INTERCHANGE["summary"]
+    key, worst = kind.CHECKS["summary"]
     return {"batches": list(DYNAMIC_BATCHES), key: worst(f[key] for f in runs)}
 
 
@@ -232,7 +222,7 @@ def _other_size(kind, runner, x, dynamic_model, description, budget, failures):
     out = np.concatenate([runner.run(bigger[i : i + 16]) for i in chunks])
     found = kind.figures({runner.output_kind: out}, reference)
     failures += [f"at {size[0]}x{size[1]}: {f}" for f in kind.check_budget(found, budget)]
-    return {"size": list(size), "images": len(bigger), **{k: found[k] for k in kind.INTERCHANGE["size_figures"]}}
+    return {"size": list(size), "images": len(bigger), **{k: found[k] for k in kind.CHECKS["size_figures"]}}
 
 
 def _contract_failures(runner, description, words):

@@ -16,8 +16,7 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
     """Resolves a `.keras` file or a training workdir into the `ExportSource` that `export_model` exports.
 
     The labels are `labels` (a file, one name per line, or a list) when given, else the model's own
-    `class_names` (a pretrained model's label space, a training run's classes), else the `labels.txt` beside the
-    model file (workdirs written before models carried their class names), else None ("0", "1", ...). The
+    `class_names` (a pretrained model's label space, a training run's classes), else None ("0", "1", ...). The
     calibration and held-out images are the given files, else a workdir's `samples/calibration.npz` and
     `samples/heldout.npz`; the TFLite metadata's model name is the workdir's (or the .keras file's) name.
     """
@@ -38,8 +37,8 @@ def load_source(path, labels=None, representative_data=None, heldout_data=None):
         label_list = list(labels)
     elif labels is not None:
         label_list = read_labels(os.fspath(labels))
-    else:  # the model's own class_names, else (a workdir from before models carried them) labels.txt beside it
-        label_list = model_labels(model, model_file)
+    else:
+        label_list = model_labels(model)
     samples = (lambda name: files.join(workdir, "samples", name)) if workdir is not None else None
     representative = None
     if representative_data is not None:

@@ -1,17 +1,15 @@
-"""The file formats export/ writes, each a value with the same names (docs/export.md lists them): `NAME`, `KINDS`,
-`OWNED`, `SUFFIXES`, `open(path, num_threads)`, `modes(plan)` and `entry(plan, mode, verification, staging, out,
-options)`. This table is the one list of them: the export job writes them in its order, `--formats` takes its keys,
-the commit keeps the names they own, `load_runner` opens what they write."""
+"""The one table of the formats export/ writes (`FORMATS`), each a value with the same names (docs/export.md lists
+them); `load_runner` opens what any of them wrote."""
 
 import os
 
 from keras_vit import files
 
-from ..errors import ExportError
-from ..io import load_keras_model, model_labels
-from ..runners import KerasRunner
 from . import saved_model, tflite
+from .errors import ExportError
 from .interchange import ONNX, OPENVINO
+from .io import load_keras_model, model_labels
+from .keras_runner import KerasRunner
 
 FORMATS = {format.NAME: format for format in (saved_model, tflite, ONNX, OPENVINO)}
 
@@ -31,9 +29,9 @@ def load_runner(path, num_threads=1):
     """Opens any artifact: a `.keras` file (or a training workdir), a SavedModel directory, or a file of any format
     (`.tflite`, `.onnx` with onnxruntime, OpenVINO's `.xml` with its `.bin`).
 
-    Labels come with the artifact: a `.keras` model's own `class_names` (else `labels.txt` next to it, as in
-    older training workdirs), `assets/labels.txt` inside a SavedModel, the `.json` sidecar of a `.tflite` file
-    or, without one, the model's embedded metadata; ONNX metadata_props, OpenVINO rt_info.
+    Labels come with the artifact: a `.keras` model's own `class_names`, `assets/labels.txt` inside a SavedModel,
+    the `.json` sidecar of a `.tflite` file or, without one, its embedded metadata; ONNX metadata_props, OpenVINO
+    rt_info.
     """
     path = os.fspath(path)
     if files.isdir(path):
@@ -45,7 +43,7 @@ def load_runner(path, num_threads=1):
             return format.open(path, num_threads)
     if path.endswith(".keras"):
         model = load_keras_model(path)
-        return KerasRunner(model, model_labels(model, path))
+        return KerasRunner(model, model_labels(model))
     if not files.exists(path):
         raise ExportError(f"No artifact at {str(path)!r}.")
     suffixes = ", ".join(s for format in FORMATS.values() for s in format.SUFFIXES)

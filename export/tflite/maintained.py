@@ -1,20 +1,7 @@
-"""TFLite modes built with ai-edge-quantizer (Google's maintained quantizer for LiteRT, no TensorFlow inside) from
-the float32 flatbuffer:
+"""The TFLite modes built with ai-edge-quantizer from the float32 flatbuffer: `int8_int16` (int16 activations,
+calibrated) and `int4_weights`; both opt-in (docs/export.md has their figures)."""
 
-- `int8_int16`: static quantisation of every op it supports, int8 weights and int16 activations, calibrated on the
-  representative images; int16 input and output tensors (scale and zero point in the tensor). For integer-only
-  NPUs and DSPs that take 16-bit activations; LiteRT's CPU kernels for it are slow (on the digits model 25 ms
-  per image against 0.21 ms in float32), so it is not a CPU model.
-- `int4_weights`: int4 weights (per channel), float activations; each weight is dequantized before its op. The
-  smallest file (digits: 374 KB against 2.3 MB in float32), not faster on CPUs (0.83 ms per image).
-
-Both are opt-in (`--quantize int8_int16,int4_weights`): `int8_int16` needs calibration and runs slowly on the CPU,
-which the default export's time cannot afford. `int8_matmul` stays on TensorFlow's converter: rebuilt on this
-quantizer (int8 FULLY_CONNECTED and CONV_2D, the rest float) it kept the digits model's accuracy but was not
-faster (docs/export.md has the figures).
-"""
-
-from .errors import ExportError
+from ..errors import ExportError
 
 MODES = ("int8_int16", "int4_weights")
 CALIBRATED = ("int8_int16",)
@@ -47,7 +34,7 @@ def quantize(float_flatbuffer, mode, calibration=None):
 
 def _inline_buffers(flatbuffer):
     """The model with every weight inside the flatbuffer. ai-edge-quantizer 0.10 stores weights after it (buffers
-    with an offset and size into the file); the metadata writer (export/metadata.py) re-packs the model from its
+    with an offset and size into the file); the metadata writer (export/tflite/metadata.py) re-packs the model from its
     tables, which keeps inline data only, and LiteRT then refuses the file ("Constant buffer 1 specified an out of
     range offset")."""
     import flatbuffers

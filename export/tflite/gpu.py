@@ -1,16 +1,5 @@
-"""The phone's GPU, run rather than predicted: each .tflite goes through LiteRT's GPU accelerator.
-
-LiteRT 2.3's `CompiledModel` with `HardwareAccelerator.GPU` runs the model through its WebGPU delegate (ML Drift,
-the GPU backend phones get), which needs a Vulkan driver. Servers without a GPU can use SwiftShader, Google's
-Vulkan implementation on the CPU, which Debian's `chromium` package installs
-(`/usr/lib/chromium/vk_swiftshader_icd.json`; the Vulkan loader comes with `libvulkan1`). The delegate itself
-decides which ops it takes; those it refuses run on the CPU, and it prints them (op and reason) on stderr, which
-is where the verdict comes from. The outputs it computes are compared with the Keras model's with the artifact's
-own budget.
-
-The run happens in a child process (`gpu_child.py`) with a timeout: a driver that crashes or hangs ends the
-child, and the report says so; the export goes on. Without a driver the report says "not run: no Vulkan driver".
-"""
+"""The GPU check: each .tflite run through LiteRT's GPU accelerator (a Vulkan driver, SwiftShader on a server) in a
+child process with a timeout, its outputs held to the file's budget, and the ops it left to the CPU (docs/mobile.md)."""
 
 import ctypes.util
 import glob
@@ -25,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ExportError
+from ..errors import ExportError
 
 ICD_ENV = "VK_ICD_FILENAMES"
 # Debian's chromium package: SwiftShader, a Vulkan 1.x driver that runs on the CPU.

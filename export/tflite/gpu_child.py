@@ -1,12 +1,6 @@
-"""The child process of `export/gpu.py`: runs one .tflite file on LiteRT's GPU accelerator and saves its outputs.
-
-Run as a script, `python gpu_child.py MODEL.tflite FEED.npy OUT.npz RUN_SECONDS`, never imported by the exporter:
-it loads only numpy and ai_edge_litert, so a driver that crashes or hangs ends this process and not the export.
-The accelerator is asked for GPU with CPU fallback, so a model with ops the GPU cannot run still runs (those ops on
-the CPU), and the delegate's own account of which ops it left to the CPU goes to stderr, where the parent reads
-it. Images run one at a time until the feed is done or RUN_SECONDS have passed (a software GPU takes seconds per
-image of a 224 px model), at least one.
-"""
+"""The GPU check's child process: runs one .tflite file on LiteRT's GPU accelerator and saves its outputs. Run as a
+script (`python gpu_child.py MODEL.tflite FEED.npy OUT.npz RUN_SECONDS`), never imported: a crashing driver ends it
+alone. It asks for GPU with CPU fallback; the delegate says on stderr which ops it left to the CPU."""
 
 import sys
 import time

@@ -1,10 +1,5 @@
-"""OpenVINO export: Keras' own `model.export(path, format="openvino")`, pruned to its one output, the export's
-description (labels, input and output) in rt_info (export/portable.py), float32 weights (no FP16 compression); run
-on OpenVINO's CPU plugin with a float32 inference precision hint.
-
-OpenVINO's CPU plugin runs float32 models in bfloat16 by default on CPUs with AVX512-BF16 or AMX
-(`INFERENCE_PRECISION_HINT`); the verification pins float32 and reports the default's figures beside it.
-"""
+"""OpenVINO: Keras' own `model.export(format="openvino")` pruned to its one output, the description in rt_info, run on
+the CPU plugin with a float32 precision hint (its bfloat16 default is reported beside it)."""
 
 import collections
 import os
@@ -14,8 +9,9 @@ import numpy as np
 
 from keras_vit import files
 
-from . import commit, portable
-from .errors import ExportError
+from .. import commit
+from ..errors import ExportError
+from . import portable
 
 NAME = "model.xml"
 WEIGHTS = "model.bin"
@@ -130,7 +126,7 @@ class OpenVINORunner(portable.InterchangeRunner):
             "inference_precision": self.inference_precision,
             "default_precision": {
                 "inference_precision": default.inference_precision,
-                **{k: figures[k] for k in kind.INTERCHANGE["precision_figures"]},
+                **{k: figures[k] for k in kind.CHECKS["precision_figures"]},
             },
             "ops": self.ops(),
         }

@@ -1,17 +1,5 @@
-"""TFLite model metadata (the `TFLITE_METADATA` entry) that MediaPipe Tasks and the TFLite Task Library read.
-
-Phone apps do not preprocess by hand: `ImageClassifier` takes the input normalisation and the class names from
-the model's metadata. The metadata is a FlatBuffer of the published schema (`metadata_schema.fbs`, file
-identifier "M001"), stored in a buffer of the model that `model.metadata` names "TFLITE_METADATA"; the files it
-refers to (here the label list) are appended to the model as an uncompressed zip, which zip readers find from the
-end of the file. LiteRT's interpreter ignores both, so the network runs exactly as before.
-
-The schema's Python bindings are not copied into this repository: they are loaded from the `mediapipe` package,
-which ships them (`mediapipe/tasks/metadata/metadata_schema_py_generated.py`). They are loaded from the file
-rather than imported through `mediapipe`'s package, whose `__init__` starts the task runtime (and fails in
-some wheels); the bindings themselves need only `flatbuffers`. The TFLite model schema comes from TensorFlow.
-This module writes the metadata; export/metadata_reader.py reads it back (`read_metadata`).
-"""
+"""The TFLite metadata (`TFLITE_METADATA`, schema "M001") MediaPipe Tasks and the Task Library read, with the labels
+appended as a zip; the schema's bindings are loaded from the installed `mediapipe` package's file."""
 
 import functools
 import importlib.util
@@ -23,8 +11,8 @@ import numpy as np
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
-from .description import Description, Output
-from .errors import ExportError
+from ..description import Description, Output
+from ..errors import ExportError
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -46,7 +34,9 @@ QUANTIZATION_WORDS = {
 
 @functools.lru_cache(maxsize=1)
 def metadata_schema():
-    """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package."""
+    """The metadata schema's generated Python bindings, loaded from the installed `mediapipe` package's file
+    (`mediapipe/tasks/metadata/metadata_schema_py_generated.py`, which needs only `flatbuffers`) rather than imported
+    through `mediapipe`, whose `__init__` starts the task runtime (and fails in some wheels)."""
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
         raise ExportError(
@@ -125,7 +115,8 @@ def render(description, quantize="float32", input_dtype=np.float32):
     the input's normalisation. The descriptive fields (name, description, version, license, author) are the
     description's, else the defaults here.
     """
-    output = _OUTPUTS.get(description.kind)
+    d = description
+    output = _classifier if d.labels is not None else _embedder if len(d.outputs) == 1 else None
     if output is None:
         return None
     m = metadata_schema()
@@ -224,10 +215,6 @@ def _classifier_output(m, output_kind):
     if output_kind == "probabilities":
         out.stats.min, out.stats.max = [0.0], [1.0]
     return out
-
-
-# The kinds a MediaPipe task reads, and their output tensor's metadata.
-_OUTPUTS = {"classifier": _classifier, "embedder": _embedder}
 
 
 def without_associated_files(flatbuffer):

@@ -1,6 +1,5 @@
-"""ONNX export: Keras' own `model.export(path, format="onnx")` (tf2onnx under the TensorFlow backend), the output
-renamed `logits` (or `embedding`), the export's description (labels, input and output) in `metadata_props`
-(export/portable.py), run with onnxruntime."""
+"""ONNX: Keras' own `model.export(format="onnx")`, the output renamed, the description in `metadata_props`, run with
+onnxruntime."""
 
 import collections
 import os
@@ -8,8 +7,9 @@ import tempfile
 
 from keras_vit import files
 
-from . import commit, portable
-from .errors import ExportError
+from .. import commit
+from ..errors import ExportError
+from . import portable
 
 NAME = "model.onnx"
 # Stated, not left to tf2onnx's default (15): opset 17 runs on onnxruntime >= 1.12, OpenVINO and TensorRT 8.5+.

@@ -1,27 +1,21 @@
-"""TFLite (LiteRT) conversion of a Keras model: float32, float16, dynamic-range int8, full-integer int8, and
-int8 matmuls (calibrated int8 for the matrix products only).
-
-Keras 3 models are traced into a `tf.function` with a fixed input signature, their variables frozen into
-constants (`convert_variables_to_constants_v2`), and that graph is converted with the builtin op set only.
-Freezing matters: converting the live function (or a SavedModel of it) keeps VAR_HANDLE/READ_VARIABLE ops
-whose buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN.
-
-The models end in a softmax by default (`output="probabilities"`): MediaPipe and the Task Library report the
-output as scores and filter them with thresholds meant for probabilities. Every flatbuffer carries the standard
-TFLite metadata (export/metadata.py), so those clients find the normalisation and the labels in the file.
-"""
+"""TFLite (LiteRT) conversion of every kind's file: a Keras model traced at batch 1 (or an open batch), its variables
+frozen, converted with builtin ops only in one of `QUANTIZATION_MODES` (docs/export.md says why freezing matters)."""
 
 import re
 import warnings
 
-from . import maintained, preprocessing
+from .. import preprocessing
+from ..description import describe
+from ..errors import ExportError, check_choices
+from ..io import check_labels
+from ..kinds import classifier, embedder
+from ..runtime import named_call
+from . import maintained
 from . import metadata as tflite_metadata
-from .errors import ExportError, check_choices
 from .flatbuffer import non_builtin_ops, read_ops
-from .io import check_labels
 
 QUANTIZATION_MODES = ("float32", "float16", "dynamic_int8", "int8", "int8_matmul", "int8_int16", "int4_weights")
-# What an export converts unless --quantize says otherwise; the last two (export/maintained.py) are opt-in.
+# What an export converts unless --quantize says otherwise; the last two (export/tflite/maintained.py) are opt-in.
 DEFAULT_MODES = QUANTIZATION_MODES[:5]
 # The modes whose activation ranges are calibrated on representative images.
 CALIBRATED_MODES = ("int8", "int8_matmul", "int8_int16")
@@ -78,7 +72,10 @@ def frozen_function(model, dynamic_batch=False, output="logits"):
 
 def freeze(model, outputs, dynamic_batch=False):
     """The one freeze of every kind's TFLite file: `outputs(images) -> {name: tensor}` traced at `model`'s input
-    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`)."""
+    size (batch 1, or an open batch) with its input named `images`, variables frozen, outputs named (`freeze_named`).
+
+    Freezing matters: converting the live function (or a SavedModel of it) keeps VAR_HANDLE/READ_VARIABLE ops whose
+    buffers LiteRT 2.3 leaves uninitialised, and the model then returns NaN."""
     import tensorflow as tf
 
     shape = (None if dynamic_batch else 1, *model.input_shape[1:])
@@ -131,7 +128,7 @@ def convert(
             "int8" (full integer: int8 weights and activations, calibrated on `representative_images`; for
             integer-only accelerators), "int8_matmul" (calibrated int8 matmuls and convolutions, float
             LayerNorm/GELU/softmax/attention products and float I/O: the fast int8 model on CPUs), or, built with
-            ai-edge-quantizer (export/maintained.py), "int8_int16" (int8 weights, int16 activations and I/O,
+            ai-edge-quantizer (export/tflite/maintained.py), "int8_int16" (int8 weights, int16 activations and I/O,
             calibrated) and "int4_weights" (int4 weights, float activations).
         representative_images: for "int8" and "int8_matmul": raw uint8 images (N, H, W, 3) or a list of them, drawn
             from the training data; they are resized and scaled exactly like the model's inputs.
@@ -143,7 +140,7 @@ def convert(
             "logits".
         labels: class names for the metadata's labels file (default "0", "1", ...).
         metadata: descriptive metadata fields, a dict with any of name, description, version, license,
-            author (see `export.metadata.render`); False writes the converter's flatbuffer as it is,
+            author (see `export.tflite.metadata.render`); False writes the converter's flatbuffer as it is,
             without metadata.
 
     Returns:
@@ -163,9 +160,6 @@ def convert(
     flatbuffer = convert_function(model, function, quantize, representative_images, int8_io, calibration_steps)
     if metadata is False:
         return flatbuffer
-    from .description import describe
-    from .kinds import classifier
-
     described = describe(classifier, model, labels, tflite_output=output, metadata=metadata)
     return tflite_metadata.attach(flatbuffer, described, quantize)
 
@@ -177,9 +171,46 @@ def _metadata_labels(labels, num_classes):
 def convert_function(model, function, quantize, representative_images=None, int8_io="float32",
                      calibration_steps=DEFAULT_CALIBRATION_STEPS):  # fmt: skip
     """Converts a frozen concrete function of `model` (`frozen_function`) to a flatbuffer without metadata, in one
-    of QUANTIZATION_MODES (see `convert`), builtin ops only; export/embedder.py converts its own function with it."""
+    of QUANTIZATION_MODES (see `convert`), builtin ops only."""
     calibration = calibration_inputs(model, quantize, representative_images, calibration_steps)
     return convert_frozen(function, model, quantize, calibration, int8_io)
+
+
+def convert_described(model, description, mode, representative_images=None, dynamic_batch=False, int8_io="float32"):
+    """`model` as a flatbuffer without metadata whose outputs are `description`'s (export/description.py): scores
+    with labels (probabilities or logits, as its `tflite_output` says), else every output by its name, a vector
+    L2-normalised where the description says so."""
+    if description.labels is not None:
+        function = frozen_function(model, dynamic_batch, description.tflite_output)
+    else:
+        function = freeze(model, _named_outputs(model, description), dynamic_batch)
+    return convert_function(model, function, mode, representative_images, int8_io)
+
+
+def _named_outputs(model, description):
+    import tensorflow as tf
+
+    call = named_call(model, [o.name for o in description.outputs])
+
+    def outputs(images):
+        out = call(images)
+        return {n: tf.math.l2_normalize(v, axis=-1) for n, v in out.items()} if description.l2_normalized else out
+
+    return outputs
+
+
+def convert_embedder(model, quantize="float32", representative_images=None, l2_normalize=False, metadata=None):
+    """A head-less model as a TFLite image embedder (bytes) at batch 1 with the embedder metadata MediaPipe's
+    ImageEmbedder reads (`metadata`: descriptive fields, or False for none); see `convert` for the modes."""
+    model = _fixed_size(model)
+    (quantize,) = check_quantization([quantize])
+    if len(model.output_shape) != 2:
+        raise ExportError(
+            f"An embedder outputs one vector per image, (batch, features); this one {model.output_shape}."
+        )
+    described = describe(embedder, model, l2_normalize=l2_normalize, metadata=metadata)
+    flatbuffer = convert_described(model, described, quantize, representative_images)
+    return flatbuffer if metadata is False else tflite_metadata.attach(flatbuffer, described, quantize)
 
 
 def calibration_inputs(model, quantize, representative_images, calibration_steps=DEFAULT_CALIBRATION_STEPS):

@@ -1,13 +1,5 @@
-"""One runner interface over every file an export writes and the Keras model it came from.
-
-Every runner maps model-space float32 images (N, H, W, 3) in [-1, 1] to the model's outputs BY NAME,
-`outputs(x) -> {name: array}`, checks the tensor it is given, and times a batch-1 call (`latency_ms`); raw uint8
-images of any size go through `outputs_from_images(images)`. The names are the kind's (export/kinds/): `logits`
-(Keras, SavedModel, `--tflite-output logits`) or `probabilities` (TFLite by default) for a classifier, `embedding`
-for an image embedder, each block output's name for feature maps; `output_kind` is the first name. `load_runner`
-(export/formats/) picks the runner from the path; ONNX and OpenVINO's runners (export/portable.py) have the same
-interface.
-"""
+"""`TFLiteRunner`: a .tflite file run with LiteRT's interpreter, its outputs by name (the runner interface of
+export/keras_runner.py), quantized input and output handled here."""
 
 import json
 import os
@@ -16,91 +8,11 @@ import numpy as np
 
 from keras_vit import _startup, files
 
-from . import kinds, preprocessing
-from .errors import ExportError
-from .io import read_labels
+from .. import preprocessing
+from ..description import INPUT, SIGNATURE
+from ..errors import ExportError
+from ..runtime import batches, check_batch, gather, median_ms
 from .metadata_reader import read_metadata
-from .runtime import batches, check_batch, gather, invoke, median_ms, named_call
-
-SIGNATURE, MODEL_SPACE, INPUT = "serving_default", "model_space", "images"
-
-
-class KerasRunner:
-    """Runs a Keras model through one traced `tf.function` (what serving the model in TF would do), its outputs
-    named as its kind names them."""
-
-    kind = "keras"
-    threads = "tf-default"
-
-    def __init__(self, model, labels=None):
-        import tensorflow as tf
-
-        self.model = model
-        self.image_size = tuple(model.input_shape[1:3])
-        self.labels = labels
-        self.names = kinds.kind_of(model).output_names(model)
-        self.output_kind = self.names[0]
-        self._call = tf.function(named_call(model, self.names))
-
-    def outputs(self, x, batch_size=64):
-        x = check_batch(x, self.image_size, "The Keras model")
-        return gather([{k: v.numpy() for k, v in self._call(b).items()} for b in batches(x, batch_size)])
-
-    def latency_ms(self, x1, runs=50, warmup=5):
-        return median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
-
-    def outputs_from_images(self, images):
-        return self.outputs(preprocessing.to_model_space(images, self.image_size))
-
-
-class SavedModelRunner:
-    """Runs an exported SavedModel: `model_space` for model-space tensors, `serving_default` for raw uint8 images
-    (resized and scaled inside). A classifier's outputs are its `logits`; feature maps' every output by name."""
-
-    kind = "saved_model"
-    threads = "tf-default"
-
-    def __init__(self, path):
-        import tensorflow as tf
-
-        path = os.fspath(path)
-        if not files.isfile(files.join(path, "saved_model.pb")):
-            raise ExportError(f"{str(path)!r} is not a SavedModel directory (no saved_model.pb).")
-        try:
-            self.loaded = tf.saved_model.load(str(path))  # held: the signatures' variables live with it
-        except Exception as exc:
-            raise ExportError(f"Could not load the SavedModel at {str(path)!r}: {exc}") from exc
-        missing = {SIGNATURE, MODEL_SPACE} - set(self.loaded.signatures)
-        if missing:
-            raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
-        self.serving = self.loaded.signatures[SIGNATURE]
-        self.model_space = self.loaded.signatures[MODEL_SPACE]
-        named = self.model_space.structured_outputs
-        # A classifier's signatures also return the softmax (and serving_default the top k): its logits are what
-        # it is judged and predicted by.
-        self.names = ["logits"] if "logits" in named else sorted(named)
-        self.output_kind = self.names[0]
-        spec = self.model_space.structured_input_signature[1][INPUT]
-        self.image_size = tuple(int(d) for d in spec.shape[1:3])
-        labels_file = files.join(path, "assets", "labels.txt")
-        self.labels = read_labels(labels_file) if files.isfile(labels_file) else None
-
-    def _named(self, result):
-        return {name: result[name].numpy() for name in self.names}
-
-    def outputs(self, x, batch_size=64):
-        x = check_batch(x, self.image_size, "The SavedModel's model_space signature")
-        return gather([self._named(self.model_space(images=b)) for b in batches(x, batch_size)])
-
-    def latency_ms(self, x1, runs=50, warmup=5):
-        return median_ms(lambda: self._named(self.model_space(images=x1)), runs, warmup)
-
-    def outputs_from_images(self, images, batch_size=64):
-        """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
-        images = preprocessing.check_images(images)
-        one_size = len({image.shape for image in images}) == 1
-        batched = [np.stack(b) for b in batches(images, batch_size)] if one_size else [i[None] for i in images]
-        return gather([self._named(self.serving(images=b)) for b in batched])
 
 
 class TFLiteRunner:
@@ -182,7 +94,7 @@ class TFLiteRunner:
         return (y.astype(np.float32) - zero_point) * scale
 
     def _invoke(self, xq):
-        invoke(self, xq)
+        _invoke_interpreter(self, xq)
         return {name: self.interpreter.get_tensor(d["index"]) for name, d in self.output_details.items()}
 
     def _run(self, feed, batch_size=64):
@@ -260,3 +172,14 @@ def _signature_outputs(interpreter, where):
     details = runner.get_output_details()
     del runner  # it holds the interpreter's internals, and LiteRT refuses to run while anything else does
     return details
+
+
+def _invoke_interpreter(runner, x):
+    """Feeds `x` to `runner.interpreter` (a TFLite runner with `input`, `dynamic_batch` and `batch`), resizing an
+    open batch dimension when the batch size changed, and invokes it; the caller reads the outputs it needs."""
+    if runner.dynamic_batch and x.shape[0] != runner.batch:
+        runner.interpreter.resize_tensor_input(runner.input["index"], x.shape)
+        runner.interpreter.allocate_tensors()
+        runner.batch = x.shape[0]
+    runner.interpreter.set_tensor(runner.input["index"], x)
+    runner.interpreter.invoke()

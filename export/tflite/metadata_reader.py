@@ -1,14 +1,11 @@
-"""Reading TFLite model metadata back (export/metadata.py writes it): the fields MediaPipe Tasks read, as a dict, and
-the associated files appended to the model as a zip.
-
-A model read here may come from elsewhere: only the entry the metadata names is decompressed, with a size cap.
-"""
+"""The TFLite metadata read back as a dict (the fields MediaPipe Tasks read), and its associated files, read with a size
+cap since a model read here may come from elsewhere."""
 
 import io
 import zipfile
 import zlib
 
-from .errors import ExportError
+from ..errors import ExportError
 from .metadata import METADATA_NAME, OUTPUT_KINDS, decoded, metadata_schema, model_schema
 
 # The largest associated file read from a model's metadata: 21,843 ImageNet-21k class names take under 1 MB.

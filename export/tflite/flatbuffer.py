@@ -1,8 +1,4 @@
-"""Reads a TFLite flatbuffer's operators.
-
-The op list comes from the flatbuffer itself (TFLite's schema reader shipped with TensorFlow), not from the
-converter's word. Which of them the GPU takes is not predicted here: export/gpu.py runs the GPU accelerator.
-"""
+"""The operators of a TFLite flatbuffer, read from the file itself with TensorFlow's schema bindings."""
 
 import collections
 
