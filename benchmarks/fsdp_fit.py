@@ -17,8 +17,8 @@ micro-batch times the activations per image):
    kernel.
 
 The fixed cost (float32 weights, one gradient, the optimizer's slots, the accumulator) of the parameters fsdp
-splits (`training.sharding.LAYOUTS`) is divided by the devices; the parameters kept whole (biases, norms, the class
-token) count in full on every device, as under `--strategy auto`.
+splits (`training.placement.sharding.LAYOUTS`) is divided by the devices; the parameters kept whole (biases,
+norms, the class token) count in full on every device, as under `--strategy auto`.
 """
 
 import argparse
@@ -47,8 +47,8 @@ XLA_DEVICES, XLA_BATCH = 4, 8
 
 def split_counts(image_size, num_layers, devices=DEVICES, num_classes=NUM_CLASSES):
     """{devices: (parameters fsdp splits over them, parameters kept whole)} of H/14 at `image_size` with
-    `num_layers` blocks, by `training.sharding`'s rule: counted on models of 1 and 2 blocks (their difference is one
-    block), so H/14 itself is never built."""
+    `num_layers` blocks, by `training.placement.sharding`'s rule: counted on models of 1 and 2 blocks (their
+    difference is one block), so H/14 itself is never built."""
     one, two = (_split_counts(image_size, n, devices, num_classes) for n in (1, 2))
     return {n: [a + (num_layers - 1) * (b - a) for a, b in zip(one[n], two[n])] for n in devices}
 
@@ -59,7 +59,7 @@ def _split_counts(image_size, num_layers, devices, num_classes):
     import keras
 
     import keras_vit
-    from training.sharding import LAYOUTS
+    from training.placement.sharding import LAYOUTS
 
     model = keras_vit.create_model(VARIANT, image_size=image_size, num_classes=num_classes, num_layers=num_layers)
     counts = {n: [0, 0] for n in devices}
@@ -151,7 +151,7 @@ def xla_step_memory(kind):
     import numpy as np
 
     import keras_vit
-    from training import sharding
+    from training.placement import sharding
 
     devices = jax.devices()
     distribution = keras.distribution.DataParallel(devices=devices) if kind == "dp" else sharding.FullySharded(devices)

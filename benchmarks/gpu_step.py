@@ -175,8 +175,8 @@ def fit_rate(model, state, args):
     `fit` call of `--steps` steps, epoch start and end included; the first call compiles."""
     import keras
 
-    from training.config import steps_per_execution_for  # pure Python
     from training.device_input import DeviceInput  # keras and keras_vit only: no TensorFlow
+    from training.options.config import steps_per_execution_for  # pure Python
 
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (args.batch * args.steps, args.image_size, args.image_size, 3), dtype=np.uint8)

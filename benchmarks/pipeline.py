@@ -154,7 +154,7 @@ def _trainer_jit_compile(model):
 
     from keras_vit.models import flops
     from training import advice
-    from training.strategy import resolve_jit_compile
+    from training.placement.strategy import resolve_jit_compile
 
     measured = advice.lookup("cpu", "float32", flops.config_forward_flops(model.config))
     return resolve_jit_compile("auto", tf.distribute.get_strategy(), measured)[0]

@@ -12,12 +12,11 @@ import keras_vit
 from keras_vit import files
 from keras_vit.lora import TARGET_GROUPS
 
-from . import processes
-from .checkpointing import CheckpointManager
+from .checkpoints import CheckpointManager, initialise_from
 from .device_input import DeviceInput
-from .init_checkpoint import initialise_from
 from .optim import make_loss, make_optimizer
-from .resolve import model_config
+from .options import model_config
+from .placement import processes
 
 
 def build_run(plan):

@@ -1,8 +1,8 @@
 """Who owns a workdir: its run id, the fingerprint a resume must match, the run's history, and the workdir lock.
 
 A run gets an id at its first start (`run.json` in the workdir). Every checkpoint carries that id, the run's
-fingerprint and its history in its header, which the checkpoint's SHA-256 covers (`training.checkpointing`). A
-resume compares this start's fingerprint with the checkpoint's (or, before the first checkpoint, with
+fingerprint and its history in its header, which the checkpoint's SHA-256 covers (`training.checkpoints.checkpointing`).
+A resume compares this start's fingerprint with the checkpoint's (or, before the first checkpoint, with
 `run.json`'s), so the check holds when `config.json` or `run.json` is missing, and a checkpoint copied in from
 another run is refused by its id.
 
@@ -119,7 +119,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     Args:
         workdir: the run's directory.
         config: this start's `TrainConfig`.
-        resume: the `training.checkpointing.Resume` the run continues from, or None.
+        resume: the `training.checkpoints.checkpointing.Resume` the run continues from, or None.
         dataset_files: a `folder:` dataset's files as the data scan kept them (`Source.files`).
 
     Raises:

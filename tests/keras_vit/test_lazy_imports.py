@@ -12,7 +12,17 @@ import pytest
 from keras_vit import _lazy
 from tests.conftest import ROOT
 
-PACKAGES = ("keras_vit", "keras_vit.models", "keras_vit.weights", "keras_vit.inspect", "training", "export")
+PACKAGES = (
+    "keras_vit",
+    "keras_vit.models",
+    "keras_vit.weights",
+    "keras_vit.inspect",
+    "training",
+    "training.options",
+    "training.placement",
+    "training.checkpoints",
+    "export",
+)
 
 
 @pytest.mark.parametrize("package", PACKAGES)

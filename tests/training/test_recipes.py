@@ -194,9 +194,9 @@ def test_docstrings_say_what_the_code_does():
     assert "first 51,200" in i21k and "last 51,200" not in i21k
     cifar = __import__("training.configs.cifar10_finetune", fromlist=["x"]).__doc__
     assert "500-step run with 50 warm-up steps" in cifar
-    import training.config
+    import training.options.config
 
-    assert "AugReg" not in training.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
+    assert "AugReg" not in training.options.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
 
 
 def test_extra_evals_are_reported_in_metrics_json(tmp_path):

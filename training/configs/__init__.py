@@ -7,7 +7,7 @@ is the fine-tuning recipes' shared base), found by `available_configs` and loade
 import importlib
 import pkgutil
 
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 
 def available_configs():

@@ -5,7 +5,7 @@ rate 0.03 (vit_jax's default; the paper sweeps {0.001, 0.003, 0.01, 0.03}); Ince
 flips for training, a plain resize for evaluation. A recipe passes what differs (data, size, steps, precision).
 """
 
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 PAPER_FINETUNE = dict(
     optimizer="sgd",

@@ -24,7 +24,7 @@ here (the trained default: 711,234 of 2,451,182 bytes; the same on random weight
 width 128 with MLP 1024 (2 blocks), 29.5% for the earlier 3 x 128 with MLP 768, 30.1% with MLP 512.
 """
 
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 
 def get_config():

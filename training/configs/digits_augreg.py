@@ -23,8 +23,8 @@ originals have no background to spare); RandAugment's Translate and Cutout scale
 (`randaugment_scale_pixels`), or they would blank a 32 px image; 40 epochs of 22 steps, 2 warm-up epochs.
 """
 
-from ..config import TrainConfig
 from ..optim import keras_weight_decay
+from ..options import TrainConfig
 
 
 def get_config():

@@ -23,8 +23,8 @@ Deviations (deliberate):
 - ImageNet-ReaL (multi-label 'real_label') and ImageNet-v2 evaluations are not run (not supported yet).
 """
 
-from ..config import TrainConfig
 from ..optim import keras_weight_decay
+from ..options import TrainConfig
 
 
 def get_config():
@@ -54,7 +54,7 @@ def get_config():
         mixup_alpha=0.2,
         precision="mixed_bfloat16",
         # 1238 steps per epoch (1,268,355 images // 1024) = 2 x 619: 619 is the divisor closest to a typical
-        # 100-step execution that keeps Keras' epochs on the schedule (training.config.steps_per_execution_for).
+        # 100-step execution that keeps Keras' epochs on the schedule (training.options.config.steps_per_execution_for).
         steps_per_execution=619,
         checkpoint_every=1000,
         eval_every=5,

@@ -24,7 +24,7 @@ Deviations (deliberate):
 The dataset is not public: it must be prepared as the TFDS dataset imagenet21k in --data-dir.
 """
 
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 
 def get_config():

@@ -11,7 +11,7 @@ Everything else (biases, norms, the class token) stays whole on every device. A 
 divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run says which.
 
 Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards (from every process of a
-multi-process run: `training.processes.gather`), and assigning one splits it along the variable's layout, so a
+multi-process run: `training.placement.processes.gather`), and assigning one splits it along the variable's layout, so a
 checkpoint written on N devices resumes on any number, under any strategy.
 """
 

@@ -16,11 +16,7 @@ import tensorflow as tf
 from keras_vit import _tpu_runtime
 from keras_vit._tpu_runtime import tpu_evidence
 
-from .config import option_choices
-
-
-class StrategyError(RuntimeError):
-    """The requested strategy cannot run on this machine."""
+from ..options import StrategyError, check_strategy
 
 
 def _tpu_address():
@@ -88,21 +84,13 @@ def _mirrored():
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
-def check_name(name):
-    """Raises `StrategyError` unless `name` is one of `TrainConfig.strategy`'s choices (for callers that pass a name
-    without a `TrainConfig`, which checks its own)."""
-    names = option_choices("strategy")
-    if name not in names:
-        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(names)}.")
-
-
 def select_strategy(name="auto"):
     """Returns (strategy, reason) for "auto", "tpu", "multi_worker", "mirrored" or "default".
 
     Raises:
         StrategyError: `tpu` without a TPU, `multi_worker` without TF_CONFIG, an unknown name.
     """
-    check_name(name)
+    check_strategy(name)
     if name == "fsdp":
         raise StrategyError(
             "--strategy fsdp shards the weights with keras.distribution, which only Keras' JAX backend has. Set "

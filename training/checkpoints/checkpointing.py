@@ -2,8 +2,8 @@
 
 A checkpoint is one `.npz` file, `checkpoints/ckpt-<step>.npz`, holding every model variable (weights and the
 dropout RNG states), every optimizer variable (its step counter, moments) and a small JSON header (its format and
-checksum: `training.checkpoint_file`; the callback that writes them on schedule, on SIGTERM and around a NaN loss:
-`training.fault_tolerance`). It is written
+checksum: `training.checkpoints.checkpoint_file`; the callback that writes them on schedule, on SIGTERM and around a NaN
+loss: `training.checkpoints.fault_tolerance`). It is written
 to a temporary file in the same directory and renamed over the final name (`os.replace`), or to a URL
 (`gs://...`) in one object write, so a SIGKILL at any moment leaves the previous checkpoints intact. The step
 counter is the whole data position, because the input pipeline (`training.data.train_dataset`) is a pure function
@@ -19,9 +19,11 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.files import atomic_write
+from keras_vit.weights import CheckpointError
 
-from . import checkpoint_file, processes
-from .checkpoint_file import CheckpointError, NonFiniteStateError, listing, pair_by_path
+from ..placement import processes
+from . import checkpoint_file
+from .checkpoint_file import NonFiniteStateError, listing, pair_by_path
 
 __all__ = [
     "CheckpointError",

@@ -62,7 +62,7 @@ class FaultTolerance(keras.callbacks.Callback):
     After `fit` returns, call `raise_if_stopped()`: it raises `NonFiniteLossError` or `Preempted`.
 
     Args:
-        manager: the run's `training.checkpointing.CheckpointManager`.
+        manager: the run's `training.checkpoints.checkpointing.CheckpointManager`.
         every: steps between checkpoints (0: epoch ends only).
         header: what every checkpoint's header records besides the state (schedule, run identity).
         agree: multi-worker runs (`Placement.stop_agreement()`): shares each step's stop flags between the

@@ -2,7 +2,7 @@
 
 `parse_overrides(["learning_rate=1e-3", "model.dropout_rate=0.1"])` gives `{"learning_rate": 0.001,
 "model.dropout_rate": 0.1}`, ready for `TrainConfig.replace`. The types come from `TrainConfig`'s annotations
-(`field_types`) and `keras_vit.ViTConfig`'s (`training.option_types.model_option_types`), so an option added to
+(`field_types`) and `keras_vit.ViTConfig`'s (`training.options.fields.model_option_types`), so an option added to
 either is parsed without editing this module.
 """
 
@@ -13,7 +13,7 @@ import typing
 from typing import Literal, Union
 
 from .config import TrainConfig
-from .option_types import MODEL_KEYS_SET_ELSEWHERE, matches, model_option_types, type_error
+from .fields import MODEL_KEYS_SET_ELSEWHERE, matches, model_option_types, type_error
 from .ranges import check_range
 
 
