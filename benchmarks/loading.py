@@ -85,7 +85,7 @@ def _loader(fmt, stage, path):
         import keras  # noqa: F401 (Keras, its backend and the loaders are imported before the baseline is taken)
 
         import keras_vit
-        from keras_vit.weights import pretrained  # noqa: F401
+        from keras_vit.weights import model_io  # noqa: F401
 
         def weights(model):
             return model.get_layer("posembed_input").pos_embedding.numpy(), model.get_layer("head").bias.numpy()

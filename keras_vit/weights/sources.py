@@ -35,7 +35,7 @@ class Fetched:
     """A fetched source: `path` (a local file or folder) and its catalogue `entry` (None when not a catalogue name)."""
 
     path: str
-    entry: catalogue.Checkpoint | None = None
+    entry: catalogue.Entry | None = None
     source: str = ""
 
 

@@ -46,10 +46,10 @@ def test_public_names_are_the_objects_of_their_modules():
     import training
     from export import tflite
     from export.predict import predict
-    from keras_vit.weights import precheck
+    from keras_vit.weights import pretrained
 
     assert keras_vit.load_npz is keras_vit.weights.load_npz
-    assert keras_vit.from_pretrained is precheck.from_pretrained
+    assert keras_vit.from_pretrained is pretrained.from_pretrained
     assert keras_vit.layers.__name__ == "keras_vit.layers"
     assert export.convert_tflite is tflite.convert
     # `export.predict` is the function although its module of the same name is imported.

@@ -10,19 +10,19 @@ model. A missing checkpoint fails the same way in all three. Importing this modu
 import contextlib
 
 import keras_vit
-from keras_vit.weights import precheck
+from keras_vit.weights import pretrained
 
 
 def check_init(source):
-    """Raises for a local `--init` that cannot be a checkpoint (`keras_vit.weights.precheck.check_source`): a missing
+    """Raises for a local `--init` that cannot be a checkpoint (`keras_vit.weights.pretrained.check_source`): a missing
     path that is no catalogue name, a broken `.safetensors` / `.npz`, a folder no reader takes. Downloads nothing."""
     with _missing_init():
-        precheck.check_source(source)
+        pretrained.check_source(source)
 
 
 def read_init(source):
     """The `--init` checkpoint, read (and downloaded into its cache) once."""
-    from keras_vit.weights.pretrained import read_checkpoint
+    from keras_vit.weights.model_io import read_checkpoint
 
     with _missing_init():
         return read_checkpoint(source)

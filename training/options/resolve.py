@@ -41,7 +41,7 @@ def resolve_run(config, checkpoint, num_train, replicas):
 
     Args:
         config: the run's `TrainConfig` (a recipe with `--set` overrides applied).
-        checkpoint: the `--init` checkpoint (`keras_vit.weights.pretrained.read_checkpoint`), or None.
+        checkpoint: the `--init` checkpoint (`keras_vit.weights.model_io.read_checkpoint`), or None.
         num_train: images in the training split.
         replicas: data-parallel replicas the global batch is split over.
     """
