@@ -1,10 +1,4 @@
-"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`.
-
-python -m training                                   # digits, into runs/digits (re-run to resume)
-python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
-python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
-python -m training evaluate --workdir runs/digits
-"""
+"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`."""
 
 import argparse
 import json

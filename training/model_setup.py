@@ -1,9 +1,4 @@
-"""Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored.
-
-`build_run` builds the model (from `--init` on a new run), compiles it with the plan's optimizer, schedule and XLA
-setting, and restores the plan's checkpoint; the `CheckpointManager` it returns is complete from the start. With
-`plan.device_input` the model `fit` runs is a `DeviceInput` over it, compiled the same way.
-"""
+"""Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored (`build_run`)."""
 
 import keras
 import numpy as np

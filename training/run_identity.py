@@ -1,16 +1,5 @@
-"""Who owns a workdir: its run id, the fingerprint a resume must match, the run's history, and the workdir lock.
-
-A run gets an id at its first start (`run.json` in the workdir). Every checkpoint carries that id, the run's
-fingerprint and its history in its header, which the checkpoint's SHA-256 covers (`training.checkpoints.checkpointing`).
-A resume compares this start's fingerprint with the checkpoint's (or, before the first checkpoint, with
-`run.json`'s), so the check holds when `config.json` or `run.json` is missing, and a checkpoint copied in from
-another run is refused by its id.
-
-The fingerprint is every `TrainConfig` field except those in `EXEMPT` (each with its reason), so a field added
-later is compared by default. A `folder:` dataset enters it by its content (relative file paths, sizes and a
-SHA-256 of the bytes), not by its path: the same folder moved elsewhere resumes, one that gained or changed an
-image is refused.
-"""
+"""Who owns a workdir: its run id, the fingerprint a resume must match (every option but `EXEMPT`, a folder by its
+content), the run's history, and the workdir lock."""
 
 import contextlib
 import dataclasses

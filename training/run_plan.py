@@ -1,10 +1,4 @@
-"""Stage 1 of `train`: the run resolved before anything is built, as one frozen `RunPlan`.
-
-Everything a run decides before its first step is here, in the order it is decided: the configuration (recipe,
-overrides, the settings left to the run), the placement, the data, the checkpoint it resumes from, its step
-counts, its learning-rate schedule and its identity. The later stages (`training.model_setup`, `training.trainer`)
-read the plan and decide nothing of this again.
-"""
+"""Stage 1 of `train`: the run resolved before anything is built, as one frozen `RunPlan`."""
 
 import dataclasses
 import json

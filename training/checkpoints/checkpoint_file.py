@@ -1,12 +1,5 @@
-"""One checkpoint file: `checkpoints/ckpt-<step>.npz`, its arrays, its JSON header and the SHA-256 sealing both.
-
-The arrays are every model variable (`model/NNNNN`: weights and the dropout RNG states), every optimizer variable
-(`optimizer/NNNNN`: its step counter, moments) and the epoch's running metric sums (`metrics/NNNNN`); the header
-holds the step, the variable paths of each group (restore matches by path, so a reordering cannot mix weights up,
-and a mismatch is named), the schedule, the run's identity and a SHA-256 over the header and every array. A file
-that reads but does not match its checksum is treated as unreadable. `training.checkpoints.checkpointing` writes,
-rotates and restores these files; this module only encodes and decodes one.
-"""
+"""One checkpoint file, `checkpoints/ckpt-<step>.npz`: its arrays (model, optimizer, metric sums by path), its JSON
+header and the SHA-256 sealing both; a file that fails its checksum is unreadable."""
 
 import hashlib
 import json

@@ -1,9 +1,5 @@
-"""The fault-tolerance callback: checkpoints on schedule, stops on SIGTERM (after saving) and on a NaN loss.
-
-On multi-worker runs the stop flags are shared each step, so every worker stops at the same step. What a stopped
-run raises is data (`NonFiniteLossError` carries the step, the last good checkpoint and the settings that rescue
-the run); the command line words those settings as `--set` options (`training.__main__`).
-"""
+"""The fault-tolerance callback: checkpoints on schedule, stops on SIGTERM (after saving) and on a NaN loss, at the same
+step on every worker; what a stopped run raises carries the settings that rescue it."""
 
 import math
 import signal

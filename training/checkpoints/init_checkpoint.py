@@ -1,11 +1,5 @@
-"""The `--init` checkpoint of a fine-tuning run: checked before the framework loads, read once while the run is
-planned, loaded into the built model.
-
-`check_init` (the command line, before Keras and TensorFlow are imported) refuses a local source that is no
-checkpoint; `read_init` (stage 1, `training.run_plan`) reads it so that its model options can resolve the run;
-`initialise_from` (stage 2, `training.model_setup`) loads it, or the checkpoint `read_init` already read, into the
-model. A missing checkpoint fails the same way in all three. Importing this module imports no Keras.
-"""
+"""The `--init` checkpoint of a fine-tuning run: checked before the framework loads (`check_init`), read once while
+the run is planned (`read_init`), loaded into the built model (`initialise_from`). Imports no Keras."""
 
 import contextlib
 

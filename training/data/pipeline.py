@@ -1,17 +1,5 @@
-"""The tf.data pipelines: `train_dataset`, resumable at any step, and `eval_dataset`, of one static shape.
-
-`train_dataset` turns a `Source` into an endless stream of augmented, batched examples that is a pure function
-of (seed, step): every pass over the training split has its own order seeded by (seed, pass), every element is
-augmented with stateless ops seeded by its position in the stream, and a run resumed at step `s` starts the
-stream at element `s * batch_size`, rebuilding only the current pass (so a resume costs at most one pass, never
-`s` batches). Nothing is lost or repeated after a restart, and with op determinism the batches are bitwise the
-ones an uninterrupted run would have seen. Held-out batches all have one static shape (`eval_dataset` pads with
-zero-weight samples).
-
-With `device_input=True` (`TrainConfig.device_input`) both yield uint8 images, a quarter of the bytes to copy to an
-accelerator, and leave the scaling to [-1, 1] and Mixup's image mixing to the compiled step
-(`training.device_input.DeviceInput`); the stream is otherwise the same.
-"""
+"""The tf.data pipelines: `train_dataset`, a pure function of (seed, step) so a resume sees the same batches, and
+`eval_dataset`, of one static shape (docs/guarantees.md)."""
 
 import numpy as np
 import tensorflow as tf

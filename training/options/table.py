@@ -1,11 +1,4 @@
-"""The option table of docs/training.md, generated from `TrainConfig`: its fields, annotations, ranges, defaults.
-
-    python -m training.options.table            # prints the table
-    python -m training.options.table --write    # writes it into docs/training.md, between its markers
-
-`tests/training/test_options_table.py` checks that the page holds exactly what `options_table()` generates, so
-the page cannot drift from the options.
-"""
+"""The option table of docs/training.md, generated from `TrainConfig` (`python -m training.options.table --write`)."""
 
 import dataclasses
 import os

@@ -1,26 +1,5 @@
-"""Where a run's computation goes, on either Keras backend: the trainer's one view of devices and replicas.
-
-`select_placement(name)` reads `keras.backend.backend()` (the one place that does) and returns a `Placement` of
-that backend's class (the classes live in `training.placement.placements`, which `training.placement.sharding` extends):
-
-- `TensorFlowPlacement`: the `tf.distribute` strategy of `training.placement.strategy` (TPUStrategy,
-  MultiWorkerMirrored,
-  Mirrored or the default strategy), with the `training.placement.workarounds` that Keras needs under it.
-- `JaxPlacement`: `keras.distribution.DataParallel` over the devices JAX sees (TPU cores, GPUs, or host CPU devices),
-  installed process-wide with `keras.distribution.set_distribution`, because Keras' JAX trainer reads the global
-  distribution when `fit` shards each batch (the TF backend's `strategy.scope()` has no such global role). The
-  global batch is split along its first axis over the devices, and the step is one program over the global
-  batch: the loss is the global-batch mean and `global_clipnorm` clips the global gradient, as on one device.
-
-`--strategy` means the same on both: `auto` (every accelerator device, else the host devices), `tpu`, `mirrored`
-(every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters on TensorFlow; on JAX
-every process of a `jax.distributed` run, see `training.placement.processes`). `auto` on JAX also spans every process
-when Keras' `KERAS_DISTRIBUTION_*` variables name several. JAX alone has `fsdp` (`training.placement.sharding`:
-`keras.distribution.ModelParallel` splitting the batch and the large kernels over the devices, of every process as
-`auto`).
-The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy, each process feeding
-its own rows of every global batch.
-"""
+"""Where a run's computation goes, on either Keras backend: `select_placement(--strategy)` returns the backend's
+`Placement` (a tf.distribute strategy, or a keras.distribution over JAX's devices). docs/multihost.md."""
 
 import logging
 

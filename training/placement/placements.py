@@ -1,10 +1,5 @@
 """What the trainer asks of a run's devices, one class per backend: `Placement`, `TensorFlowPlacement`,
-`JaxPlacement`.
-
-`training.placement.distribution.select_placement` picks one (and builds its strategy or distribution);
-`training.placement.sharding` extends `JaxPlacement` for `--strategy fsdp`. Imports point one way: both import this
-module, it imports neither.
-"""
+`JaxPlacement`."""
 
 import contextlib
 import dataclasses

@@ -1,12 +1,5 @@
-"""Choosing a `tf.distribute` strategy: TPU, multi-worker, mirrored or the default one.
-
-`auto` picks, in this order: a TPU when there is evidence of one (TPU_NAME / COLAB_TPU_ADDR / a TPU VM's
-/dev/accelN character devices, or /dev/vfio/N next to a Google PCI device: see `keras_vit._tpu_runtime`),
-MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when there are at least two GPUs, else the
-default strategy. It says what it picked and why. The TPU path is only
-touched with evidence (or when asked) because `TPUClusterResolver` with a name queries a metadata server with no
-time-out, and a `grpc://` address nobody serves hangs; asked for explicitly without a TPU, it fails at once.
-"""
+"""Choosing a `tf.distribute` strategy: TPU (only on evidence of one: a TPU resolver can hang), multi-worker, mirrored
+or the default one, with the reason."""
 
 import json
 import os
