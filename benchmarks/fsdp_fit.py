@@ -1,25 +1,5 @@
-"""Per-device memory of fine-tuning ViT-H/14 under `--strategy fsdp`: computed from CPU measurements, not run.
-
-    python -m benchmarks.fsdp_fit --out benchmark_results/fsdp_fit.json   # measures (minutes), prints the table
-    python -m benchmarks.fsdp_fit --from benchmark_results/fsdp_fit.json  # the table again, from the file
-
-Two measurements feed `benchmarks.fit`'s model of a step (a fixed cost per parameter plus the per-device
-micro-batch times the activations per image):
-
-1. Activations per image of H/14 (`benchmarks.memory`: the growth of peak RSS over one step, TensorFlow without
-   XLA, less one gradient). The whole H/14 (632 M parameters: 10 GB of weights and AdamW state before a step)
-   does not fit the 2-core CI machine beside its neighbours, and its 32 encoder blocks are identical, so H/14 is
-   measured with 1 and 3 blocks: the difference over 2 is one block's activations per image, the 1-block figure
-   less one block is the rest (patch embedding, head, loss), and 32 blocks hold the rest plus 32 blocks.
-2. What fsdp keeps per device: XLA's buffer assignment of Keras' compiled train step on 4 host devices
-   (`compiled.memory_analysis()`, per device) for a mid-size ViT under `DataParallel` and under fsdp (`XLA_MODEL`).
-   Its arguments are the weights and optimizer slots; its temporaries the gradients, activations and any gathered
-   kernel.
-
-The fixed cost (float32 weights, one gradient, the optimizer's slots, the accumulator) of the parameters fsdp
-splits (`training.placement.sharding.LAYOUTS`) is divided by the devices; the parameters kept whole (biases,
-norms, the class token) count in full on every device, as under `--strategy auto`.
-"""
+"""Per-device memory of fine-tuning ViT-H/14 under `--strategy fsdp`: computed from CPU measurements, not run
+(docs/multihost.md). `python -m benchmarks.fsdp_fit --out FILE` measures, `--from FILE` prints the table again."""
 
 import argparse
 import json
