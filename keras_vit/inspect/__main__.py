@@ -1,10 +1,5 @@
-"""Command line: write the inspection figures of a model.
-
-python -m keras_vit.inspect model.keras cat.jpg dog.png --out plots/
-python -m keras_vit.inspect WORKDIR                       # WORKDIR/model.keras, held-out samples, WORKDIR/plots
-python -m keras_vit.inspect ViT-B_16.npz --variant B/16 --image-size 224 photo.jpg --out plots/
-python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
-"""
+"""Command line: write the inspection figures of a model (`python -m keras_vit.inspect model.keras cat.jpg --out
+plots/`; see `--help`)."""
 
 import argparse
 import sys

@@ -1,15 +1,5 @@
 """Pretrained weights of every format into and out of a model: the build behind `from_pretrained` (pretrained.py),
-`load_weights`, `save_pretrained`.
-
-A source is read into a `Checkpoint` (original layout + the options its config states), the model it describes
-is built, and `load_params` loads it, so overrides (`image_size=384`, `num_classes=10`) behave exactly as
-`load_npz`'s fine-tuning path does.
-
-Preprocessing: keras-vit models take images in [-1, 1] ((pixels - 127.5) / 127.5, i.e. mean 0.5 and std 0.5 on
-0..1 pixels), everywhere (training, export, MediaPipe metadata). A checkpoint trained with other statistics (say
-ImageNet's mean/std) is made to fit that contract when it is loaded: the change of normalisation is an affine map
-of the input, which a VALID patch embedding absorbs exactly, into its kernel (per input channel) and its bias.
-"""
+`load_weights`, `save_pretrained`; a checkpoint's own normalisation is folded into the patch embedding."""
 
 import os
 import warnings

@@ -1,10 +1,5 @@
-"""`from_pretrained`, whose first step needs no Keras: a local weights file that is not what its name says is
-refused in a moment, before the framework (Keras and its backend: seconds, hundreds of MB) is imported.
-
-Only what `content.py` checks for downloads is read: a `.safetensors` file's header and size (a header that
-claims a terabyte, tensors that end before or after the file does), an `.npz`'s zip directory (a truncated
-file has none). The readers check the same again, so a source that passes here loads exactly as before.
-"""
+"""`from_pretrained`, whose first step needs no Keras: a local weights file that is not what its name says (a
+`.safetensors` header, an `.npz` zip directory) is refused before the framework is imported."""
 
 import os
 import zipfile
