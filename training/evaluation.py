@@ -3,7 +3,6 @@
 Extra held-out splits of a run (`TrainConfig.extra_evals`) are `training.evaluation`'.
 """
 
-import dataclasses
 import json
 import logging
 
@@ -74,11 +73,7 @@ def _run_config(workdir):
     config_path = files.join(workdir, "config.json")
     if not files.exists(config_path):
         return TrainConfig()
-    saved = json.loads(files.read_text(config_path))
-    known = {field.name for field in dataclasses.fields(TrainConfig)}
-    if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
-        logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
-    return TrainConfig(**{key: value for key, value in saved.items() if key in known})
+    return TrainConfig(**json.loads(files.read_text(config_path)))
 
 
 def _compile(model, config, num_classes):

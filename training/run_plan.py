@@ -174,13 +174,11 @@ def _step_counts(config, source, placement, resume):
 def resume_schedule(config, total_steps, resume):
     """The learning-rate schedule of this run: the restored checkpoint's, stretched if the run's length changed.
 
-    A checkpoint carries the schedule that wrote it (with any earlier stretches). A file written before
-    checkpoints carried it gets this run's configured schedule (not stretched: extend such a run from a newer file).
+    A checkpoint carries the schedule that wrote it (with any earlier stretches).
     """
-    saved = resume.schedule if resume else None
-    if saved is None:  # a fresh run, or an older checkpoint (run_identity.resolve compared its config)
+    if resume is None:
         return make_schedule(config, total_steps)
-    schedule = WarmupDecay(**saved)
+    schedule = WarmupDecay(**resume.schedule)
     if schedule.total_steps != total_steps:
         if not config.extend_epochs:
             raise ValueError(

@@ -50,8 +50,8 @@ class Resume:
 
     @property
     def schedule(self):
-        """The learning-rate schedule's config the checkpoint was written with (None in older files)."""
-        return self.header.get("schedule")
+        """The learning-rate schedule's config the checkpoint was written with."""
+        return self.header["schedule"]
 
     @property
     def metric_paths(self):
