@@ -1,7 +1,5 @@
-"""`evaluate`: a trained run's model.keras on its held-out split (or another dataset's), inside the run's placement.
-
-Extra held-out splits of a run (`TrainConfig.extra_evals`) are `training.evaluation`'.
-"""
+"""`evaluate`: a trained run's model.keras on its held-out split (or another dataset's), inside the run's placement;
+`evaluate_extra`: the extra held-out splits a run reports under "evals" (`TrainConfig.extra_evals`)."""
 
 import json
 import logging
