@@ -1,11 +1,5 @@
-"""keras-vit: the Vision Transformer of "An Image is Worth 16x16 Words" for Keras 3.
-
-```python
-import keras_vit
-model = keras_vit.create_model("B/16", image_size=224, num_classes=1000)
-keras_vit.load_npz(model, "ViT-B_16.npz")
-```
-"""
+"""keras-vit: the Vision Transformer of "An Image is Worth 16x16 Words" for Keras 3, e.g.
+`keras_vit.create_model("B/16", num_classes=1000)` and `keras_vit.from_pretrained("ViT-B_16")`."""
 
 import importlib
 

@@ -1,20 +1,5 @@
-"""LoRA fine-tuning: Keras' own `enable_lora` on a ViT's projections in one call, and the merge back for export.
-
-```python
-model = keras_vit.from_pretrained("vit_base_patch16_224.augreg2_in21k_ft_in1k", num_classes=10)
-keras_vit.enable_lora(model, rank=8)        # q/k/v/out of every block: only the LoRA factors and the head train
-model.compile(...); model.fit(...)
-plain = keras_vit.merge_lora(model)         # the factors folded into the kernels: an ordinary model, for export
-```
-
-The factors are Keras' own (`EinsumDense.enable_lora`, `Dense.enable_lora`): the projection computes with
-`kernel + (alpha / rank) * A @ B`, B starts at zero (so a model fresh from `enable_lora` computes what it computed
-before) and A from He-uniform. On the attention's (D, H, D_h) query/key/value kernels Keras' factors are
-A (D, H, rank) and B (rank, D_h), one rank-`rank` update per head with B shared across heads; on the (H, D_h, D)
-output kernel, A (H, D_h, rank) and B (rank, D); on the MLP's Dense kernels the usual (D_in, rank), (rank, D_out).
-These are the factors keras-hub's `backbone.enable_lora` trains on the same layers; the trainable-parameter counts
-are in docs/training.md ("LoRA").
-"""
+"""LoRA fine-tuning: Keras' own `enable_lora` on a ViT's attention projections in one call (`enable_lora`), and the
+merge back into plain kernels for export (`merge_lora`); docs/training.md ("LoRA fine-tuning")."""
 
 from keras import ops
 

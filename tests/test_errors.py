@@ -19,10 +19,10 @@ import pytest
 
 import keras_vit
 from keras_vit import CheckpointError, files
-from training.config import TrainConfig
 from training.configs import get_config
-from training.option_types import describe_type
-from training.overrides import field_types, parse_overrides, parse_typed
+from training.options.config import TrainConfig
+from training.options.fields import describe_type
+from training.options.overrides import field_types, parse_overrides, parse_typed
 
 TINY = [
     "--dataset",

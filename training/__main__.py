@@ -1,10 +1,4 @@
-"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`.
-
-python -m training                                   # digits, into runs/digits (re-run to resume)
-python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
-python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
-python -m training evaluate --workdir runs/digits
-"""
+"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`."""
 
 import argparse
 import json
@@ -14,11 +8,9 @@ import sys
 from keras_vit import _extras, _startup, files
 from keras_vit.files import describe_os_error, describe_storage_error
 
-from . import checkpoint_file
-from .config import option_choices
+from .checkpoints import CHECKPOINT_NAME, check_init
 from .configs import available_configs, check_config_name
-from .init_checkpoint import check_init
-from .overrides import parse_overrides
+from .options import option_choices, parse_overrides
 
 PROG, EVALUATE_PROG = _startup.command_names(__package__, "train", "evaluate")
 
@@ -167,7 +159,7 @@ def _starts_fresh(workdir):
     if files.is_remote(workdir):
         return False
     folder = os.path.join(workdir, "checkpoints")
-    return not (os.path.isdir(folder) and any(checkpoint_file.NAME.search(name) for name in os.listdir(folder)))
+    return not (os.path.isdir(folder) and any(CHECKPOINT_NAME.search(name) for name in os.listdir(folder)))
 
 
 def rescue_flags(settings):

@@ -1,16 +1,5 @@
-"""Who owns a workdir: its run id, the fingerprint a resume must match, the run's history, and the workdir lock.
-
-A run gets an id at its first start (`run.json` in the workdir). Every checkpoint carries that id, the run's
-fingerprint and its history in its header, which the checkpoint's SHA-256 covers (`training.checkpointing`). A
-resume compares this start's fingerprint with the checkpoint's (or, before the first checkpoint, with
-`run.json`'s), so the check holds when `config.json` or `run.json` is missing, and a checkpoint copied in from
-another run is refused by its id.
-
-The fingerprint is every `TrainConfig` field except those in `EXEMPT` (each with its reason), so a field added
-later is compared by default. A `folder:` dataset enters it by its content (relative file paths, sizes and a
-SHA-256 of the bytes), not by its path: the same folder moved elsewhere resumes, one that gained or changed an
-image is refused.
-"""
+"""Who owns a workdir: its run id, the fingerprint a resume must match (every option but `EXEMPT`, a folder by its
+content), the run's history, and the workdir lock."""
 
 import contextlib
 import dataclasses
@@ -119,7 +108,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     Args:
         workdir: the run's directory.
         config: this start's `TrainConfig`.
-        resume: the `training.checkpointing.Resume` the run continues from, or None.
+        resume: the `training.checkpoints.checkpointing.Resume` the run continues from, or None.
         dataset_files: a `folder:` dataset's files as the data scan kept them (`Source.files`).
 
     Raises:
@@ -129,7 +118,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     record = json.loads(files.read_text(record_path)) if files.exists(record_path) else None
     header = resume.header if resume else None
     current = fingerprint(config, dataset_files)
-    if header is not None and header.get("run_id"):
+    if header is not None:
         if record is not None and record.get("run_id") != header["run_id"]:
             raise ValueError(
                 f"Checkpoint {resume.path} belongs to run {header['run_id']}, but {workdir} is run {record['run_id']} "
@@ -138,18 +127,10 @@ def resolve(workdir, config, resume, dataset_files=None):
             )
         run_id, previous, history = header["run_id"], header.get("fingerprint"), list(header.get("history", []))
         step = int(header["step"])
-    elif header is not None:  # written before checkpoints carried a run id
-        if record is not None:
-            raise ValueError(
-                f"Checkpoint {resume.path} carries no run id, but {workdir} is run {record['run_id']} "
-                f"({record_path}); it was not written by this run. Move it away, or use a new --workdir."
-            )
-        run_id, previous, step = _new_id(), _legacy_fingerprint(workdir), int(header["step"])
-        history = [{"event": "adopted", "step": step, "time": _now()}]
     elif record is not None:  # started before, no checkpoint yet
         run_id, previous, history, step = record["run_id"], record.get("fingerprint"), list(record["history"]), 0
     else:
-        run_id, previous, step = _new_id(), _legacy_fingerprint(workdir), 0
+        run_id, previous, step = _new_id(), None, 0
         history = [{"event": "start", "step": 0, "time": _now()}]
     changed = {k: (previous[k], v) for k, v in current.items() if previous and k in previous and previous[k] != v}
     allowed = {key for switch, keys in ALLOWED_BY.items() if getattr(config, switch, False) for key in keys}
@@ -167,17 +148,6 @@ def resolve(workdir, config, resume, dataset_files=None):
 
 def _new_id():
     return f"{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
-
-
-def _legacy_fingerprint(workdir):
-    """The fingerprint fields of an older version's config.json (a folder dataset's path cannot be compared)."""
-    path = files.join(workdir, "config.json")
-    if not files.exists(path):
-        return None
-    previous = json.loads(files.read_text(path))
-    if str(previous.get("dataset", "")).startswith("folder:"):
-        previous.pop("dataset")
-    return {k: v for k, v in previous.items() if k not in EXEMPT}
 
 
 def _refusal(workdir, run_id, refused, changed):

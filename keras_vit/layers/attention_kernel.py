@@ -1,18 +1,5 @@
-"""The attention product softmax(Q K^T * scale) V on (B, T, H, D_h) tokens: fused where a kernel exists.
-
-`fused` goes through `keras.ops.dot_product_attention`, which picks the backend's fused kernel (cuDNN flash
-attention on JAX GPUs, the Pallas splash kernel on TPUs, `scaled_dot_product_attention` on torch). cuDNN's
-training kernel refuses odd sequence lengths (197 for a /16 ViT at 224 px: "Unsupported sequence length"), and
-Keras then falls back to unfused attention without a word, so on a JAX GPU with half-precision tokens the
-sequence is padded to a multiple of `KERAS_VIT_ATTENTION_PAD` (default 2) and the padded keys are masked: the
-padded rows never reach the output, and every real row is what the unpadded product gives. Measured on one H200
-(ViT-B/16, batch 256, bfloat16; docs/performance.md): padding to 198 trained at 3,248 img/s, to 256 at 3,190,
-and the unfused fallback at 2,675. `explicit` is the plain
-formulation, kept for TensorFlow, CPUs, attention dropout and the attention weights `keras_vit.inspect` reads.
-
-`KERAS_VIT_FUSED_ATTENTION` chooses: `auto` (default: fused on JAX and torch when the device is a GPU or TPU),
-`always` (fused on any backend and device; what the CPU parity tests use) or `never`.
-"""
+"""The attention product softmax(Q K^T * scale) V on (B, T, H, D_h) tokens: `fused` (the backend's kernel; on a JAX
+GPU the sequence padded to keep cuDNN's, docs/models.md) or `explicit`; `KERAS_VIT_FUSED_ATTENTION` chooses."""
 
 import os
 

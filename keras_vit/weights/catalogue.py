@@ -52,8 +52,8 @@ LABEL_SPACES = {IMAGENET21K: 21843, IMAGENET1K: 1000}
 
 
 @dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """One released checkpoint file.
+class Entry:
+    """A catalogue entry: one released checkpoint file.
 
     Attributes:
         name: the catalogue name (`vit_base_patch16_224.orig_in21k`).
@@ -199,7 +199,7 @@ def _vit_jax_in21k():
         note = (zeroed if stem in ("ViT-H_14", "ViT-L_32") else "") + (_HUB_HEADLESS if hub else extra.B8_NOTE)
         mib, size_source = extra.listed_size(f"imagenet21k/{stem}.npz")
         out.append(
-            Checkpoint(
+            Entry(
                 name=_name(variant, 224, "orig_in21k"),
                 variant=variant,
                 image_size=224,
@@ -240,7 +240,7 @@ def _vit_jax_fine_tunes():
         aliases = (f"{folder}/{stem}", f"{folder}/{stem}.npz") + ((stem, f"{stem}.npz") if "-224" in stem else ())
         mib, size_source = extra.listed_size(f"{folder}/{stem}.npz")
         out.append(
-            Checkpoint(
+            Entry(
                 name=_name(variant, size, "orig_in21k_ft_in1k"),
                 variant=variant,
                 image_size=size,
@@ -271,7 +271,7 @@ def _sam():
         stem = obj.rsplit("/", 1)[-1][: -len(".npz")]
         note = extra.SAM_NOTE + ("" if in_timm else f"; {extra.SAM_NOT_TIMM}") + f" [{source}]"
         out.append(
-            Checkpoint(
+            Entry(
                 name=name, variant=variant, image_size=224, label_space=IMAGENET1K, num_classes=1000,
                 representation_size=None, bucket="vit_models", object=obj, top1=top1,
                 top1_source=_csv(line) if top1 else None,
@@ -285,7 +285,7 @@ def _sam():
 def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=False):
     fine_tuned = "--imagenet2012" in stem
     aliases = (f"augreg/{stem}", f"augreg/{stem}.npz", stem, f"{stem}.npz")
-    return Checkpoint(
+    return Entry(
         name=name,
         variant=variant,
         image_size=size,
@@ -350,7 +350,7 @@ def _big_vision():
     for epochs, top1 in [(90, 76.5), (150, None), (300, None)]:
         stem = f"vit_s16_i1k_{epochs}ep"
         out.append(
-            Checkpoint(
+            Entry(
                 name=f"vit_small_patch16_224.big_vision_in1k_{epochs}ep",
                 variant="S/16",
                 image_size=224,
@@ -383,7 +383,7 @@ def names():
 
 
 def find(name):
-    """The `Checkpoint` of a name, alias (file name, bucket path) or gs:// URL; None when nothing matches."""
+    """The `Entry` of a name, alias (file name, bucket path) or gs:// URL; None when nothing matches."""
     key = str(name).strip()
     if key.startswith("gs://"):
         key = key[len("gs://") :]
@@ -395,7 +395,7 @@ def find(name):
 
 
 def get(name):
-    """The `Checkpoint` of a name or alias; a `KeyError` naming the closest names otherwise."""
+    """The `Entry` of a name or alias; a `KeyError` naming the closest names otherwise."""
     entry = find(name)
     if entry is None:
         close = difflib.get_close_matches(str(name), [*CATALOGUE, *_ALIASES], n=3, cutoff=0.5)

@@ -1,9 +1,5 @@
-"""What every format reader returns, and the file helpers the format modules share.
-
-A reader turns a folder of another library's layout into a `Checkpoint`: the tensors in the original vit_jax
-key layout (`loading.py`'s table), the model options the folder states (`ViTConfig` fields), the class names
-and the preprocessing the weights were trained with. A writer takes the same pieces from a model.
-"""
+"""What every format reader returns, `Checkpoint` (tensors in the original vit_jax layout, the model options, class
+names and preprocessing), and the file helpers the format modules share."""
 
 import dataclasses
 import json

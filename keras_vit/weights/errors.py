@@ -1,5 +1,5 @@
 """The error every weights reader raises, and its wording for a file that cannot be read. Imports no Keras: a
-file is refused before the framework loads (keras_vit/weights/precheck.py)."""
+file is refused before the framework loads (keras_vit/weights/pretrained.py)."""
 
 import os
 

@@ -1,11 +1,5 @@
-"""keras-hub ViT preset folders (`config.json`, `model.weights.h5`, `metadata.json`, `task.json`,
-`task.weights.h5`), read and written with h5py: no keras-hub needed.
-
-A Keras 3 `.weights.h5` file stores each layer's variables under the path of attribute names from the model
-down (`layers/vi_t_encoder/encoder_layers/vi_t_encoder_block_1/mha/query_dense/vars/0`), numbered in creation
-order. keras-hub's kernels already have the original layout ((D, H, Dh) attention kernels, HWIO patches); the
-position embedding is (N + 1, D) without the batch axis and the class token lives on the embedding layer itself.
-"""
+"""keras-hub ViT preset folders (`config.json`, `model.weights.h5`, ...), read and written with h5py: no keras-hub
+needed."""
 
 import os
 import re

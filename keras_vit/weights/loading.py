@@ -1,13 +1,5 @@
-"""The one table every weight format loads through: original vit_jax checkpoint key -> the model's variable.
-
-Loading is a table from checkpoint keys to the model's variables (`checkpoint_variables`): every tensor of the
-checkpoint must find its variable and every variable its tensor, or nothing is loaded and the error lists
-what is missing, unexpected, or of the wrong shape. Three differences are bridged on purpose:
-the position embedding is interpolated when the patch grid differs, a head of another class count is skipped
-(the zero-initialised head is kept, as when fine-tuning), and a `pre_logits` layer the model does not have is
-dropped (the paper replaces it by the new head when fine-tuning). The other formats (`npz.py` for big_vision's
-layouts, and one module per foreign library) convert their keys to this layout before they call `load_params`.
-"""
+"""The one table every weight format loads through: original vit_jax checkpoint key -> the model's variable; all or
+nothing, with a new head, an interpolated position embedding or a dropped `pre_logits` bridged on purpose."""
 
 import dataclasses
 import logging

@@ -1,12 +1,5 @@
-"""timm's ViT folders (`config.json` + `model.safetensors`, as on the Hub's `timm/` repos), in and out.
-
-timm's `VisionTransformer` differs from the original layout in names, in PyTorch's (out, in) Linear and OIHW conv
-layouts and in one fused `attn.qkv` Linear whose rows are q, k, v (`timm_layout.py` converts the tensors). Its
-relatives (DeiT's `VisionTransformerDistilled`, DeiT-III, DINOv2 with or without registers, CLIP and SigLIP image
-towers, `global_pool='avg'` with `fc_norm`) map to `ViTConfig` options; what the tensors do not show comes from
-`model_args`, else from the architecture name as `timm.create_model` would: the number of heads, the activation
-(`*_quickgelu_*`: QuickGELU) and CLIP's LayerNorm epsilon (`*_clip_*`: 1e-5, PyTorch's default).
-"""
+"""timm's ViT folders (`config.json` + `model.safetensors`) and their relatives (DeiT, DINOv2, CLIP and SigLIP towers),
+in and out; what the tensors do not show comes from `model_args` or the architecture name."""
 
 import os
 import re

@@ -1,13 +1,5 @@
-"""Hugging Face transformers' ViT folders (`config.json`, `model.safetensors`, `preprocessor_config.json`), in and out.
-
-The ViT relatives (Dinov2, Dinov2 with registers, CLIP and SigLIP image towers, DeiT with its distillation head)
-are converted by `transformers_families.py`; this module reads their configs and writes their folders too.
-
-Two ViT layouts: `ViTForImageClassification` (a `vit.` prefix and a `classifier` head on the class token) and
-`ViTModel` (no prefix; the `google/vit-*-in21k` repos), whose `pooler.dense` + tanh on the class token is the
-paper's `pre_logits`. Query, key and value are separate (out, in) Linears; the config states the LayerNorm
-epsilon (default 1e-12) and the GELU form (default exact).
-"""
+"""Hugging Face transformers' ViT folders (`ViTForImageClassification`, `ViTModel`), in and out; the relatives'
+keys are `transformers_families.py`'s."""
 
 import os
 import re

@@ -11,8 +11,8 @@ import pytest
 
 import keras_vit
 import training
-from training.checkpoint_file import checksum as _checksum
-from training.checkpointing import CheckpointError, CheckpointManager
+from training.checkpoints.checkpoint_file import checksum as _checksum
+from training.checkpoints.checkpointing import CheckpointError, CheckpointManager
 from training.optim import WarmupDecay
 
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from training import data
-from training.config import TrainConfig
+from training.options.config import TrainConfig
 
 SMALL = dict(dataset="synthetic", image_size=16, batch_size=8, seed=3)
 

@@ -16,9 +16,9 @@ import pytest
 import keras_vit
 from tests import support
 from training import data
-from training.config import TrainConfig
 from training.device_input import DeviceInput, resolve_device_input
-from training.placements import Placement
+from training.options.config import TrainConfig
+from training.placement.placements import Placement
 
 ROOT = str(support.ROOT)
 TINY = dict(dataset="synthetic", image_size=16, batch_size=8, mixup_alpha=0.2, randaugment=(2, 10), seed=3)

@@ -29,10 +29,10 @@ MIRRORED = textwrap.dedent(f"""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import training
-    from training import workarounds
+    from training.placement import workarounds
     out = {{}}
     for name in ("default", "mirrored", "mirrored-keras-clipping"):
-        if name == "mirrored-keras-clipping":  # without training.workarounds.clip_after_all_reduce
+        if name == "mirrored-keras-clipping":  # without training.placement.workarounds.clip_after_all_reduce
             workarounds.clip_after_all_reduce = lambda optimizer, strategy: optimizer
         config = {CONFIG}.replace(strategy=name.split("-")[0])
         if name == "mirrored":  # the recipes' default: Keras' own choice under tf.distribute (no XLA)
@@ -48,7 +48,7 @@ WORKER = textwrap.dedent(f"""
     import sys
     import numpy as np
     import training
-    from training import workarounds
+    from training.placement import workarounds
     if sys.argv[3] == "without-workaround":
         workarounds.use_local_batch_for_symbolic_build = lambda model: model
     strategy = "default" if sys.argv[3] == "one-process" else "multi_worker"
@@ -146,7 +146,7 @@ def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(tmp_path):
     np.testing.assert_allclose(mirrored, default, rtol=1e-5)
     np.testing.assert_allclose(out["mirrored"]["head"], out["default"]["head"], rtol=1e-4, atol=1e-6)
     # Keras' own global_clipnorm clips each replica's gradient before the sum: if this ever matches, Keras fixed
-    # it and training.workarounds.clip_after_all_reduce can go.
+    # it and training.placement.workarounds.clip_after_all_reduce can go.
     keras_clipping = np.array(out["mirrored-keras-clipping"]["losses"])
     assert not np.allclose(keras_clipping, default, rtol=1e-5), "Keras now clips after the all-reduce"
 

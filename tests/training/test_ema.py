@@ -16,8 +16,9 @@ import pytest
 
 import training
 from tests import support
-from training import checkpoint_file, ema
-from training.overrides import parse_overrides
+from training import ema
+from training.checkpoints import checkpoint_file
+from training.options.overrides import parse_overrides
 
 ROOT = str(support.ROOT)
 TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=5, warmup_steps=1,
@@ -228,7 +229,7 @@ MIRRORED = textwrap.dedent("""
 @pytest.mark.slow
 def test_mirrored_strategy_keeps_the_same_average_with_and_without_accumulation(tmp_path):
     """Two logical CPUs: Keras' own EMA step under MirroredStrategy, and the accumulation work-around's
-    (`training.workarounds.accumulate_across_replicas`), against the default strategy's average."""
+    (`training.placement.workarounds.accumulate_across_replicas`), against the default strategy's average."""
     env = {**_env("tensorflow"), "KERAS_BACKEND": "tensorflow"}
     result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)  # fmt: skip

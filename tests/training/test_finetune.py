@@ -14,8 +14,8 @@ import training
 from keras_vit.weights import checkpoint_variables
 from tests import support
 from tests.keras_vit import test_downloads
-from training.config import TrainConfig
 from training.model_setup import build_model
+from training.options.config import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """`--config finetune --init SOURCE`: the model the checkpoint describes, step counts scaled to the data set.
 
 The expected variants and figures are the paper's (Table 1: Ti/16 is width 192, 12 layers, 3 heads, MLP 768) and
-the arithmetic of the recipe's rules written out here, not read back from `training.resolve`.
+the arithmetic of the recipe's rules written out here, not read back from `training.options.resolve`.
 """
 
 import json
@@ -17,11 +17,11 @@ import keras_vit
 from keras_vit.weights import checkpoint_variables
 from keras_vit.weights.checkpoint import Checkpoint
 from tests.conftest import ROOT
-from training import resolve
-from training.config import TrainConfig
+from training.checkpoints.init_checkpoint import read_init
 from training.configs import get_config
-from training.init_checkpoint import read_init
-from training.overrides import parse_overrides
+from training.options import resolve
+from training.options.config import TrainConfig
+from training.options.overrides import parse_overrides
 
 
 def _checkpoint(**options):

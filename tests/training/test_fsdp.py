@@ -1,5 +1,5 @@
-"""training.sharding: `--strategy fsdp` on 4 host devices against data parallelism, its layouts, and resume across
-layouts (a sharded run's checkpoint on one device and the other way round).
+"""training.placement.sharding: `--strategy fsdp` on 4 host devices against data parallelism, its layouts, and resume
+across layouts (a sharded run's checkpoint on one device and the other way round).
 
 The backend and the host device count are fixed when JAX is first imported, so the runs go in one fresh process
 with KERAS_BACKEND=jax and XLA_FLAGS=--xla_force_host_platform_device_count=4 (as tests/training/test_jax.py does).
@@ -16,8 +16,8 @@ import pytest
 
 from tests import support
 from tests.training.test_multiprocess import _losses, _run, _steps_saved, _weights
-from training.checkpoint_file import _AUTO_SUFFIX
-from training.strategy import StrategyError, select_strategy
+from training.checkpoints.checkpoint_file import _AUTO_SUFFIX
+from training.placement.strategy import StrategyError, select_strategy
 
 ROOT = str(support.ROOT)
 DEVICES = 4
@@ -31,8 +31,8 @@ RUNS = textwrap.dedent(f"""
     import glob, json, os, shutil, sys
     import jax, keras, numpy as np
     import keras_vit, training
-    from training import sharding
-    from training.checkpoint_file import read
+    from training.placement import sharding
+    from training.checkpoints.checkpoint_file import read
 
     root = sys.argv[1]
 

@@ -154,7 +154,7 @@ CROSS = textwrap.dedent(f"""
     import json, sys
     import keras, numpy as np
     import training
-    from training.checkpointing import CheckpointManager
+    from training.checkpoints.checkpointing import CheckpointManager
     out = []
     for workdir in sys.argv[1:]:  # 2 epochs of 2 steps each, checkpoints at steps 2 and 4 (or resumed)
         result = training.train({CONFIG}.replace(epochs=2, checkpoint_every=2), workdir, verbose=0)
@@ -208,7 +208,7 @@ def test_a_checkpoint_written_under_one_backend_resumes_under_the_other(tmp_path
 
 DROPOUT_MODEL = textwrap.dedent("""
     import keras, keras_vit
-    from training.checkpointing import CheckpointManager
+    from training.checkpoints.checkpointing import CheckpointManager
 
     def dropout_model_and_manager(directory):
         # Dropout and stochastic depth give the model RNG-state variables: int64 under TensorFlow, uint32 under JAX.
@@ -348,10 +348,10 @@ LOGITS = textwrap.dedent("""
 # ------------------------------------------------------------------------------------ selection and precision
 
 SELECTION = textwrap.dedent("""
-    import json
+    import json, sys
     import jax, keras
     import training
-    from training.distribution import select_placement, set_matmul_precision
+    from training.placement.distribution import select_placement, set_matmul_precision
     out = {}
     for name in ("tpu", "multi_worker", "gpu"):
         try:
@@ -365,6 +365,7 @@ SELECTION = textwrap.dedent("""
     out["default"] = [default.describe(), keras.distribution.distribution() is None]
     set_matmul_precision("highest")
     out["precision"] = jax.config.jax_default_matmul_precision
+    out["tf_strategy_module"] = "training.placement.strategy" in sys.modules
     print("RESULT" + json.dumps(out))
 """)
 
@@ -380,11 +381,12 @@ def test_jax_placement_choices_and_errors():
     # One device: no distribution left over from the run before in the same process (a notebook).
     assert out["default"] == ["backend jax, 1 cpu device, one device - default requested (cpu:0)", True]
     assert out["precision"] == "highest"
+    assert out["tf_strategy_module"] is False  # the JAX route takes the names and the error from the options
 
 
 def test_tensorflow_placement_and_bad_matmul_precision():
     import training
-    from training.distribution import select_placement
+    from training.placement.distribution import select_placement
 
     placement = select_placement("default")
     assert placement.describe() == (

@@ -15,12 +15,12 @@ import keras_vit
 import training
 from keras_vit.lora import TARGET_GROUPS
 from tests import support
-from training.checkpoint_file import _AUTO_SUFFIX
-from training.checkpointing import CheckpointManager
-from training.config import option_choices
+from training.checkpoints.checkpoint_file import _AUTO_SUFFIX
+from training.checkpoints.checkpointing import CheckpointManager
 from training.configs import get_config
 from training.model_setup import build_model, model_config
-from training.overrides import parse_overrides
+from training.options.config import option_choices
+from training.options.overrides import parse_overrides
 
 ROOT = str(support.ROOT)
 # Keras' factor layout per projection (keras_vit/lora.py): the numpy form of A @ B.

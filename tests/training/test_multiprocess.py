@@ -207,7 +207,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
 # any shard makes the global loss NaN everywhere; the agreement must hold without that).
 NAN_IN_PROCESS_1 = textwrap.dedent("""
     import os, sys
-    from training import fault_tolerance
+    from training.checkpoints import fault_tolerance
 
     at_step, original = int(os.environ["TEST_NAN_AT_STEP"]), fault_tolerance.FaultTolerance.on_train_batch_end
 

@@ -1,13 +1,14 @@
 """Every recipe against a table of its reference configuration, written here from the reference files (big_vision
 `configs/vit_s16_i1k.py`, `configs/vit_i21k.py`; vision_transformer `vit_jax/configs/common.py`, the paper), so an
-edit that drifts from the reference fails; each recipe's docstring names its reference, published number and
-deviations. Also: extra evaluation splits reported in metrics.json."""
+edit that drifts from the reference fails; each recipe's section of docs/training.md names its reference, published
+number and deviations. Also: extra evaluation splits reported in metrics.json."""
 
 import json
 
 import numpy as np
 import pytest
 
+from tests import support
 from training.configs import available_configs, get_config
 
 # Values as the references state them; conversions (big_vision's wd x schedule -> Keras' wd x lr) done here by hand.
@@ -181,22 +182,32 @@ def test_digits_augreg_has_the_shape_of_the_imagenet_recipe():
     }
 
 
+def _recipe_section(name):
+    """The `### `name`` section of docs/training.md's Recipes."""
+    text = (support.ROOT / "docs" / "training.md").read_text()
+    start = text.index(f"### `{name}`\n")
+    end = min(i for i in (text.find("\n### ", start + 1), text.find("\n## ", start + 1)) if i > 0)
+    return text[start:end]
+
+
 @pytest.mark.parametrize("name", [*sorted(REFERENCE), "digits_augreg"])
-def test_recipe_docstring_states_reference_published_number_and_deviations(name):
-    doc = __import__(f"training.configs.{name}", fromlist=["get_config"]).__doc__
+def test_recipe_docs_state_reference_published_number_and_deviations(name):
+    section = _recipe_section(name)
     for heading in ("Reference:", "Published:", "Deviations"):
-        assert heading in doc, f"{name}: no {heading!r} section"
+        assert heading in section, f"{name}: no {heading!r} section in docs/training.md"
+    assert "python -m training --config " + name in section
+    doc = __import__(f"training.configs.{name}", fromlist=["get_config"]).__doc__
     assert "python -m training --config " + name in doc
 
 
-def test_docstrings_say_what_the_code_does():
-    i21k = __import__("training.configs.imagenet21k_b16", fromlist=["x"]).__doc__
+def test_docs_say_what_the_code_does():
+    i21k = _recipe_section("imagenet21k_b16")
     assert "first 51,200" in i21k and "last 51,200" not in i21k
-    cifar = __import__("training.configs.cifar10_finetune", fromlist=["x"]).__doc__
+    cifar = _recipe_section("cifar10_finetune")
     assert "500-step run with 50 warm-up steps" in cifar
-    import training.config
+    import training.options.config
 
-    assert "AugReg" not in training.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
+    assert "AugReg" not in training.options.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
 
 
 def test_extra_evals_are_reported_in_metrics_json(tmp_path):

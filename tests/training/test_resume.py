@@ -17,7 +17,7 @@ import training
 from keras_vit import files
 from keras_vit.files import atomic_write
 from tests import support
-from training.checkpointing import CheckpointManager
+from training.checkpoints.checkpointing import CheckpointManager
 
 ROOT = str(support.ROOT)
 # 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal. Shared with

@@ -1,17 +1,5 @@
-"""The processes of a multi-process JAX run (TPU pod slices, several GPU hosts): joining, agreeing, one writer.
-
-A JAX run spans several processes (one per host) when Keras' variables name them, as `keras.distribution.initialize`
-documents: `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the coordinator's `host:port`, or every process's address, the
-coordinator first), `KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID`. On a Cloud TPU pod
-slice, where JAX finds its peers itself, `--strategy multi_worker` joins with no settings. `join` calls
-`jax.distributed.initialize` with the same arguments Keras passes. Before it, the processes meet once on the
-coordinator's port (`_rendezvous`: process 0 listens, the others connect and wait for its go-ahead), within
-`join_timeout` seconds: JAX's own time-out terminates the process from C++ with a stack trace, where this one raises
-a one-line error that says which processes are missing. Keras' own `initialize` has no time-out to set.
-
-Then every process runs the same program on its own shard of each global batch (see `training.data`), the step's
-arrays span every process's devices, and only process 0 writes the workdir.
-"""
+"""The processes of a multi-process JAX run (TPU pod slices, several GPU hosts): joining within a time-out, agreeing,
+one writer (docs/multihost.md)."""
 
 import contextlib
 import os

@@ -5,11 +5,15 @@ import math
 import typing
 from typing import Literal
 
-from .option_types import check_fields, choices
+from .fields import check_fields, choices
 from .ranges import check_range
 
-# The placements `strategy` names (training.distribution), on either backend: the one list of them.
+# The `strategy` names of `training.placement`, on either backend: the one list of them.
 Strategy = Literal["auto", "tpu", "multi_worker", "mirrored", "default", "fsdp"]
+
+
+class StrategyError(RuntimeError):
+    """The requested strategy cannot run on this machine."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +40,7 @@ class TrainConfig:
             device, whatever its size) is unreadable, so a link to /dev/zero cannot fill the memory.
         variant: a `keras_vit` variant name ("testing", "Ti/16", "B/16", ...); None builds the model the `init`
             checkpoint describes (its size, patch, pooling, class token, representation layer, GELU and
-            LayerNorm epsilon; `training.resolve`), with `model` overrides on top.
+            LayerNorm epsilon; `training.options.resolve`), with `model` overrides on top.
         image_size: model input size in pixels (images are resized to it); None for the `init` checkpoint's.
         model: other `keras_vit.create_model` overrides, e.g. {"hidden_size": 64, "dropout_rate": 0.1}.
         init: the checkpoint to fine-tune from, any source `keras_vit.load_weights` takes (a catalogue name,
@@ -96,7 +100,7 @@ class TrainConfig:
             `image_size` crop (big_vision's `resize_small(256)|central_crop(224)`).
         jit_compile: "auto" (TPUStrategy and other tf.distribute strategies: Keras' choice, TPUStrategy compiling
             with XLA itself; the default strategy: XLA when this TensorFlow build can compile on the device),
-            True or False to force it. See `training.strategy.resolve_jit_compile`.
+            True or False to force it. See `training.placement.strategy.resolve_jit_compile`.
         device_input: where images are scaled to [-1, 1] (and Mixup's images mixed): True sends uint8 images
             (and Mixup's weights) to the device and does that arithmetic inside the compiled step
             (`training.device_input`), False does it in tf.data; "auto" is True on a GPU or TPU and False on a CPU.
@@ -122,13 +126,13 @@ class TrainConfig:
         plots: whether the run ends by drawing its figures into plots/ (training curves, attention distance and
             rollout, embedding filters, position-embedding similarity); False skips them.
         strategy: "auto", "tpu", "multi_worker", "mirrored" or "default", on either Keras backend (see
-            `training.distribution`); "fsdp" on JAX also splits the large kernels and their optimizer state over
-            the devices (`training.sharding`).
+            `training.placement.distribution`); "fsdp" on JAX also splits the large kernels and their optimizer state
+            over the devices (`training.placement.sharding`).
         matmul_precision: float32 matmul precision: None for the backend's default, "highest" for full float32
             on GPUs/TPUs (JAX's default rounds float32 inputs there; TensorFlow uses TF32 on recent GPUs), or
             JAX's "high" / "default".
         join_timeout: seconds each process of a multi-process JAX run waits for all the others to connect
-            before it fails (`training.processes`).
+            before it fails (`training.placement.processes`).
     """
 
     dataset: str = "digits"
@@ -194,7 +198,7 @@ class TrainConfig:
     join_timeout: int = 300
 
     def __post_init__(self):
-        # Types and choices, from the annotations (`training.option_types`); before the range checks below, which
+        # Types and choices, from the annotations (`training.options.fields`); before the range checks below, which
         # would fail on a string with a TypeError.
         check_fields(self)
         for field in dataclasses.fields(self):
@@ -296,3 +300,11 @@ def _divisor_below(number, limit):
 def option_choices(name):
     """The values `TrainConfig` field `name` lists in its annotation (e.g. the command line's `--strategy` choices)."""
     return choices(typing.get_type_hints(TrainConfig)[name])
+
+
+def check_strategy(name):
+    """Raises `StrategyError` unless `name` is one of `TrainConfig.strategy`'s choices (for callers that pass a name
+    without a `TrainConfig`, which checks its own)."""
+    names = option_choices("strategy")
+    if name not in names:
+        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(names)}.")

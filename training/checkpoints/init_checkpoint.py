@@ -1,28 +1,22 @@
-"""The `--init` checkpoint of a fine-tuning run: checked before the framework loads, read once while the run is
-planned, loaded into the built model.
-
-`check_init` (the command line, before Keras and TensorFlow are imported) refuses a local source that is no
-checkpoint; `read_init` (stage 1, `training.run_plan`) reads it so that its model options can resolve the run;
-`initialise_from` (stage 2, `training.model_setup`) loads it, or the checkpoint `read_init` already read, into the
-model. A missing checkpoint fails the same way in all three. Importing this module imports no Keras.
-"""
+"""The `--init` checkpoint of a fine-tuning run: checked before the framework loads (`check_init`), read once while
+the run is planned (`read_init`), loaded into the built model (`initialise_from`). Imports no Keras."""
 
 import contextlib
 
 import keras_vit
-from keras_vit.weights import precheck
+from keras_vit.weights import pretrained
 
 
 def check_init(source):
-    """Raises for a local `--init` that cannot be a checkpoint (`keras_vit.weights.precheck.check_source`): a missing
+    """Raises for a local `--init` that cannot be a checkpoint (`keras_vit.weights.pretrained.check_source`): a missing
     path that is no catalogue name, a broken `.safetensors` / `.npz`, a folder no reader takes. Downloads nothing."""
     with _missing_init():
-        precheck.check_source(source)
+        pretrained.check_source(source)
 
 
 def read_init(source):
     """The `--init` checkpoint, read (and downloaded into its cache) once."""
-    from keras_vit.weights.pretrained import read_checkpoint
+    from keras_vit.weights.model_io import read_checkpoint
 
     with _missing_init():
         return read_checkpoint(source)

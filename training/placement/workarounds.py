@@ -1,23 +1,5 @@
 """Work-arounds for Keras 3.15 under tf.distribute: `fit` under MultiWorkerMirroredStrategy (keras-team/keras#20585),
-gradient clipping with several replicas (`clip_after_all_reduce`) and gradient accumulation
-(`accumulate_across_replicas`, at the end).
-
-Keras' TensorFlow trainer fails twice under MultiWorkerMirroredStrategy, and both places are patched here, on
-the model instance only (nothing global is changed):
-
-1. Before its first step it builds the model symbolically from one input batch (`_maybe_symbolic_build`).
-   That batch is a `PerReplica` value, which Keras reduces with `strategy.reduce("MEAN", batch, axis=None)`; under
-   multi-worker that is a cross-worker collective over a nested structure and fails ("Attempt to convert a value
-   (PerReplica...) to a Tensor"). The build only needs shapes and dtypes: we give it this worker's first local
-   replica batch instead.
-2. After every step it reduces the step's logs with `strategy.reduce("MEAN", value, axis=0)` whenever the
-   strategy is multi-worker, but the logs are scalars ("Invalid reduction dimension 0 for input with 0
-   dimensions"). We return the logs as 1-element vectors; the mean over axis 0 then gives the scalar back (the
-   values are already synchronised metric results, identical on every replica).
-
-`tests/training/test_distributed.py` runs two workers with and without this patch: it fails when the crash is
-gone (delete this module then) or when the patch stops fixing it.
-"""
+clipping with several replicas, gradient accumulation; each pinned by a test that fails once Keras fixes it."""
 
 import tensorflow as tf
 
@@ -27,7 +9,15 @@ def needs_local_batch_build(strategy):
 
 
 def use_local_batch_for_symbolic_build(model):
-    """Patches `model` (this instance only) so its symbolic build uses the local replica's batch."""
+    """Patches `model` (this instance only) so its symbolic build uses the local replica's batch.
+
+    Keras' TensorFlow trainer fails twice under MultiWorkerMirroredStrategy: (1) before its first step it builds the
+    model from one `PerReplica` batch reduced with `strategy.reduce("MEAN", batch, axis=None)`, a cross-worker
+    collective over a nested structure that fails; the build needs only shapes, so it gets this worker's first
+    replica batch. (2) After every step it reduces the scalar logs along axis 0; they are returned as 1-element
+    vectors, whose mean gives the scalar back (the values are identical on every replica).
+    `tests/training/test_distributed.py` fails when the crash is gone (delete this then) or the patch stops fixing it.
+    """
     original = model._maybe_symbolic_build  # a private Keras method: the narrowest place to intervene
     strategy = model.distribute_strategy
 

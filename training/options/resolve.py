@@ -1,17 +1,5 @@
-"""The settings a recipe leaves to the run: the model a checkpoint describes, and step counts scaled to the data.
-
-A recipe may leave these `TrainConfig` fields as None (the `finetune` recipe does):
-- `variant` and `image_size`: the `--init` checkpoint's architecture (size, patch, pooling, class token,
-  representation layer, GELU form, LayerNorm epsilon, position embedding) and its resolution;
-- `batch_size`: the paper's fine-tuning batch of 512, or the largest power of two the training split holds;
-- `warmup_steps`: 5% of the run's steps (the paper's fine-tuning warms up 500 of 10k steps);
-- `steps_per_execution`: the largest divisor of the steps per epoch up to 50.
-
-`resolve_run` returns a complete `TrainConfig` with them filled in, which is what the run records in config.json
-and run.json: resuming with the same command resolves to the same values. Settings the user states are kept; where
-they contradict the checkpoint (another variant's shapes), a `ValueError` names both and the `--set` that fixes it.
-`model_config` turns the resolved config into the model's `ViTConfig`, for the plan and the built model alike.
-"""
+"""The settings a recipe leaves to the run (None in the recipe): the model a checkpoint describes, and the batch,
+warm-up and steps per execution scaled to the data (`resolve_run`); `model_config` gives the model's `ViTConfig`."""
 
 import dataclasses
 
@@ -41,7 +29,7 @@ def resolve_run(config, checkpoint, num_train, replicas):
 
     Args:
         config: the run's `TrainConfig` (a recipe with `--set` overrides applied).
-        checkpoint: the `--init` checkpoint (`keras_vit.weights.pretrained.read_checkpoint`), or None.
+        checkpoint: the `--init` checkpoint (`keras_vit.weights.model_io.read_checkpoint`), or None.
         num_train: images in the training split.
         replicas: data-parallel replicas the global batch is split over.
     """

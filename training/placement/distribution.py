@@ -1,33 +1,12 @@
-"""Where a run's computation goes, on either Keras backend: the trainer's one view of devices and replicas.
-
-`select_placement(name)` reads `keras.backend.backend()` (the one place that does) and returns a `Placement` of
-that backend's class (the classes live in `training.placements`, which `training.sharding` extends):
-
-- `TensorFlowPlacement`: the `tf.distribute` strategy of `training.strategy` (TPUStrategy, MultiWorkerMirrored,
-  Mirrored or the default strategy), with the `training.workarounds` that Keras needs under it.
-- `JaxPlacement`: `keras.distribution.DataParallel` over the devices JAX sees (TPU cores, GPUs, or host CPU devices),
-  installed process-wide with `keras.distribution.set_distribution`, because Keras' JAX trainer reads the global
-  distribution when `fit` shards each batch (the TF backend's `strategy.scope()` has no such global role). The
-  global batch is split along its first axis over the devices, and the step is one program over the global
-  batch: the loss is the global-batch mean and `global_clipnorm` clips the global gradient, as on one device.
-
-`--strategy` means the same on both: `auto` (every accelerator device, else the host devices), `tpu`, `mirrored`
-(every local device of one kind), `default` (one device), `multi_worker` (TF_CONFIG clusters on TensorFlow; on JAX
-every process of a `jax.distributed` run, see `training.processes`). `auto` on JAX also spans every process when
-Keras' `KERAS_DISTRIBUTION_*` variables name several. JAX alone has `fsdp` (`training.sharding`:
-`keras.distribution.ModelParallel` splitting the batch and the large kernels over the devices, of every process as
-`auto`).
-The input stream stays the `tf.data` pipeline on both; Keras' JAX trainer reads it as numpy, each process feeding
-its own rows of every global batch.
-"""
+"""Where a run's computation goes, on either Keras backend: `select_placement(--strategy)` returns the backend's
+`Placement` (a tf.distribute strategy, or a keras.distribution over JAX's devices). docs/multihost.md."""
 
 import logging
 
 import keras
 
-from .config import option_choices
+from ..options import StrategyError, check_strategy, option_choices
 from .placements import JaxPlacement, TensorFlowPlacement
-from .strategy import StrategyError, check_name
 
 logger = logging.getLogger("training")
 BACKENDS = ("tensorflow", "jax")
@@ -50,7 +29,7 @@ def select_placement(name="auto", *, tf_strategy=None, join_timeout=300):
     Args:
         name: "auto", "tpu", "multi_worker", "mirrored", "default" or "fsdp" (JAX only).
         tf_strategy: a `tf.distribute.Strategy` to use as it is (TensorFlow backend only).
-        join_timeout: seconds a process of a multi-process JAX run waits for its peers (`training.processes`).
+        join_timeout: seconds a process of a multi-process JAX run waits for its peers (`training.placement.processes`).
 
     Raises:
         StrategyError: the strategy cannot run here (no TPU, an unsupported backend, ...), with what would work.
@@ -107,7 +86,7 @@ def _jax_placement(name, join_timeout):
 
     from . import processes
 
-    check_name(name)
+    check_strategy(name)
     _join_processes(name, join_timeout)
     accelerator = jax.default_backend()  # "tpu", "gpu" or "cpu": JAX's own choice, accelerators first
     if name == "tpu" and accelerator != "tpu":
@@ -169,7 +148,7 @@ def _jax_gpu_name(device):
 
 
 def _join_processes(name, join_timeout):
-    """Keeps TensorFlow off the accelerators and joins the run's other processes (`training.processes`)."""
+    """Keeps TensorFlow off the accelerators and joins the run's other processes (`training.placement.processes`)."""
     from . import processes
 
     _keep_tensorflow_off_accelerators()

@@ -1,9 +1,5 @@
 """What the trainer asks of a run's devices, one class per backend: `Placement`, `TensorFlowPlacement`,
-`JaxPlacement`.
-
-`training.distribution.select_placement` picks one (and builds its strategy or distribution); `training.sharding`
-extends `JaxPlacement` for `--strategy fsdp`. Imports point one way: both import this module, it imports neither.
-"""
+`JaxPlacement`."""
 
 import contextlib
 import dataclasses
@@ -84,7 +80,7 @@ class Placement:
 
 @dataclasses.dataclass
 class TensorFlowPlacement(Placement):
-    """A `tf.distribute` strategy (`tf_strategy`), with the `training.workarounds` Keras needs under it."""
+    """A `tf.distribute` strategy (`tf_strategy`), with the `training.placement.workarounds` Keras needs under it."""
 
     tf_strategy: Any = None
 
@@ -115,8 +111,8 @@ class TensorFlowPlacement(Placement):
         return fit_steps_per_execution(self.tf_strategy, steps_per_execution, accum_steps)
 
     def resolve_jit_compile(self, requested, measured=None):
-        """(jit_compile for `Model.compile`, why): see `training.strategy.resolve_jit_compile`. `measured`: the
-        `training.advice.Advice` for this run, which decides "auto" on a CPU."""
+        """(jit_compile for `Model.compile`, why): see `training.placement.strategy.resolve_jit_compile`. `measured`:
+        the `training.advice.Advice` for this run, which decides "auto" on a CPU."""
         from .strategy import resolve_jit_compile
 
         return resolve_jit_compile(requested, self.tf_strategy, measured)
@@ -164,7 +160,7 @@ class TensorFlowPlacement(Placement):
 @dataclasses.dataclass
 class JaxPlacement(Placement):
     """`keras.distribution.DataParallel` over the devices (`distribution`, None for one device) and, on a
-    multi-process run, the processes of `training.processes`."""
+    multi-process run, the processes of `training.placement.processes`."""
 
     distribution: Any = None
 
@@ -192,7 +188,7 @@ class JaxPlacement(Placement):
         return "JAX"
 
     def stop_agreement(self):
-        """`training.processes.agree_flags` on a multi-process run (see `TensorFlowPlacement.stop_agreement`),
+        """`training.placement.processes.agree_flags` on a multi-process run (see `TensorFlowPlacement.stop_agreement`),
         else None: one process's own flags decide."""
         if self.num_processes > 1:
             from . import processes

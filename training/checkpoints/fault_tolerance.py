@@ -1,9 +1,5 @@
-"""The fault-tolerance callback: checkpoints on schedule, stops on SIGTERM (after saving) and on a NaN loss.
-
-On multi-worker runs the stop flags are shared each step, so every worker stops at the same step. What a stopped
-run raises is data (`NonFiniteLossError` carries the step, the last good checkpoint and the settings that rescue
-the run); the command line words those settings as `--set` options (`training.__main__`).
-"""
+"""The fault-tolerance callback: checkpoints on schedule, stops on SIGTERM (after saving) and on a NaN loss, at the same
+step on every worker; what a stopped run raises carries the settings that rescue it."""
 
 import math
 import signal
@@ -62,7 +58,7 @@ class FaultTolerance(keras.callbacks.Callback):
     After `fit` returns, call `raise_if_stopped()`: it raises `NonFiniteLossError` or `Preempted`.
 
     Args:
-        manager: the run's `training.checkpointing.CheckpointManager`.
+        manager: the run's `training.checkpoints.checkpointing.CheckpointManager`.
         every: steps between checkpoints (0: epoch ends only).
         header: what every checkpoint's header records besides the state (schedule, run identity).
         agree: multi-worker runs (`Placement.stop_agreement()`): shares each step's stop flags between the

@@ -1,12 +1,5 @@
-"""One checkpoint file: `checkpoints/ckpt-<step>.npz`, its arrays, its JSON header and the SHA-256 sealing both.
-
-The arrays are every model variable (`model/NNNNN`: weights and the dropout RNG states), every optimizer variable
-(`optimizer/NNNNN`: its step counter, moments) and the epoch's running metric sums (`metrics/NNNNN`); the header
-holds the step, the variable paths of each group (restore matches by path, so a reordering cannot mix weights up,
-and a mismatch is named), the schedule, the run's identity and a SHA-256 over the header and every array. A file
-that reads but does not match its checksum is treated as unreadable. `training.checkpointing` writes, rotates and
-restores these files; this module only encodes and decodes one.
-"""
+"""One checkpoint file, `checkpoints/ckpt-<step>.npz`: its arrays (model, optimizer, metric sums by path), its JSON
+header and the SHA-256 sealing both; a file that fails its checksum is unreadable."""
 
 import hashlib
 import json
@@ -17,7 +10,7 @@ import zlib
 
 import numpy as np
 
-from keras_vit import files, weights
+from keras_vit import files
 
 NAME = re.compile(r"ckpt-(\d+)\.npz$")
 # Header format 2: the SHA-256 covers the header too (paths, step, schedule, run id, fingerprint, history).
@@ -25,10 +18,6 @@ FORMAT = 2
 # What reading a damaged file raises: a bad or truncated zip, an array cut short, a header that is not JSON or fails
 # its checksum (ValueError). Anything else (PermissionError, a network error) is not evidence of damage.
 DAMAGE = (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, struct.error)
-
-
-class CheckpointError(weights.CheckpointError):
-    """Checkpoints exist but none can be restored into this run (all unreadable, or written by another model)."""
 
 
 class NonFiniteStateError(FloatingPointError):

@@ -1,12 +1,5 @@
-"""Choosing a `tf.distribute` strategy: TPU, multi-worker, mirrored or the default one.
-
-`auto` picks, in this order: a TPU when there is evidence of one (TPU_NAME / COLAB_TPU_ADDR / a TPU VM's
-/dev/accelN character devices, or /dev/vfio/N next to a Google PCI device: see `keras_vit._tpu_runtime`),
-MultiWorkerMirrored when TF_CONFIG names more than one task, Mirrored when there are at least two GPUs, else the
-default strategy. It says what it picked and why. The TPU path is only
-touched with evidence (or when asked) because `TPUClusterResolver` with a name queries a metadata server with no
-time-out, and a `grpc://` address nobody serves hangs; asked for explicitly without a TPU, it fails at once.
-"""
+"""Choosing a `tf.distribute` strategy: TPU (only on evidence of one: a TPU resolver can hang), multi-worker, mirrored
+or the default one, with the reason."""
 
 import json
 import os
@@ -16,11 +9,7 @@ import tensorflow as tf
 from keras_vit import _tpu_runtime
 from keras_vit._tpu_runtime import tpu_evidence
 
-from .config import option_choices
-
-
-class StrategyError(RuntimeError):
-    """The requested strategy cannot run on this machine."""
+from ..options import StrategyError, check_strategy
 
 
 def _tpu_address():
@@ -88,21 +77,13 @@ def _mirrored():
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
-def check_name(name):
-    """Raises `StrategyError` unless `name` is one of `TrainConfig.strategy`'s choices (for callers that pass a name
-    without a `TrainConfig`, which checks its own)."""
-    names = option_choices("strategy")
-    if name not in names:
-        raise StrategyError(f"Unknown strategy {name!r}. Use one of: {', '.join(names)}.")
-
-
 def select_strategy(name="auto"):
     """Returns (strategy, reason) for "auto", "tpu", "multi_worker", "mirrored" or "default".
 
     Raises:
         StrategyError: `tpu` without a TPU, `multi_worker` without TF_CONFIG, an unknown name.
     """
-    check_name(name)
+    check_strategy(name)
     if name == "fsdp":
         raise StrategyError(
             "--strategy fsdp shards the weights with keras.distribution, which only Keras' JAX backend has. Set "

@@ -1,10 +1,4 @@
-"""The ranges of the training options: one table, checked when `--set` parses a value and by `TrainConfig`.
-
-A value out of range is a one-line `ValueError` naming the option, what it takes and what was received
-(`learning_rate must be a finite number > 0. Received: learning_rate=-0.01`), raised before any work: nonsense
-such as a negative learning rate, a NaN, a label smoothing of 5 or `num_samples=0` never reaches training.
-Checks that relate two options (eval_resize_small >= image_size) stay in `TrainConfig.__post_init__`.
-"""
+"""The ranges of the training options: one table, checked when `--set` parses a value and by `TrainConfig`."""
 
 import dataclasses
 import math

@@ -1,19 +1,5 @@
-"""`--strategy fsdp` on the JAX route: the ViT's kernels and their optimizer state split over the devices.
-
-Fully sharded data parallelism puts every device on one mesh axis, `AXIS`. The global batch is split along it, as
-under `DataParallel`, and so is each large kernel, along one of its axes (`LAYOUTS`, a `keras.distribution.LayoutMap`
-of the ViT's weight paths): each device keeps 1/N of every kernel. Keras creates an optimizer slot (AdamW's moments,
-the accumulator of `accum_steps`, the average of `ema_decay`) with its variable's layout, so those are split the same
-way. XLA's SPMD partitioner adds the collectives (gathered kernels, reduced gradients) with which each device
-computes its part of the step data parallelism computes, in less memory per device.
-
-Everything else (biases, norms, the class token) stays whole on every device. A kernel whose split axis does not
-divide by the number of devices stays whole too (`FullySharded.kept_whole`), and the run says which.
-
-Checkpoints and model.keras hold whole arrays: reading a variable gathers its shards (from every process of a
-multi-process run: `training.processes.gather`), and assigning one splits it along the variable's layout, so a
-checkpoint written on N devices resumes on any number, under any strategy.
-"""
+"""`--strategy fsdp` on the JAX route: the ViT's large kernels and their optimizer state split over the devices
+(docs/multihost.md); checkpoints hold whole arrays, so a sharded run resumes on any number of devices."""
 
 import dataclasses
 import math

@@ -1,15 +1,5 @@
-"""Crash-safe checkpoints: writing, rotating, listing and restoring them; resume as a value (`find_resume`).
-
-A checkpoint is one `.npz` file, `checkpoints/ckpt-<step>.npz`, holding every model variable (weights and the
-dropout RNG states), every optimizer variable (its step counter, moments) and a small JSON header (its format and
-checksum: `training.checkpoint_file`; the callback that writes them on schedule, on SIGTERM and around a NaN loss:
-`training.fault_tolerance`). It is written
-to a temporary file in the same directory and renamed over the final name (`os.replace`), or to a URL
-(`gs://...`) in one object write, so a SIGKILL at any moment leaves the previous checkpoints intact. The step
-counter is the whole data position, because the input pipeline (`training.data.train_dataset`) is a pure function
-of the step. `keras.callbacks.BackupAndRestore` is not used: it restores epochs but not batches, writes in place,
-and does not handle SIGTERM.
-"""
+"""Crash-safe checkpoints: writing (atomically: a SIGKILL leaves the previous ones intact), rotating, listing and
+restoring them; resume as a value (`find_resume`). The step counter is the whole data position."""
 
 import dataclasses
 import logging
@@ -19,9 +9,11 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.files import atomic_write
+from keras_vit.weights import CheckpointError
 
-from . import checkpoint_file, processes
-from .checkpoint_file import CheckpointError, NonFiniteStateError, listing, pair_by_path
+from ..placement import processes
+from . import checkpoint_file
+from .checkpoint_file import NonFiniteStateError, listing, pair_by_path
 
 __all__ = [
     "CheckpointError",
@@ -58,8 +50,8 @@ class Resume:
 
     @property
     def schedule(self):
-        """The learning-rate schedule's config the checkpoint was written with (None in older files)."""
-        return self.header.get("schedule")
+        """The learning-rate schedule's config the checkpoint was written with."""
+        return self.header["schedule"]
 
     @property
     def metric_paths(self):
@@ -73,6 +65,9 @@ def find_resume(directory):
 
 class CheckpointManager:
     """Saves and restores (model, optimizer) state in `directory`, keeping the newest `keep` files.
+
+    Not `keras.callbacks.BackupAndRestore`, which restores epochs but not batches, writes in place and ignores
+    SIGTERM. A file is written beside its final name and renamed over it (`os.replace`), or to a URL in one write.
 
     Each file holds the arrays under `model/NNNNN` and `optimizer/NNNNN`, and a JSON header with the step, the
     variable paths of both groups (restore matches by path, so a reordering cannot mix weights up, and a mismatch

@@ -1,12 +1,5 @@
-"""What each training option accepts, read from its annotation: the one checker of types and choices.
-
-`TrainConfig`'s annotations are the options' declaration: `int | None`, `Literal["adamw", "sgd"]`,
-`bool | Literal["auto"]`, ... This module matches a value against an annotation (`matches`), words what an
-annotation accepts (`describe_type`), lists a `Literal`'s choices (`choices`, which the command line's argparse
-choices use) and checks a whole config (`check_fields`); `training.overrides` parses `--set` text by the same
-annotations and `training.ranges` holds the numeric bounds. The `model.NAME` options are `keras_vit.ViTConfig`'s
-fields (`model_option_types`).
-"""
+"""What each training option accepts, read from `TrainConfig`'s annotations (and `ViTConfig`'s for `model.NAME`):
+the one checker of types and choices."""
 
 import dataclasses
 import functools

@@ -1,10 +1,4 @@
-"""The `--set key=value` parser: each value's text converted by its option's annotation, then range-checked.
-
-`parse_overrides(["learning_rate=1e-3", "model.dropout_rate=0.1"])` gives `{"learning_rate": 0.001,
-"model.dropout_rate": 0.1}`, ready for `TrainConfig.replace`. The types come from `TrainConfig`'s annotations
-(`field_types`) and `keras_vit.ViTConfig`'s (`training.option_types.model_option_types`), so an option added to
-either is parsed without editing this module.
-"""
+"""The `--set key=value` parser: each value's text converted by its option's annotation, then range-checked."""
 
 import ast
 import contextlib
@@ -13,7 +7,7 @@ import typing
 from typing import Literal, Union
 
 from .config import TrainConfig
-from .option_types import MODEL_KEYS_SET_ELSEWHERE, matches, model_option_types, type_error
+from .fields import MODEL_KEYS_SET_ELSEWHERE, matches, model_option_types, type_error
 from .ranges import check_range
 
 
