@@ -56,9 +56,10 @@ _BLOCK = {
 
 
 def is_transformers_folder(folder):
+    """A config.json naming a `model_type`: transformers' mark, so `read` refuses a type it does not know by name
+    (before anything else the folder holds, a stray `.npz` say, is taken for the checkpoint)."""
     path = os.path.join(folder, "config.json")
-    known = ("vit", "vit-hybrid", *families.FAMILIES, *families.DUAL_ENCODERS)
-    return files.exists(path) and read_json(path).get("model_type") in known
+    return files.exists(path) and "model_type" in read_json(path)
 
 
 def read(folder):
@@ -68,7 +69,8 @@ def read(folder):
     if model_type != "vit" and model_type not in families.FAMILIES and model_type not in families.DUAL_ENCODERS:
         raise CheckpointError(
             f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit', "
-            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of 'clip' and 'siglip'."
+            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of "
+            f"{', '.join(repr(k) for k in families.DUAL_ENCODERS)}."
         )
     weights = os.path.join(folder, "model.safetensors")
     if not files.exists(weights):

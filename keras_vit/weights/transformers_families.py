@@ -45,6 +45,13 @@ _DINO_TOP = {
     "embeddings.position_embeddings": "pos_embed",
     "layernorm": "norm",
 }
+_CLIP_TOP = {
+    "embeddings.class_embedding": "cls_token",
+    "embeddings.patch_embedding": "patch_embed.proj",
+    "embeddings.position_embedding.weight": "pos_embed",
+    "pre_layrnorm": "norm_pre",
+    "post_layernorm": "norm",
+}
 _SIGLIP_HEAD = {
     "head.probe": "attn_pool.latent",
     "head.attention.out_proj": "attn_pool.proj",
@@ -72,15 +79,10 @@ FAMILIES = {
         "encoder.layer", _VIT_BLOCK, "attention.attention.{}", "DeiTForImageClassificationWithTeacher",
     ),
     "clip_vision_model": (
-        "vision_model.",
-        {
-            "embeddings.class_embedding": "cls_token",
-            "embeddings.patch_embedding": "patch_embed.proj",
-            "embeddings.position_embedding.weight": "pos_embed",
-            "pre_layrnorm": "norm_pre",
-            "post_layernorm": "norm",
-        },
-        "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "CLIPVisionModel",
+        "vision_model.", _CLIP_TOP, "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "CLIPVisionModel",
+    ),
+    "metaclip_2_vision_model": (
+        "vision_model.", _CLIP_TOP, "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "MetaClip2VisionModel",
     ),
     "siglip_vision_model": (
         "vision_model.",
@@ -189,18 +191,21 @@ def from_original(params, model_type, num_heads):
     return from_timm(timm_layout.from_original(params, num_heads), model_type)
 
 
-# The dual-encoder repos (openai/clip-*, google/siglip-*): their image tower, under `vision_config` and the
-# `vision_model.` prefix; the text tower and the projections are left out (`pooler_output` is what comes back).
-# Defaults: transformers' CLIPVisionConfig / SiglipVisionConfig, for fields a saved config leaves out.
+# The dual-encoder repos (openai/clip-*, facebook/metaclip-2-*, google/siglip-*): their image tower, under
+# `vision_config` and the `vision_model.` prefix; the text tower and the projections are left out (`pooler_output`
+# is what comes back). Defaults: transformers' CLIPVisionConfig (MetaClip2VisionConfig inherits it) /
+# SiglipVisionConfig, for fields a saved config leaves out.
 DUAL_ENCODERS = {
     "clip": ("clip_vision_model", dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, patch_size=32)),
+    "metaclip_2": ("metaclip_2_vision_model", dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, patch_size=32)),
     "siglip": ("siglip_vision_model", dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, patch_size=16)),
 }
 _TOWER_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
 
 
 def vision_tower(cfg, state):
-    """A CLIPModel / SiglipModel config and state dict -> its image tower's (the families' vision models)."""
+    """A CLIPModel / MetaClip2Model / SiglipModel config and state dict -> its image tower's (the families' vision
+    models)."""
     model_type, defaults = DUAL_ENCODERS[cfg["model_type"]]
     vision = {**_TOWER_DEFAULTS, "image_size": 224, **defaults, **(cfg.get("vision_config") or {})}
     vision["model_type"] = model_type
@@ -208,13 +213,17 @@ def vision_tower(cfg, state):
     return vision, {k: v for k, v in state.items() if k.startswith("vision_model.")}
 
 
-_EPSILON = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "deit": 1e-12, "clip_vision_model": 1e-5}
+_EPSILON = {
+    "dinov2": 1e-6, "dinov2_with_registers": 1e-6, "deit": 1e-12, "clip_vision_model": 1e-5,
+    "metaclip_2_vision_model": 1e-5,
+}  # fmt: skip
 _DINO_HEAD = "a classifier on the class token concatenated with the mean patch token"
 _REFUSED_ARCHITECTURES = {
     "Dinov2ForImageClassification": _DINO_HEAD,
     "Dinov2WithRegistersForImageClassification": _DINO_HEAD,
     "DeiTForImageClassification": "DeiT's class-token-only classifier over a distillation-token model",
     "CLIPVisionModelWithProjection": "CLIP's bias-free visual projection",
+    "MetaClip2VisionModelWithProjection": "CLIP's bias-free visual projection",
 }
 
 
