@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from keras_vit.weights import timm_layout
+from keras_vit.weights import timm_layout, transformers_families2
 from keras_vit.weights.loading import CheckpointError
 
 _VIT_BLOCK = {
@@ -30,6 +30,8 @@ _DINO_BLOCK = {
     "attention.output.dense": "attn.proj",
     "layer_scale1.lambda1": "ls1.gamma",
     "layer_scale2.lambda1": "ls2.gamma",
+    "mlp.fc1_g": "mlp.fc1_g",  # SwiGLU (use_swiglu_ffn=True), once `transformers_families2.unpack_swiglu` split it
+    "mlp.fc1_x": "mlp.fc1_x",
 }
 _CLIP_BLOCK = {
     "layer_norm1": "norm1",
@@ -115,6 +117,8 @@ def to_timm(state, model_type, *, source):
     state = {k[len(prefix) :] if prefix and k.startswith(prefix) else k: np.asarray(v) for k, v in state.items()}
     for key in _UNUSED:
         state.pop(key, None)
+    if model_type.startswith("dinov2"):
+        state = transformers_families2.unpack_swiglu(state, block_prefix)
     out = {}
     _rename(state, top, "", "", out)
     if "cls_token" in out and out["cls_token"].ndim == 1:  # CLIP's class_embedding (D,)
@@ -178,7 +182,7 @@ def from_timm(state, model_type):
         )
     if state:
         raise CheckpointError(f"No {model_type} counterpart for {sorted(state)[:8]}; save the model in another format.")
-    return out
+    return transformers_families2.pack_swiglu(out) if model_type.startswith("dinov2") else out
 
 
 def to_original(state, model_type, num_heads, *, source):
@@ -238,12 +242,18 @@ def read_options(folder, cfg, params):
                 f"{folder!r} is a {name}: {_REFUSED_ARCHITECTURES[name]}, which keras-vit does not build; load the "
                 f"backbone ({FAMILIES[model_type][5]}) instead."
             )
-    if cfg.get("use_swiglu_ffn"):
-        raise CheckpointError(f"{folder!r} uses a SwiGLU MLP (use_swiglu_ffn=True); keras-vit builds GELU MLPs only.")
     size = cfg.get("image_size", 224)
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = int(cfg.get("patch_size", 16))
     options = infer_options(params, source=folder, grid=(size[0] // patch, size[1] // patch))
+    if cfg.get("use_swiglu_ffn"):  # SiLU whatever hidden_act says; the width from the tensors
+        gate = params.get("Transformer/encoderblock_0/MlpBlock_3/gate/kernel")
+        if gate is None:
+            raise CheckpointError(
+                f"{folder!r}: its config says use_swiglu_ffn=True but its MLP tensors are a GELU MLP's (fc1/fc2); "
+                f"fix the config or the weights."
+            )
+        options.update(mlp_type="swiglu", mlp_dim=int(gate.shape[1]))
     if model_type == "siglip_vision_model" and "MAPHead_0/probe" not in params:
         options["pooling"] = "gap"  # vision_use_head=False: no pooled output of its own
     options["layer_norm_epsilon"] = float(cfg.get("layer_norm_eps", _EPSILON.get(model_type, 1e-6)))
@@ -278,6 +288,7 @@ def check_writable(model_type, config):
         "dinov2_with_registers": dict(class_token=True, pooling="token", no_embed_class=False, pre_norm=False),
     }[model_type]
     wrong = {k: getattr(config, k) for k, v in expected.items() if getattr(config, k) != v}
+    wrong.update(transformers_families2.newer_options(config, ("mlp_type",) if model_type.startswith("dinov2") else ()))
     if config.gelu not in _GELU_NAMES:
         wrong["gelu"] = config.gelu
     if wrong or config.fc_norm or (model_type != "deit") == bool(config.num_classes):
@@ -316,7 +327,15 @@ def hf_config(model_type, config, class_names):
     )
     if model_type.startswith("dinov2"):
         cfg.update(mlp_ratio=config.mlp_dim / config.hidden_size, layerscale_value=1.0, qkv_bias=True)
-        cfg.update(use_swiglu_ffn=False, drop_path_rate=0.0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        swiglu = getattr(config, "mlp_type", "gelu") == "swiglu"
+        if swiglu:
+            cfg["mlp_ratio"] = transformers_families2.swiglu_mlp_ratio(config.hidden_size, config.mlp_dim)
+        cfg.update(
+            use_swiglu_ffn=swiglu,
+            drop_path_rate=0.0,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         if config.num_registers:
             cfg["num_register_tokens"] = config.num_registers
     else:
