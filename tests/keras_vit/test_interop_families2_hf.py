@@ -41,11 +41,38 @@ def outputs(model, images):
     return {"last_hidden_state": last_hidden_state(model, images), "pooler_output": model.predict(images, verbose=0)}
 
 
+CLIP_LIKE = dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5, num_classes=0)
+DINOV3 = dict(
+    rope="dinov3", position_embedding="none", class_token=True, num_registers=4, qkv_bias="qv", pooling="token",
+    layer_norm_epsilon=1e-5, num_classes=0,
+)  # fmt: skip
 # fixture: the options keras-vit must read
 EXPECTED = {
-    "hf_metaclip2_vision": dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5, num_classes=0),
-    "hf_metaclip2_dual": dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5, num_classes=0),
+    "hf_metaclip2_vision": CLIP_LIKE,
+    "hf_metaclip2_dual": CLIP_LIKE,
+    "hf_dinov3_vit": dict(DINOV3, mlp_type="gelu", mlp_dim=192, gelu="exact"),
+    "hf_dinov3_vit_gated": dict(DINOV3, mlp_type="swiglu", mlp_dim=128),
+    "hf_aimv2_vision": dict(
+        norm="rms",
+        patch_norm=True,
+        class_token=False,
+        qkv_bias="none",
+        proj_bias=False,
+        mlp_type="swiglu",
+        mlp_bias=False,
+        mlp_dim=128,
+        pooling="map",
+        layer_norm_epsilon=1e-5,
+    ),
+    "hf_dinov2_swiglu": dict(mlp_type="swiglu", mlp_dim=128, layer_norm_epsilon=1e-6, class_token=True),
 }
+WIDE = ("hf_dinov3_vit", "hf_dinov3_vit_gated")
+# Written again from a model: tensors whose values change on the way (the patch embedding absorbs the folder's
+# mean/std; the mask token, unused, is written as zeros).
+REWRITTEN = ("embeddings.patch_embedding.weight", "embeddings.patch_embeddings.weight",
+             "embeddings.patch_embeddings.bias", "embeddings.patch_embed.weight", "embeddings.patch_embed.bias",
+             "embeddings.patch_embeddings.projection.weight", "embeddings.patch_embeddings.projection.bias",
+             "embeddings.mask_token")  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
@@ -63,16 +90,34 @@ def test_fixture_matches_transformers(fixture):
     assert {k: getattr(model.config, k) for k in EXPECTED[name]} == EXPECTED[name]
 
 
+@pytest.mark.parametrize("name", WIDE)
+@pytest.mark.parametrize("how", ["dynamic_image_size", "image_size"])
+def test_non_square_input_matches_transformers(name, how):
+    """DINOv3 computes its rotary table from the input's grid: a model taking any size, or one built at 32x48."""
+    ref = io(name)
+    images = ref["wide_images"]
+    size = dict(dynamic_image_size=True) if how == "dynamic_image_size" else dict(image_size=images.shape[1:3])
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES2, name), **size)
+    got = outputs(model, images)
+    diffs = {k: scaled_diff(got[k], ref[f"wide_{k}"]) for k in OUTPUTS}
+    assert max(diffs.values()) < TOL, diffs
+
+
 def test_save_pretrained_round_trip(fixture, tmp_path):
-    """Written back in transformers' layout: the vision tower's tensor names and shapes (a MetaCLIP 2 tower is
-    written as the CLIPVisionModel it is), the same outputs when read again."""
+    """Written back in transformers' layout: the (vision tower's) tensor names and shapes, their values (but for
+    those the normalisation folds into, and an unused mask token), the same outputs when read again. A MetaCLIP 2
+    tower is written as the CLIPVisionModel it is."""
     name, model, ref = fixture
     out = keras_vit.save_pretrained(model, tmp_path / name, format="transformers")
     written = load_file(os.path.join(out, "model.safetensors"))
     original = load_file(os.path.join(FAMILIES2, name, "model.safetensors"))
-    tower = {k.removeprefix("vision_model."): v.shape for k, v in original.items()}
-    tower = {k: v for k, v in tower.items() if k.startswith(("embeddings.", "encoder.", "pre_", "post_", "layer"))}
-    assert {k: v.shape for k, v in written.items()} == tower
+    if name == "hf_metaclip2_dual":
+        original = {k.removeprefix("vision_model."): v for k, v in original.items() if k.startswith("vision_model.")}
+    assert {k: v.shape for k, v in written.items()} == {k: v.shape for k, v in original.items()}
+    # without a patch bias (CLIP), the normalisation's constant goes into the position table's patch rows
+    rewritten = REWRITTEN + (() if model.config.patch_bias else ("embeddings.position_embedding.weight",))
+    changed = [k for k in written if k not in rewritten and not np.array_equal(written[k], original[k])]
+    assert not changed, changed
     again = keras_vit.from_pretrained(out)
     assert again.config == model.config
     got = outputs(again, ref["images"])
