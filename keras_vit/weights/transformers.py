@@ -227,14 +227,14 @@ def write(folder, params, config, class_names=None):
     model_type = families2.model_type_for(config)
     if model_type is not None:
         families2.check_writable(model_type, config)
-        state = families2.from_original(params, model_type, config.num_heads)
+        state = families2.from_original(params, model_type, config)
         return _write_folder(
             folder, state, families2.hf_config(model_type, config), config, families2.PROCESSORS2[model_type]
         )
     model_type = families.model_type_for(config)
     if model_type is not None:
         families.check_writable(model_type, config)
-        state = families.from_original(params, model_type, config.num_heads)
+        state = families.from_original(params, model_type, config)
         cfg = families.hf_config(model_type, config, class_names)
         return _write_folder(folder, state, cfg, config, families.PROCESSORS[model_type])
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":

@@ -186,13 +186,24 @@ def from_timm(state, model_type):
 
 
 def to_original(state, model_type, num_heads, *, source):
-    """A family's state dict -> original-layout params (through timm's names)."""
+    """A family's state dict -> original-layout params (through timm's names; Dinov2's SwiGLU through timm_eva's
+    reader, which knows timm's split `fc1_g` / `fc1_x`)."""
     timm_layout.refuse_unsupported(state, source, library="transformers")
-    return timm_layout.to_original(to_timm(state, model_type, source=source), num_heads, source=source)
+    timm_state = to_timm(state, model_type, source=source)
+    if any(".mlp.fc1_g." in key for key in timm_state):
+        from keras_vit.weights import timm_eva
+
+        return timm_eva.to_original(timm_state, num_heads, num_heads, source=source)
+    return timm_layout.to_original(timm_state, num_heads, source=source)
 
 
-def from_original(params, model_type, num_heads):
-    return from_timm(timm_layout.from_original(params, num_heads), model_type)
+def from_original(params, model_type, config):
+    if config.mlp_type == "swiglu":  # Dinov2's SwiGLU: timm's VisionTransformer names (`ls1.gamma`, `qkv.bias`)
+        from keras_vit.weights import timm_eva
+
+        kw = dict(transformers_families2.TIMM_KW, aimv2=True)
+        return from_timm(timm_eva.from_original(params, config, kw), model_type)
+    return from_timm(timm_layout.from_original(params, config.num_heads), model_type)
 
 
 # The dual-encoder repos (openai/clip-*, facebook/metaclip-2-*, google/siglip-*): their image tower, under
@@ -245,15 +256,17 @@ def read_options(folder, cfg, params):
     size = cfg.get("image_size", 224)
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = int(cfg.get("patch_size", 16))
+    gate = params.get("Transformer/encoderblock_0/MlpBlock_3/gate/kernel")
+    if bool(cfg.get("use_swiglu_ffn")) != (gate is not None):
+        raise CheckpointError(
+            f"{folder!r}: its config says use_swiglu_ffn={bool(cfg.get('use_swiglu_ffn'))} but its MLP tensors are "
+            f"{'a SwiGLU' if gate is not None else 'a GELU'} MLP's; fix the config or the weights."
+        )
+    if gate is not None:  # SiLU whatever hidden_act says; infer_options reads the width from Dense_0's place
+        params = {**params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": gate}
     options = infer_options(params, source=folder, grid=(size[0] // patch, size[1] // patch))
-    if cfg.get("use_swiglu_ffn"):  # SiLU whatever hidden_act says; the width from the tensors
-        gate = params.get("Transformer/encoderblock_0/MlpBlock_3/gate/kernel")
-        if gate is None:
-            raise CheckpointError(
-                f"{folder!r}: its config says use_swiglu_ffn=True but its MLP tensors are a GELU MLP's (fc1/fc2); "
-                f"fix the config or the weights."
-            )
-        options.update(mlp_type="swiglu", mlp_dim=int(gate.shape[1]))
+    if gate is not None:
+        options["mlp_type"] = "swiglu"
     if model_type == "siglip_vision_model" and "MAPHead_0/probe" not in params:
         options["pooling"] = "gap"  # vision_use_head=False: no pooled output of its own
     options["layer_norm_epsilon"] = float(cfg.get("layer_norm_eps", _EPSILON.get(model_type, 1e-6)))

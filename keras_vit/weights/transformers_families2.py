@@ -240,16 +240,23 @@ def newer_options(config, allowed=()):
 
 
 def to_original(state, model_type, num_heads, *, source):
-    """A DINOv3 / AIMv2 state dict -> original-layout params (through timm's names)."""
-    from keras_vit.weights import timm_layout
+    """A DINOv3 / AIMv2 state dict -> original-layout params (through timm's names; AIMv2's pooling head has the
+    encoder's head count)."""
+    from keras_vit.weights import timm_eva
 
-    return timm_layout.to_original(to_timm(state, model_type, source=source), num_heads, source=source)
+    return timm_eva.to_original(to_timm(state, model_type, source=source), num_heads, num_heads, source=source)
 
 
-def from_original(params, model_type, num_heads):
-    from keras_vit.weights import timm_layout
+# What `timm_eva.from_original` needs to know of the timm model whose names these families borrow: fused q/k/v,
+# split SwiGLU (`fc1_g` / `fc1_x`), and LayerScale named as timm's Eva (`gamma_1`) or VisionTransformer (`ls1.gamma`).
+TIMM_KW = dict(qkv_fused=True, swiglu_mlp=False, scale_mlp=False, swiglu_align_to=0, aimv2=False)
 
-    return from_timm(timm_layout.from_original(params, num_heads), model_type)
+
+def from_original(params, model_type, config):
+    from keras_vit.weights import timm_eva
+
+    kw = dict(TIMM_KW, aimv2=model_type == "aimv2_vision_model")
+    return from_timm(timm_eva.from_original(params, config, kw), model_type)
 
 
 _GELU = {

@@ -147,3 +147,44 @@ def test_metaclip2_with_projection_is_refused_in_one_line(tmp_path):
     with pytest.raises(keras_vit.CheckpointError, match="visual projection") as err:
         keras_vit.from_pretrained(folder)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "name, changes, message",
+    [
+        ("hf_dinov3_vit", dict(architectures=["DINOv3ViTBackbone"]), "keras-vit reads the DINOv3ViTModel layout"),
+        ("hf_dinov3_vit_gated", dict(hidden_act="gelu"), "hidden_act='gelu' in a gated MLP"),
+        ("hf_aimv2_vision", dict(is_native=True), "native-resolution AIMv2"),
+        ("hf_dinov2_swiglu", dict(use_swiglu_ffn=False), "says use_swiglu_ffn=False but its MLP tensors are a SwiGLU"),
+    ],
+)
+def test_members_keras_vit_cannot_build_are_refused_in_one_line(tmp_path, name, changes, message):
+    with pytest.raises(keras_vit.CheckpointError, match=message) as err:
+        keras_vit.from_pretrained(_copy(name, tmp_path, **changes))
+    assert "\n" not in str(err.value)
+
+
+def test_a_learned_dinov3_key_bias_is_refused(tmp_path):
+    """timm's Eva and keras-vit's DINOv3 have no key bias: one of zeros is dropped, any other refused."""
+    from safetensors.numpy import save_file
+
+    folder = _copy("hf_dinov3_vit", tmp_path, key_bias=True)
+    state = load_file(folder / "model.safetensors")
+    for i in range(2):
+        state[f"layer.{i}.attention.k_proj.bias"] = np.zeros(48, np.float32)
+    save_file(state, folder / "model.safetensors")
+    assert keras_vit.from_pretrained(folder).config.qkv_bias == "qv"
+    state["layer.1.attention.k_proj.bias"] = np.full(48, 0.1, np.float32)
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(keras_vit.CheckpointError, match="has a learned key bias"):
+        keras_vit.from_pretrained(folder)
+
+
+def test_an_aimv2_head_changed_by_training_is_not_written_as_aimv2(tmp_path):
+    """AIMv2's pooling head is read into a MAP head whose query projection is the identity and whose MLP adds zero;
+    once those have changed, transformers' Aimv2VisionModel cannot hold it."""
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES2, "hf_aimv2_vision"))
+    query = model.get_layer("MAPHead_0").attention.query_kernel
+    query.assign(query.numpy() * 1.01)
+    with pytest.raises(keras_vit.CheckpointError, match="no longer AIMv2's"):
+        keras_vit.save_pretrained(model, tmp_path / "aimv2", format="transformers")
