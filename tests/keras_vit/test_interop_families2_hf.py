@@ -188,3 +188,20 @@ def test_an_aimv2_head_changed_by_training_is_not_written_as_aimv2(tmp_path):
     query.assign(query.numpy() * 1.01)
     with pytest.raises(keras_vit.CheckpointError, match="no longer AIMv2's"):
         keras_vit.save_pretrained(model, tmp_path / "aimv2", format="transformers")
+
+
+KERAS_HUB = os.path.join(str(support.FIXTURES), "kerashub_dinov3")
+
+
+@pytest.mark.parametrize("name", ["dinov3_vit", "dinov3_vit_gated"])
+def test_keras_hub_dinov3_presets_match_keras_hub(name):
+    """keras-hub's DINOV3Backbone presets (made by keras-hub from the transformers fixtures): every token after the
+    final norm, at the preset's size and, with dynamic_image_size, at 32x48."""
+    folder = os.path.join(KERAS_HUB, name)
+    ref = dict(np.load(os.path.join(folder, "io.npz")))
+    for prefix, size in (("", {}), ("wide_", dict(dynamic_image_size=True))):
+        model = keras_vit.from_pretrained(folder, **size)
+        got = last_hidden_state(model, ref[f"{prefix}pixel_values"])  # a backbone preset states no statistics
+        assert scaled_diff(got, ref[f"{prefix}backbone_output"]) < TOL, prefix
+    assert model.config.mlp_type == ("swiglu" if name.endswith("gated") else "gelu")
+    assert (model.config.rope, model.config.num_registers, model.config.qkv_bias) == ("dinov3", 4, "qv")
