@@ -205,3 +205,13 @@ def test_keras_hub_dinov3_presets_match_keras_hub(name):
         assert scaled_diff(got, ref[f"{prefix}backbone_output"]) < TOL, prefix
     assert model.config.mlp_type == ("swiglu" if name.endswith("gated") else "gelu")
     assert (model.config.rope, model.config.num_registers, model.config.qkv_bias) == ("dinov3", 4, "qv")
+
+
+def test_dinov3_pooling_is_the_users_choice():
+    """transformers' pooler_output is the normed class token (`pooling="token"`, read); `pooling="gap"` gives timm's
+    default instead: the mean of the normed patch tokens, registers and class token left out."""
+    ref = io("hf_dinov3_vit")
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES2, "hf_dinov3_vit"), pooling="gap")
+    assert model.config.pooling == "gap"
+    expected = ref["last_hidden_state"][:, 5:].mean(axis=1)
+    assert scaled_diff(model.predict(ref["images"], verbose=0), expected) < TOL
