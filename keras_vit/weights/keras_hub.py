@@ -204,6 +204,10 @@ def write(folder, params, config, class_names=None):
 
     import keras
 
+    if getattr(config, "rope", None) == "dinov3":  # keras-hub's DINOV3Backbone
+        from keras_vit.weights import keras_hub_dinov3
+
+        return keras_hub_dinov3.write(folder, params, config)
     _check_writable(config)
     if config.gelu != "exact":
         warnings.warn(

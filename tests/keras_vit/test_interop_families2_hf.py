@@ -215,3 +215,35 @@ def test_dinov3_pooling_is_the_users_choice():
     assert model.config.pooling == "gap"
     expected = ref["last_hidden_state"][:, 5:].mean(axis=1)
     assert scaled_diff(model.predict(ref["images"], verbose=0), expected) < TOL
+
+
+def _h5(path):
+    import h5py
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+@pytest.mark.parametrize("name", ["dinov3_vit", "dinov3_vit_gated"])
+def test_keras_hub_dinov3_presets_are_written_back_in_keras_hubs_layout(name, tmp_path):
+    """The variables keras-hub's own save_to_preset wrote, path for path and value for value (the unused mask token
+    is written as zeros), and the same outputs when read again."""
+    folder = os.path.join(KERAS_HUB, name)
+    model = keras_vit.from_pretrained(folder)
+    out = keras_vit.save_pretrained(model, tmp_path / name, format="keras_hub")
+    written, original = _h5(os.path.join(out, "model.weights.h5")), _h5(os.path.join(folder, "model.weights.h5"))
+    assert {k: v.shape for k, v in written.items()} == {k: v.shape for k, v in original.items()}
+    mask = "layers/dinov3_embedding/vars/1"
+    assert [k for k in written if k != mask and not np.array_equal(written[k], original[k])] == []
+    assert not np.any(written[mask])
+    from pathlib import Path
+
+    cfg, ref_cfg = (json.loads((Path(f) / "config.json").read_text())["config"] for f in (out, folder))
+    assert {k: v for k, v in cfg.items() if k not in ("name", "dtype")} == {
+        k: v for k, v in ref_cfg.items() if k not in ("name", "dtype")
+    }
+    again = keras_vit.from_pretrained(out)
+    ref = dict(np.load(os.path.join(folder, "io.npz")))
+    assert scaled_diff(last_hidden_state(again, ref["pixel_values"]), ref["backbone_output"]) < TOL
