@@ -17,6 +17,10 @@ from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResidualUnit, ResNetStage, StdConv2D
+from keras_vit.layers.rms_norm import RMSNorm
+from keras_vit.layers.rotary_attention import RotaryAttention
+from keras_vit.layers.rotary_embedding import RotaryEmbedding, rotate
+from keras_vit.layers.swiglu import SwiGLU
 from keras_vit.layers.token_split import TokenSplit
 
 __all__ = [
@@ -30,12 +34,17 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RMSNorm",
     "RegisterTokens",
     "ResNetStage",
     "ResidualUnit",
+    "RotaryAttention",
+    "RotaryEmbedding",
     "StdConv2D",
+    "SwiGLU",
     "TokenPooling",
     "TokenSplit",
     "resize_position_embedding",
+    "rotate",
     "sincos_2d_table",
 ]

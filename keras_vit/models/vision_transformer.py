@@ -4,13 +4,14 @@ import keras
 
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder_block import EncoderBlock
-from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResNetStage, group_norm, std_conv
+from keras_vit.layers.rms_norm import make_norm
+from keras_vit.layers.rotary_embedding import VARIANTS, RotaryEmbedding
 from keras_vit.models.checks import check_class_names, check_images, validate
 from keras_vit.models.configs import ViTConfig, get_variant
 
@@ -73,6 +74,8 @@ class VisionTransformer(keras.Model):
         **kwargs,
     ):
         dtype = dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype
+        # The second generation's options (ViTConfig documents them), absent from first-generation configs.
+        extended = {k: kwargs.pop(k) for k in _EXTENDED if k in kwargs}
         config = ViTConfig(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
             num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes, channels=channels, pooling=pooling,
@@ -84,7 +87,7 @@ class VisionTransformer(keras.Model):
             dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method, remat=remat,
             layer_scale=layer_scale, num_registers=int(num_registers), distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), pre_norm=bool(pre_norm), patch_bias=bool(patch_bias),
-            fc_norm=bool(fc_norm), resnet_norm=resnet_norm,
+            fc_norm=bool(fc_norm), resnet_norm=resnet_norm, **extended,
         )  # fmt: skip
         validate(config)
         class_names = check_class_names(class_names, config.num_classes)
@@ -131,6 +134,12 @@ class VisionTransformer(keras.Model):
         return model
 
 
+_EXTENDED = (
+    "rope", "rope_ref_grid", "rope_offset", "rope_base", "mlp_type", "mlp_norm", "attention_norm", "qkv_bias",
+    "proj_bias", "mlp_bias", "norm", "patch_norm", "encoder_norm", "map_heads", "map_mlp_dim",
+)  # fmt: skip
+
+
 def _quantized_leaf(layer):
     return getattr(layer, "quantization_mode", None) is not None and len(list(layer._flatten_layers())) == 1
 
@@ -146,16 +155,45 @@ def _graph(config):
     x = PatchEmbedding(
         config.hidden_size, config.patch_size, use_bias=config.patch_bias, name="embedding", dtype=policy
     )(x)
+    if config.patch_norm:
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="patch_norm", dtype=policy)(x)
     x = _tokens(x, images, config, policy)
     x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
     if config.pre_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
-    x = _encoder(x, config, policy)
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
+    x = _encoder(x, config, policy, _rope(images, config, policy))
     return images, _head(x, config, policy)
 
 
-def _encoder(x, config, policy):
+def _rope(images, config, policy):
+    """The `RotaryEmbedding` table of the input's grid (None without rotary embeddings)."""
+    if config.rope is None:
+        return None
+    step = config.feature_stride * config.patch_size
+    return RotaryEmbedding(
+        config.rope, config.hidden_size // config.num_heads, config.grid_size, config.num_prefix_tokens,
+        ref_grid=config.rope_ref_grid, base=config.rope_base, offset=config.rope_offset,
+        patch_stride=step if config.dynamic_image_size else None, name="rope", dtype=policy,
+    )(images)  # fmt: skip
+
+
+def _block_options(config):
+    """`EncoderBlock`'s second-generation arguments, only where they differ from its defaults."""
+    options = dict(
+        mlp_type=config.mlp_type, mlp_norm=config.mlp_norm, attention_norm=config.attention_norm,
+        biases=config.attention_biases, mlp_bias=config.mlp_bias, norm=config.norm,
+        rope_layout=VARIANTS[config.rope][0] if config.rope else None,
+    )  # fmt: skip
+    defaults = dict(
+        mlp_type="gelu", mlp_norm=False, attention_norm=False, biases=("query", "key", "value", "out"),
+        mlp_bias=True, norm="layer", rope_layout=None,
+    )  # fmt: skip
+    return {k: v for k, v in options.items() if v != defaults[k]}
+
+
+def _encoder(x, config, policy, rope=None):
     """The `encoderblock_{i}` stack, its stochastic-depth rate rising linearly from 0 to the configured rate."""
+    extra = {} if rope is None else {"rope": rope}
     for i in range(config.num_layers):
         x = EncoderBlock(
             config.num_heads,
@@ -169,7 +207,8 @@ def _encoder(x, config, policy):
             layer_scale=config.layer_scale,
             name=f"encoderblock_{i}",
             dtype=policy,
-        )(x)
+            **_block_options(config),
+        )(x, **extra)
     return x
 
 
@@ -188,6 +227,8 @@ def _tokens(x, images, config, policy):
             resize_method=config.dynamic_resize_method, patch_stride=step,
         )(x, images=images)  # fmt: skip
 
+    if config.position_embedding == "none":  # DINOv3: rotary embeddings alone
+        position = lambda x, rows: x  # noqa: E731
     if config.no_embed_class:
         x = position(x, 0)
     if config.distillation_token:
@@ -203,8 +244,8 @@ def _tokens(x, images, config, policy):
 
 def _head(x, config, policy):
     """Encoded tokens -> pooled features -> logits (`encoder_norm`, `pool`, `pre_logits`, `head`)."""
-    if not config.fc_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
+    if not config.fc_norm and config.encoder_norm:
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
     # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
     head_dtype = "float32" if policy.name.startswith("mixed") else policy
 
@@ -226,13 +267,13 @@ def _head(x, config, policy):
         return average([cls, dist])
     if config.pooling == "map":
         x = MAPHead(
-            config.num_heads, config.mlp_dim, gelu=config.gelu, layer_norm_epsilon=config.layer_norm_epsilon,
-            name="MAPHead_0", dtype=policy,
+            config.map_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim, gelu=config.gelu,
+            layer_norm_epsilon=config.layer_norm_epsilon, name="MAPHead_0", dtype=policy,
         )(x)  # fmt: skip
     else:
         x = TokenPooling(config.pooling, config.num_prefix_tokens, name="pool", dtype=policy)(x)
     if config.fc_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="fc_norm", dtype=policy)(x)
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="fc_norm", dtype=policy)(x)
     if config.representation_size:
         x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
     if config.num_classes:

@@ -42,6 +42,10 @@ def is_keras_hub_folder(folder):
 def read(folder):
     """A keras-hub ViT preset folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
+    if cfg.get("class_name") == "DINOV3Backbone":
+        from keras_vit.weights import keras_hub_dinov3
+
+        return keras_hub_dinov3.read(folder, cfg, _read_h5(os.path.join(folder, "model.weights.h5")))
     if cfg.get("class_name") != "ViTBackbone":
         raise CheckpointError(
             f"{folder!r} is a keras-hub {cfg.get('class_name')!r} preset; keras-vit reads ViTBackbone presets only."
@@ -194,6 +198,10 @@ def write(folder, params, config, class_names=None):
 
     import keras
 
+    if getattr(config, "rope", None) == "dinov3":  # keras-hub's DINOV3Backbone
+        from keras_vit.weights import keras_hub_dinov3
+
+        return keras_hub_dinov3.write(folder, params, config)
     _check_writable(config)
     if config.gelu != "exact":
         warnings.warn(

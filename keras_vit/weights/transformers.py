@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.weights import transformers_families as families
+from keras_vit.weights import transformers_families2 as families2
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -48,19 +49,22 @@ _BLOCK = {
 
 
 def is_transformers_folder(folder):
+    """A config.json naming a `model_type`: transformers' mark, so `read` refuses a type it does not know by name
+    (before anything else the folder holds, a stray `.npz` say, is taken for the checkpoint)."""
     path = os.path.join(folder, "config.json")
-    known = ("vit", "vit-hybrid", *families.FAMILIES, *families.DUAL_ENCODERS)
-    return files.exists(path) and read_json(path).get("model_type") in known
+    return files.exists(path) and "model_type" in read_json(path)
 
 
 def read(folder):
     """A transformers ViT folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
     model_type = cfg.get("model_type")
-    if model_type != "vit" and model_type not in families.FAMILIES and model_type not in families.DUAL_ENCODERS:
+    known = (*families.FAMILIES, *families2.FAMILIES2)
+    if model_type != "vit" and model_type not in known and model_type not in families.DUAL_ENCODERS:
         raise CheckpointError(
             f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit', "
-            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of 'clip' and 'siglip'."
+            f"{', '.join(repr(k) for k in known)} and the image towers of "
+            f"{', '.join(repr(k) for k in families.DUAL_ENCODERS)}."
         )
     weights = os.path.join(folder, "model.safetensors")
     if not files.exists(weights):
@@ -72,6 +76,9 @@ def read(folder):
     if model_type in families.DUAL_ENCODERS:
         cfg, state = families.vision_tower(cfg, state)
         model_type = cfg["model_type"]
+    if model_type in families2.FAMILIES2:
+        params = families2.to_original(state, model_type, int(cfg["num_attention_heads"]), source=folder)
+        return _checkpoint(folder, params, families2.read_options(folder, cfg, params), cfg)
     act = cfg.get("hidden_act", "gelu")
     if act not in _ACT:
         raise CheckpointError(f"{folder!r} uses hidden_act={act!r}; keras-vit has GELU only ({sorted(_ACT)}).")
@@ -209,10 +216,17 @@ def write(folder, params, config, class_names=None):
     `ViTModel.from_pretrained(folder)` (without one; its pooler is the model's `pre_logits`, if any); a ViT
     relative goes to its family's layout (`Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`,
     `DeiTForImageClassificationWithTeacher`)."""
+    model_type = families2.model_type_for(config)
+    if model_type is not None:
+        families2.check_writable(model_type, config)
+        state = families2.from_original(params, model_type, config)
+        return _write_folder(
+            folder, state, families2.hf_config(model_type, config), config, families2.PROCESSORS2[model_type]
+        )
     model_type = families.model_type_for(config)
     if model_type is not None:
         families.check_writable(model_type, config)
-        state = families.from_original(params, model_type, config.num_heads)
+        state = families.from_original(params, model_type, config)
         cfg = families.hf_config(model_type, config, class_names)
         return _write_folder(folder, state, cfg, config, families.PROCESSORS[model_type])
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":

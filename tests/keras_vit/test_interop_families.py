@@ -134,7 +134,7 @@ def _copy(name, tmp_path, **config_changes):
 @pytest.mark.parametrize(
     "name, changes, message",
     [
-        ("hf_dinov2_small", dict(use_swiglu_ffn=True), "uses a SwiGLU MLP"),
+        ("hf_dinov2_small", dict(use_swiglu_ffn=True), "says use_swiglu_ffn=True but its MLP tensors are a GELU"),
         ("hf_dinov2_small", dict(architectures=["Dinov2ForImageClassification"]), "class token concatenated"),
         ("hf_clip_vision", dict(architectures=["CLIPVisionModelWithProjection"]), "visual projection"),
         ("hf_deit_distilled", dict(architectures=["DeiTForImageClassification"]), "class-token-only classifier"),
