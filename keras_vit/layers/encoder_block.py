@@ -42,6 +42,7 @@ class EncoderBlock(keras.layers.Layer):
     Call arguments:
         tokens: (B, T, D).
         return_attention_scores: also return the attention weights (B, H, T, T).
+        key_mask: (B, T), nonzero on real tokens, or None: padded keys take no attention (NaFlex).
     """
 
     def __init__(
@@ -94,14 +95,14 @@ class EncoderBlock(keras.layers.Layer):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, tokens, training=None, return_attention_scores=False):
+    def call(self, tokens, training=None, return_attention_scores=False, key_mask=None):
         if self.remat is True and training and not return_attention_scores:
-            return keras.remat(lambda x: self._forward(x, training, False))(tokens)
-        return self._forward(tokens, training, return_attention_scores)
+            return keras.remat(lambda x: self._forward(x, training, False, key_mask))(tokens)
+        return self._forward(tokens, training, return_attention_scores, key_mask)
 
-    def _forward(self, tokens, training, return_attention_scores):
+    def _forward(self, tokens, training, return_attention_scores, key_mask=None):
         recompute = self.remat == "elementwise" and bool(training) and not return_attention_scores
-        attended = self._attention(tokens, training, return_attention_scores, recompute)
+        attended = self._attention(tokens, training, return_attention_scores, recompute, key_mask)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
@@ -116,7 +117,7 @@ class EncoderBlock(keras.layers.Layer):
             return x, scores
         return x
 
-    def _attention(self, tokens, training, return_attention_scores, recompute):
+    def _attention(self, tokens, training, return_attention_scores, recompute, key_mask=None):
         """MSA(LN(z)). `recompute`: LN(z), which the Q/K/V projections need for their kernels' gradients, is
         recomputed from z in the backward pass: the `keras.remat` region ends at the projections' outputs, which
         are kept. JAX drops the projections from the recomputation (the region's output is not needed there: Ti/16's
@@ -124,10 +125,13 @@ class EncoderBlock(keras.layers.Layer):
         unless TensorFlow's graph optimiser prunes the unused outputs (not checked)."""
         if not recompute:
             return self.attention(
-                self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
+                self.norm_1(tokens),
+                training=training,
+                return_attention_scores=return_attention_scores,
+                key_mask=key_mask,
             )
         query, key, value = keras.remat(lambda z: self.attention.project(self.norm_1(z)))(tokens)
-        return self.attention.attend(query, key, value, training=training, recompute=True)
+        return self.attention.attend(query, key, value, training=training, recompute=True, key_mask=key_mask)
 
     def _mlp(self, x, training, recompute):
         """MLP(LN(x)); `recompute`: LN(x) recomputed as in `_attention`, up to `Dense_0`'s output, and the GELU's

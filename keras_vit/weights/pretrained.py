@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, sources, timm, transformers
+from keras_vit.weights import keras_hub, naflex, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -62,6 +62,8 @@ def _read_local(path):
             f"{path!r} is a file keras-vit does not read on its own; pass a .npz checkpoint, or the folder that "
             f"holds this file with its config.json (timm, transformers or keras-hub layout)."
         )
+    if naflex.is_naflex_folder(path):
+        return naflex.read(path)
     if keras_hub.is_keras_hub_folder(path):
         return keras_hub.read(path)
     if timm.is_timm_folder(path):
@@ -98,6 +100,10 @@ def load_pretrained(source, **overrides):
     """`keras_vit.from_pretrained` once its source has passed the check that needs no Keras
     (keras_vit/weights/precheck.py, which holds the public function and its documentation)."""
     ckpt = read_checkpoint(source)
+    as_naflex = overrides.pop("naflex", None)
+    if as_naflex or (as_naflex is None and ckpt.naflex is not None):
+        return _naflex_model(ckpt, overrides)
+    overrides.pop("max_num_patches", None)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
     name = overrides.pop("name", "vit")
     class_names = overrides.pop("class_names", None)
@@ -109,6 +115,29 @@ def load_pretrained(source, **overrides):
     report = _load(model, ckpt, caller="from_pretrained", **load_kwargs)
     table = checkpoint_variables(model)
     deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])  # a new head, a sin-cos table
+    return model
+
+
+def _naflex_model(ckpt, overrides):
+    """The `NaFlexViT` of a NaFlex folder or of a fixed-resolution SigLIP checkpoint (the same weights; the
+    position table's grid is the checkpoint's). Overrides: `max_num_patches`, `num_classes`, `name`, `class_names`."""
+    from keras_vit.models.naflex import NaFlexViT
+
+    options = naflex.naflex_options(ckpt, overrides.pop("max_num_patches", None))
+    unknown = sorted(set(overrides) - {"num_classes", "name", "class_names"})
+    if unknown:
+        raise TypeError(f"A NaFlex model takes max_num_patches, num_classes, name and class_names; not {unknown}.")
+    options["num_classes"] = overrides.get("num_classes", options["num_classes"])
+    class_names = overrides.get("class_names")
+    if class_names is None and options["num_classes"] == ckpt.options["num_classes"]:
+        class_names = ckpt.class_names
+    grid = options["position_grid"]
+    with deferred_init.deferred() as notes:
+        model = NaFlexViT(**options, class_names=class_names, name=overrides.get("name", "naflex_vit"))
+    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
+    report = load_params(model, naflex.naflex_params(params), source=ckpt.source, caller="from_pretrained")
+    table = checkpoint_variables(model)
+    deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])
     return model
 
 
@@ -215,6 +244,10 @@ def save_pretrained(model, folder, format="timm"):
     """
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}; use one of {FORMATS}.")
+    options = getattr(model, "options", None)
+    if options is not None and "max_num_patches" in options:  # a NaFlexViT
+        params = naflex.fixed_params(model_params(model), options["patch_size"], options["channels"])
+        return naflex.write(os.fspath(folder), params, options, format, getattr(model, "class_names", None))
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
