@@ -111,3 +111,17 @@ def test_bad_options_are_one_line():
         NaFlexViT(**dict(TINY, pooling="gap"))
     with pytest.raises(ValueError, match="divisible by num_heads"):
         NaFlexViT(**dict(TINY, num_heads=3))
+
+
+def test_the_fused_route_masks_as_the_explicit_one(monkeypatch):
+    """`keras.ops.dot_product_attention` with the additive bias (the GPU/TPU route) equals the explicit softmax."""
+    layer = MultiHeadSelfAttention(2)
+    rng = np.random.default_rng(0)
+    tokens = rng.normal(size=(2, 6, 8)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]], np.int32)
+    monkeypatch.setenv("KERAS_VIT_FUSED_ATTENTION", "never")
+    explicit = np.asarray(layer(tokens, key_mask=mask))
+    monkeypatch.setenv("KERAS_VIT_FUSED_ATTENTION", "always")
+    fused = np.asarray(layer(tokens, key_mask=mask))
+    np.testing.assert_allclose(fused, explicit, atol=1e-5)
+    assert np.abs(np.asarray(layer(tokens)) - fused).max() > 1e-3
