@@ -27,6 +27,8 @@ class NaFlexPositionEmbedding(keras.layers.Layer):
         grid: (B, 2) int, each image's (rows, columns) of patches; rows * columns <= N.
     """
 
+    num_prefix_tokens = 0  # no class token: what loading reads when it resizes a checkpoint's table to `grid_size`
+
     def __init__(self, grid_size, initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)

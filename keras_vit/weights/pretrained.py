@@ -131,14 +131,20 @@ def _naflex_model(ckpt, overrides):
     class_names = overrides.get("class_names")
     if class_names is None and options["num_classes"] == ckpt.options["num_classes"]:
         class_names = ckpt.class_names
-    grid = options["position_grid"]
     with deferred_init.deferred() as notes:
         model = NaFlexViT(**options, class_names=class_names, name=overrides.get("name", "naflex_vit"))
-    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
-    report = load_params(model, naflex.naflex_params(params), source=ckpt.source, caller="from_pretrained")
+    report = _load_naflex(model, ckpt, caller="from_pretrained")
     table = checkpoint_variables(model)
     deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])
     return model
+
+
+def _load_naflex(model, ckpt, *, caller, new_head=False):
+    """`load_params` into a `NaFlexViT`: the checkpoint's statistics folded, its patch kernel flattened; its table
+    must have the model's grid (NaFlex resizes it per image, not when loading)."""
+    grid = model.options["position_grid"]
+    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
+    return load_params(model, naflex.naflex_params(params), source=ckpt.source, caller=caller, new_head=new_head)
 
 
 def load_weights(model, source, *, resize_method="zoom", new_head=False):
@@ -150,6 +156,8 @@ def load_weights(model, source, *, resize_method="zoom", new_head=False):
     otherwise (fine-tuning asks for one). Returns the `LoadReport` of `load_params`.
     """
     ckpt = read_checkpoint(source)
+    if "max_num_patches" in (getattr(model, "options", None) or {}):  # a NaFlexViT
+        return _load_naflex(model, ckpt, caller="load_weights", new_head=new_head)
     config = model.config
     for field in ("gelu", "layer_norm_epsilon") if ckpt.format != "npz" else ():
         want = ckpt.options[field]

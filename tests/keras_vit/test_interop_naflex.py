@@ -171,3 +171,19 @@ def test_jax_backend_reproduces_transformers():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     backend, diff = result.stdout.split("DIFF", 1)[1].split()
     assert backend == "jax" and float(diff) <= TOL, result.stdout
+
+
+def test_load_weights_into_a_naflex_model_with_a_new_head():
+    """Fine-tuning's path: a model built for another class count and table grid; the table is resized when loading
+    (4 x 4 -> 2 x 2 here), the head is the model's own."""
+    arrays = io(HF)
+    model = keras_vit.NaFlexViT(
+        max_num_patches=16, patch_size=8, position_grid=(4, 4), hidden_size=48, num_layers=2, num_heads=3,
+        mlp_dim=192, num_classes=2,
+    )  # fmt: skip
+    report = keras_vit.load_weights(model, folder(HF), new_head=True)
+    assert "head/kernel" in report.skipped and not np.asarray(model.get_layer("head").kernel).any()
+    check(model, library_inputs(HF, arrays), arrays, arrays["pixel_attention_mask"].astype(bool))
+    small = keras_vit.NaFlexViT(**{**model.options, "position_grid": (2, 2)})
+    report = keras_vit.load_weights(small, folder(HF), new_head=True)
+    assert "Transformer/posembed_input/pos_embedding" in report.resized
