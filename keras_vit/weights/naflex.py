@@ -138,6 +138,23 @@ def naflex_options(ckpt, max_num_patches=None):
     )  # fmt: skip
 
 
+def checkpoint_of(model, params, source):
+    """A `NaFlexViT` (its `params` as `checkpoint_variables` names them) as a `Checkpoint`: the fixed-resolution
+    options of the same weights, and its patch budget."""
+    o = model.options
+    grid = o["position_grid"]
+    options = dict(
+        image_size=(grid[0] * o["patch_size"], grid[1] * o["patch_size"]), patch_size=o["patch_size"],
+        hidden_size=o["hidden_size"], num_layers=o["num_layers"], num_heads=o["num_heads"], mlp_dim=o["mlp_dim"],
+        num_classes=o["num_classes"], channels=o["channels"], pooling="map", class_token=False,
+        layer_norm_epsilon=o["layer_norm_epsilon"], gelu=o["gelu"],
+    )  # fmt: skip
+    return Checkpoint(
+        params=fixed_params(params, o["patch_size"], o["channels"]), options=options, class_names=model.class_names,
+        format="keras", source=source, naflex=dict(max_num_patches=o["max_num_patches"], style="transformers"),
+    )  # fmt: skip
+
+
 def naflex_params(params):
     """Original-layout params (HWIO patch kernel) -> the NaFlex model's (the kernel flattened to (P * P * C, D))."""
     params = dict(params)

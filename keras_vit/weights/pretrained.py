@@ -80,9 +80,11 @@ def _read_keras(path):
     """A keras-vit model saved as `.keras` (safe mode: no Lambda layers, no pickles) as a `Checkpoint`."""
     import keras
 
-    from keras_vit.models import VisionTransformer
+    from keras_vit.models import NaFlexViT, VisionTransformer
 
     model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    if isinstance(model, NaFlexViT):
+        return naflex.checkpoint_of(model, model_params(model), path)
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{path!r} holds a {type(model).__name__}, not a keras_vit VisionTransformer.")
     options = model.config.to_dict()

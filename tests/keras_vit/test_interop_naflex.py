@@ -187,3 +187,14 @@ def test_load_weights_into_a_naflex_model_with_a_new_head():
     small = keras_vit.NaFlexViT(**{**model.options, "position_grid": (2, 2)})
     report = keras_vit.load_weights(small, folder(HF), new_head=True)
     assert "Transformer/posembed_input/pos_embedding" in report.resized
+
+
+def test_a_saved_naflex_model_is_a_source(tmp_path):
+    """`from_pretrained("model.keras")` (what `--init` takes): a NaFlexViT back; the fixed model with naflex=False."""
+    arrays = io(HF)
+    keras_vit.from_pretrained(folder(HF), max_num_patches=16).save(tmp_path / "naflex.keras")
+    model = keras_vit.from_pretrained(str(tmp_path / "naflex.keras"))
+    assert isinstance(model, keras_vit.NaFlexViT) and model.options["max_num_patches"] == 16
+    check(model, library_inputs(HF, arrays), arrays, arrays["pixel_attention_mask"].astype(bool))
+    fixed = keras_vit.from_pretrained(str(tmp_path / "naflex.keras"), naflex=False)
+    assert isinstance(fixed, keras_vit.VisionTransformer)
