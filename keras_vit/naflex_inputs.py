@@ -50,9 +50,9 @@ def naflex_image(pixels, patch_size=16, max_num_patches=256, style="transformers
     if style not in STYLES:
         raise ValueError(f"style must be one of {sorted(STYLES)}. Received: style={style!r}")
     pixels = np.asarray(pixels)
-    if pixels.dtype != np.uint8 or pixels.ndim != 3:
+    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[-1] != 3:
         raise ValueError(
-            f"NaFlex inputs are made from uint8 (H, W, C) images. Received: dtype={pixels.dtype}, "
+            f"NaFlex inputs are made from uint8 (H, W, 3) RGB images. Received: dtype={pixels.dtype}, "
             f"shape={pixels.shape}; read files with keras_vit.images.read_image."
         )
     options = STYLES[style]
