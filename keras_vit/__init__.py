@@ -25,6 +25,8 @@ __all__, _lazy_getattr, __dir__ = _lazy.lazy_names(
         "get_variant": "keras_vit.models",
         "VisionTransformer": "keras_vit.models",
         "create_model": "keras_vit.models",
+        "NaFlexViT": "keras_vit.models.naflex",
+        "naflex_batch": "keras_vit.naflex_inputs",
         "feature_model": "keras_vit.models.features",
         "CheckpointError": "keras_vit.weights",
         "load_npz": "keras_vit.weights",
@@ -53,6 +55,7 @@ def _register_serializables():
     importlib.import_module("keras_vit.layers")  # imports nothing else of keras_vit: never circular
     try:
         importlib.import_module("keras_vit.models.vision_transformer")
+        importlib.import_module("keras_vit.models.naflex")
     except ImportError:
         # A keras_vit module that imported Keras first, and that the model needs, is half-run (a direct import
         # of keras_vit.models.checks, say); it completes once this returns, and the model class registers when

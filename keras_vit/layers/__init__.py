@@ -12,6 +12,7 @@ from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.naflex_position_embedding import NaFlexPositionEmbedding
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
@@ -32,6 +33,7 @@ __all__ = [
     "MAPHead",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "NaFlexPositionEmbedding",
     "PatchEmbedding",
     "PositionEmbedding",
     "RMSNorm",

@@ -60,6 +60,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return_attention_scores: also return the softmax attention weights (B, H, T, T).
         context: (B, S, D) tokens to attend over instead of `tokens` (cross-attention: the queries come from
             `tokens`, keys and values from `context`; `MAPHead` uses it), or None.
+        key_mask: (B, S), nonzero where a key is a real token, or None: the other keys (NaFlex padding) get a large
+            negative bias added to their scores, so they take no weight.
     """
 
     def __init__(
@@ -118,25 +120,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     out_kernel = property(lambda self: self.out.kernel)
     out_bias = property(lambda self: self.out.bias)
 
-    def call(self, tokens, training=None, return_attention_scores=False, context=None):
+    def call(self, tokens, training=None, return_attention_scores=False, context=None, key_mask=None):
         query, key, value = self.project(tokens, context)
-        return self.attend(query, key, value, training, return_attention_scores)
+        return self.attend(query, key, value, training, return_attention_scores, key_mask=key_mask)
 
     def project(self, tokens, context=None):
         """(Q scaled by 1/sqrt(D_h), K, V), each (B, T, H, D_h); keys and values from `context` when given."""
         context = tokens if context is None else context
         return self._scaled_query(tokens), self.key(context), self.value(context)
 
-    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False):
+    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False, key_mask=None):
         """The attention product and the `out` projection on projected tokens. `recompute` (explicit route, no
         attention dropout in training): the softmax weights are recomputed from the scores in the backward pass
-        instead of kept (`EncoderBlock(remat="elementwise")` asks for it)."""
+        instead of kept (`EncoderBlock(remat="elementwise")` asks for it). `key_mask`: as in `call`."""
         dropout = self.dropout if training and self.dropout_rate else None
+        bias = None if key_mask is None else attention_kernel.key_bias(key_mask, query.dtype)
         if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
             recompute = recompute and dropout is None and not return_attention_scores
-            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute)
+            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute, bias)
         else:
-            attended, weights = attention_kernel.fused(query, key, value, 1.0), None
+            attended, weights = attention_kernel.fused(query, key, value, 1.0, bias=bias), None
         output = self.out(attended)
         if return_attention_scores:
             return output, weights

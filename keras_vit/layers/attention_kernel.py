@@ -49,8 +49,22 @@ def padding_multiple(query):
     return multiple
 
 
-def fused(query, key, value, scale, multiple=None):
-    """softmax(Q K^T * scale) V through `keras.ops.dot_product_attention`, sequences padded to `multiple`."""
+def key_bias(key_mask, dtype):
+    """(B, S) key mask (nonzero: a real token) -> the additive (B, 1, 1, S) bias: 0 on real keys, -1e9 on the rest
+    (-6e4 in float16, its largest finite magnitude being 65504).
+
+    Finite rather than -inf: a row whose keys are all masked (a batch's empty padding image) stays finite.
+    """
+    large = 6e4 if keras.backend.standardize_dtype(dtype) == "float16" else 1e9
+    valid = ops.cast(ops.not_equal(key_mask, 0), "float32")
+    return ops.cast((valid - 1.0) * large, dtype)[:, None, None, :]
+
+
+def fused(query, key, value, scale, multiple=None, bias=None):
+    """softmax(Q K^T * scale + bias) V through `keras.ops.dot_product_attention`, sequences padded to `multiple`
+    (not with a `bias`: the padded keys would need their own)."""
+    if bias is not None:
+        return ops.dot_product_attention(query, key, value, bias=bias, scale=scale)
     multiple = padding_multiple(query) if multiple is None else multiple
     tokens, keys = query.shape[1], key.shape[1]
     if multiple == 1 or tokens is None or keys is None or not (tokens % multiple or keys % multiple):
@@ -65,13 +79,15 @@ def fused(query, key, value, scale, multiple=None):
     return attended[:, :tokens]
 
 
-def explicit(query, key, value, scale, dropout=None, training=None, recompute=False):
-    """(softmax(Q K^T * scale) V, the softmax weights (B, H, T, S)); dropout on the weights when given.
+def explicit(query, key, value, scale, dropout=None, training=None, recompute=False, bias=None):
+    """(softmax(Q K^T * scale + bias) V, the softmax weights (B, H, T, S)); dropout on the weights when given.
 
     `recompute` (no dropout): the weights, which the product with V needs for V's gradient, are recomputed from the
     scores (a matmul output, kept) in the backward pass instead of kept beside them (`keras.remat`); the weights
     returned are then None."""
     scores = ops.einsum("bqhk,bshk->bhqs", query if scale == 1.0 else query * scale, key)
+    if bias is not None:
+        scores = scores + bias
     if recompute and dropout is None:
         return keras.remat(lambda s, v: ops.einsum("bhqs,bshk->bqhk", _softmax(s), v))(scores, value), None
     weights = _softmax(scores)

@@ -58,6 +58,7 @@ class EncoderBlock(keras.layers.Layer):
         tokens: (B, T, D).
         return_attention_scores: also return the attention weights (B, H, T, T).
         rope: a `RotaryEmbedding` table (1, T, 2 * D_h) for the queries and keys, or None.
+        key_mask: (B, T), nonzero on real tokens, or None: padded keys take no attention (NaFlex).
     """
 
     def __init__(
@@ -142,14 +143,14 @@ class EncoderBlock(keras.layers.Layer):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, tokens, training=None, return_attention_scores=False, rope=None):
+    def call(self, tokens, training=None, return_attention_scores=False, rope=None, key_mask=None):
         if self.remat is True and training and not return_attention_scores:
-            return keras.remat(lambda x: self._forward(x, training, False, rope))(tokens)
-        return self._forward(tokens, training, return_attention_scores, rope)
+            return keras.remat(lambda x: self._forward(x, training, False, rope, key_mask))(tokens)
+        return self._forward(tokens, training, return_attention_scores, rope, key_mask)
 
-    def _forward(self, tokens, training, return_attention_scores, rope=None):
+    def _forward(self, tokens, training, return_attention_scores, rope=None, key_mask=None):
         recompute = self.remat == "elementwise" and bool(training) and not return_attention_scores
-        attended = self._attention(tokens, training, return_attention_scores, recompute, rope)
+        attended = self._attention(tokens, training, return_attention_scores, recompute, rope, key_mask)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
@@ -164,7 +165,7 @@ class EncoderBlock(keras.layers.Layer):
             return x, scores
         return x
 
-    def _attention(self, tokens, training, return_attention_scores, recompute, rope=None):
+    def _attention(self, tokens, training, return_attention_scores, recompute, rope=None, key_mask=None):
         """MSA(LN(z)). `recompute`: LN(z), which the Q/K/V projections need for their kernels' gradients, is
         recomputed from z in the backward pass: the `keras.remat` region ends at the projections' outputs, which
         are kept. JAX drops the projections from the recomputation (the region's output is not needed there: Ti/16's
@@ -173,10 +174,14 @@ class EncoderBlock(keras.layers.Layer):
         extra = {} if rope is None else {"rope": rope}
         if not recompute:
             return self.attention(
-                self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores, **extra
+                self.norm_1(tokens),
+                training=training,
+                return_attention_scores=return_attention_scores,
+                key_mask=key_mask,
+                **extra,
             )
         query, key, value = keras.remat(lambda z: self.attention.project(self.norm_1(z), **extra))(tokens)
-        return self.attention.attend(query, key, value, training=training, recompute=True)
+        return self.attention.attend(query, key, value, training=training, recompute=True, key_mask=key_mask)
 
     def _mlp(self, x, training, recompute):
         """MLP(LN(x)); `recompute`: LN(x) recomputed as in `_attention`, up to `Dense_0`'s output, and the GELU's

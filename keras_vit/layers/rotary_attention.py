@@ -69,9 +69,9 @@ class RotaryAttention(MultiHeadSelfAttention):
         if self.norm is not None:
             self.norm.build((None, None, width))
 
-    def call(self, tokens, training=None, return_attention_scores=False, context=None, rope=None):
+    def call(self, tokens, training=None, return_attention_scores=False, context=None, rope=None, key_mask=None):
         query, key, value = self.project(tokens, context, rope=rope)
-        return self.attend(query, key, value, training, return_attention_scores)
+        return self.attend(query, key, value, training, return_attention_scores, key_mask=key_mask)
 
     def project(self, tokens, context=None, rope=None):
         query, key, value = super().project(tokens, context)
@@ -80,13 +80,14 @@ class RotaryAttention(MultiHeadSelfAttention):
             key = rotate(key, rope, self.rope_layout)
         return query, key, value
 
-    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False):
+    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False, key_mask=None):
         dropout = self.dropout if training and self.dropout_rate else None
+        bias = None if key_mask is None else attention_kernel.key_bias(key_mask, query.dtype)
         if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
             recompute = recompute and dropout is None and not return_attention_scores
-            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute)
+            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute, bias)
         else:
-            attended, weights = attention_kernel.fused(query, key, value, 1.0), None
+            attended, weights = attention_kernel.fused(query, key, value, 1.0, bias=bias), None
         if self.norm is not None:
             shape = ops.shape(attended)
             flat = self.norm(ops.reshape(attended, (shape[0], shape[1], self.num_heads * self.head_dim)))

@@ -27,6 +27,8 @@ class Checkpoint:
         mean, std: per-channel normalisation of 0..1 pixels the weights expect.
         format: "npz", "timm", "transformers" or "keras_hub".
         source: the path it was read from.
+        naflex: for a NaFlex folder (weights/naflex.py), {"max_num_patches": N, "style": its library's
+            preprocessing}; None otherwise.
     """
 
     params: dict
@@ -36,6 +38,7 @@ class Checkpoint:
     std: tuple = CONTRACT_STD
     format: str = "npz"
     source: str = ""
+    naflex: dict | None = None
 
 
 def read_json(path):

@@ -9,7 +9,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, sources, timm, transformers
+from keras_vit.weights import keras_hub, naflex, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -52,6 +52,8 @@ def _read_local(path):
             f"{path!r} is a file keras-vit does not read on its own; pass a .npz checkpoint, or the folder that "
             f"holds this file with its config.json (timm, transformers or keras-hub layout)."
         )
+    if naflex.is_naflex_folder(path):
+        return naflex.read(path)
     if keras_hub.is_keras_hub_folder(path):
         return keras_hub.read(path)
     if timm.is_timm_folder(path):
@@ -68,9 +70,11 @@ def _read_keras(path):
     """A keras-vit model saved as `.keras` (safe mode: no Lambda layers, no pickles) as a `Checkpoint`."""
     import keras
 
-    from keras_vit.models import VisionTransformer
+    from keras_vit.models import NaFlexViT, VisionTransformer
 
     model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    if isinstance(model, NaFlexViT):
+        return naflex.checkpoint_of(model, model_params(model), path)
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{path!r} holds a {type(model).__name__}, not a keras_vit VisionTransformer.")
     options = model.config.to_dict()
@@ -88,6 +92,10 @@ def load_pretrained(source, **overrides):
     """`keras_vit.from_pretrained` once its source has passed the check that needs no Keras
     (keras_vit/weights/pretrained.py, which holds the public function and its documentation)."""
     ckpt = read_checkpoint(source)
+    as_naflex = overrides.pop("naflex", None)
+    if as_naflex or (as_naflex is None and ckpt.naflex is not None):
+        return _naflex_model(ckpt, overrides)
+    overrides.pop("max_num_patches", None)
     load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
     name = overrides.pop("name", "vit")
     class_names = overrides.pop("class_names", None)
@@ -102,6 +110,35 @@ def load_pretrained(source, **overrides):
     return model
 
 
+def _naflex_model(ckpt, overrides):
+    """The `NaFlexViT` of a NaFlex folder or of a fixed-resolution SigLIP checkpoint (the same weights; the
+    position table's grid is the checkpoint's). Overrides: `max_num_patches`, `num_classes`, `name`, `class_names`."""
+    from keras_vit.models.naflex import NaFlexViT
+
+    options = naflex.naflex_options(ckpt, overrides.pop("max_num_patches", None))
+    unknown = sorted(set(overrides) - {"num_classes", "name", "class_names"})
+    if unknown:
+        raise TypeError(f"A NaFlex model takes max_num_patches, num_classes, name and class_names; not {unknown}.")
+    options["num_classes"] = overrides.get("num_classes", options["num_classes"])
+    class_names = overrides.get("class_names")
+    if class_names is None and options["num_classes"] == ckpt.options["num_classes"]:
+        class_names = ckpt.class_names
+    with deferred_init.deferred() as notes:
+        model = NaFlexViT(**options, class_names=class_names, name=overrides.get("name", "naflex_vit"))
+    report = _load_naflex(model, ckpt, caller="from_pretrained")
+    table = checkpoint_variables(model)
+    deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])
+    return model
+
+
+def _load_naflex(model, ckpt, *, caller, new_head=False):
+    """`load_params` into a `NaFlexViT`: the checkpoint's statistics folded, its patch kernel flattened; its table
+    must have the model's grid (NaFlex resizes it per image, not when loading)."""
+    grid = model.options["position_grid"]
+    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
+    return load_params(model, naflex.naflex_params(params), source=ckpt.source, caller=caller, new_head=new_head)
+
+
 def load_weights(model, source, *, resize_method="zoom", new_head=False):
     """Loads any supported checkpoint into a model the caller built (`create_model` / `VisionTransformer`).
 
@@ -111,6 +148,8 @@ def load_weights(model, source, *, resize_method="zoom", new_head=False):
     otherwise (fine-tuning asks for one). Returns the `LoadReport` of `load_params`.
     """
     ckpt = read_checkpoint(source)
+    if "max_num_patches" in (getattr(model, "options", None) or {}):  # a NaFlexViT
+        return _load_naflex(model, ckpt, caller="load_weights", new_head=new_head)
     config = model.config
     for field in ("gelu", "layer_norm_epsilon") if ckpt.format != "npz" else ():
         want = ckpt.options[field]
@@ -205,6 +244,10 @@ def save_pretrained(model, folder, format="timm"):
     """
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}; use one of {FORMATS}.")
+    options = getattr(model, "options", None)
+    if options is not None and "max_num_patches" in options:  # a NaFlexViT
+        params = naflex.fixed_params(model_params(model), options["patch_size"], options["channels"])
+        return naflex.write(os.fspath(folder), params, options, format, getattr(model, "class_names", None))
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")

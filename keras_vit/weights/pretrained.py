@@ -69,10 +69,13 @@ def from_pretrained(source, **overrides):
         **overrides: any `ViTConfig` field (`image_size=384` interpolates the position embeddings;
             `num_classes=10` starts a zero-initialised head, with a warning, as `load_npz` does), `name`,
             `class_names`, and `resize_method` ("zoom", "bilinear", "bicubic") for the position embeddings.
+            `naflex=True` builds a `NaFlexViT` (SigLIP 2 NaFlex: patch sequences of any aspect ratio) from a
+            SigLIP-style checkpoint, with `max_num_patches` (N); a transformers `siglip2` or timm `naflexvit_*`
+            folder builds one by default (`naflex=False`: the fixed-resolution `VisionTransformer` instead).
 
     Returns:
-        A `VisionTransformer` taking images in [-1, 1], with `model.class_names` when the checkpoint names its
-        classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring of
+        A `VisionTransformer` (or `NaFlexViT`) taking images in [-1, 1], with `model.class_names` when the
+        checkpoint names its classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring of
         keras_vit/weights/model_io.py).
 
     Raises:
