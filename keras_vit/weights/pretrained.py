@@ -75,8 +75,8 @@ def from_pretrained(source, **overrides):
 
     Returns:
         A `VisionTransformer` (or `NaFlexViT`) taking images in [-1, 1], with `model.class_names` when the
-        checkpoint names its classes. The checkpoint's own normalisation is folded into the patch embedding (module docstring of
-        keras_vit/weights/model_io.py).
+        checkpoint names its classes. The checkpoint's own normalisation is folded into the patch embedding
+        (module docstring of keras_vit/weights/model_io.py).
 
     Raises:
         FileNotFoundError: a source that is no path, URL, Hub id or catalogue name (with the closest names).
