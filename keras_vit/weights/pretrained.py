@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, sources, timm, transformers
+from keras_vit.weights import keras_hub, sources, timm, timm_eva, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -220,6 +220,11 @@ def save_pretrained(model, folder, format="timm"):
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
     if format == "npz":
         _check_npz_writable(config)
+    if format != "timm" and timm_eva.is_extended(config):
+        raise CheckpointError(
+            f"The {format} layout keras-vit writes cannot hold this model's rotary embeddings, SwiGLU, bias or norm "
+            f"options (a DINOv3 / EVA-02 / PE / AIMv2 model): save it with format='timm' or model.save('m.keras')."
+        )
     params = model_params(model)
     folder = os.fspath(folder)
     class_names = getattr(model, "class_names", None)

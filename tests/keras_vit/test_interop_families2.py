@@ -156,3 +156,12 @@ def test_dinov3_dense_features_at_a_non_square_size():
     prefix = model.config.num_prefix_tokens
     assert maps.shape == (2, 4, 6, 48) and prefix == 5
     assert scaled_diff(maps, ref["wide_tokens"][:, prefix:].reshape(2, 4, 6, 48)) < TOL
+
+
+@pytest.mark.parametrize("fmt", ["npz", "transformers", "keras_hub"])
+def test_other_layouts_refuse_a_rope_model_in_one_line(tmp_path, fmt):
+    """The original `.npz` would read back a DINOv3 model as a sin-cos ViT; the others have no such layout here."""
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, "timm_dinov3_small"))
+    with pytest.raises(CheckpointError) as err:
+        keras_vit.save_pretrained(model, tmp_path / "out", format=fmt)
+    assert "format='timm'" in str(err.value) and "\n" not in str(err.value)
