@@ -9,7 +9,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, naflex, sources, timm, transformers
+from keras_vit.weights import keras_hub, naflex, sources, timm, timm_eva, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -253,6 +253,11 @@ def save_pretrained(model, folder, format="timm"):
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
     if format == "npz":
         _check_npz_writable(config)
+    if format != "timm" and timm_eva.is_extended(config) and not _holds_extended(format, config):
+        raise CheckpointError(
+            f"The {format} layout keras-vit writes cannot hold this model's rotary embeddings, SwiGLU, bias or norm "
+            f"options (a DINOv3 / EVA-02 / PE / AIMv2 model): save it with format='timm' or model.save('m.keras')."
+        )
     params = model_params(model)
     folder = os.fspath(folder)
     class_names = getattr(model, "class_names", None)
@@ -268,6 +273,14 @@ def save_pretrained(model, folder, format="timm"):
         np.savez(f, **params)
 
     return files.atomic_write(path, write)
+
+
+def _holds_extended(format, config):
+    """Whether `format`'s writer has a layout for this DINOv3 / EVA-02 / PE / AIMv2 model: transformers for the
+    families it has (DINOv3, AIMv2, Dinov2 with SwiGLU), keras-hub for DINOv3; the npz layout for none."""
+    if format == "transformers":
+        return transformers.families2.model_type_for(config) is not None
+    return format == "keras_hub" and config.rope == "dinov3"
 
 
 def _check_npz_writable(config):

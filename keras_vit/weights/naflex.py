@@ -177,7 +177,7 @@ def write(folder, params, options, fmt, class_names=None):
     heads, grid, hidden = options["num_heads"], tuple(options["position_grid"]), options["hidden_size"]
     files.makedirs(folder)
     if fmt == "transformers":
-        state = families.from_original(params, "siglip_vision_model", heads)
+        state = families.from_timm(timm_layout.from_original(params, heads), "siglip_vision_model")
         conv = state.pop("embeddings.patch_embedding.weight")
         state["embeddings.patch_embedding.weight"] = conv.transpose(0, 2, 3, 1).reshape(conv.shape[0], -1)
         cfg = dict(

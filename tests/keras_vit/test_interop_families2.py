@@ -144,3 +144,24 @@ def test_architectures_outside_the_table_are_refused_by_name(tmp_path, name, arc
         keras_vit.from_pretrained(_renamed(tmp_path, name, architecture))
     message = str(err.value)
     assert architecture in message and words in message and "\n" not in message
+
+
+def test_dinov3_dense_features_at_a_non_square_size():
+    """`feature_model` on a DINOv3 folder (any input size, as its architecture sets): the last block's normed patch
+    tokens on a 4x6 grid are timm's `forward_features` patch rows there."""
+    ref = io("timm_dinov3_small")
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, "timm_dinov3_small"))
+    features = keras_vit.feature_model(model, blocks=(-1,), output="NHWC", norm=True)
+    maps = features.predict(ref["wide_images"], verbose=0)
+    prefix = model.config.num_prefix_tokens
+    assert maps.shape == (2, 4, 6, 48) and prefix == 5
+    assert scaled_diff(maps, ref["wide_tokens"][:, prefix:].reshape(2, 4, 6, 48)) < TOL
+
+
+@pytest.mark.parametrize("fmt", ["npz", "transformers", "keras_hub"])
+def test_other_layouts_refuse_a_rope_model_in_one_line(tmp_path, fmt):
+    """The original `.npz` would read back a DINOv3 model as a sin-cos ViT; the others have no such layout here."""
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, "timm_dinov3_small"))
+    with pytest.raises(CheckpointError) as err:
+        keras_vit.save_pretrained(model, tmp_path / "out", format=fmt)
+    assert "format='timm'" in str(err.value) and "\n" not in str(err.value)
