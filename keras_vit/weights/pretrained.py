@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, sources, timm, transformers
+from keras_vit.weights import keras_hub, quantized, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -83,6 +83,8 @@ def _read_keras(path):
     model = keras.saving.load_model(path, compile=False, safe_mode=True)
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{path!r} holds a {type(model).__name__}, not a keras_vit VisionTransformer.")
+    if quantized.quantized_layers(model):  # model.quantize(...): codes and scales, read as the float kernels
+        model = quantized.float_twin(model, source=path)
     options = model.config.to_dict()
     return Checkpoint(
         params=model_params(model), options=options, class_names=model.class_names, format="keras", source=path
