@@ -19,7 +19,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, quantized, sources, timm, transformers
+from keras_vit.weights import config_precheck, keras_hub, quantized, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -62,6 +62,7 @@ def _read_local(path):
             f"{path!r} is a file keras-vit does not read on its own; pass a .npz checkpoint, or the folder that "
             f"holds this file with its config.json (timm, transformers or keras-hub layout)."
         )
+    config_precheck.check_folder(path)  # a config.json no reader could take, in one line naming its field
     if keras_hub.is_keras_hub_folder(path):
         return keras_hub.read(path)
     if timm.is_timm_folder(path):
