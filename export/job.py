@@ -71,6 +71,7 @@ def export_model(source, out, options=None):
     source = source if isinstance(source, ExportSource) else ExportSource(source)
     options = ExportOptions() if options is None else options
     _check_backend()
+    _check_not_quantized(source.model)
     out = os.fspath(out)
     plan = _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
@@ -90,6 +91,20 @@ def _check_backend():
             f"Export converts with TensorFlow and needs Keras' TensorFlow backend; this process runs "
             f"{keras.backend.backend()!r}. Save the model (`model.save('model.keras')`) and run "
             f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
+        )
+
+
+def _check_not_quantized(model):
+    """One line, before any conversion, for a model `model.quantize(...)` ran on: no format carries it faithfully."""
+    layers = [layer for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None) is not None]
+    if layers:
+        mode = layers[0].quantization_mode
+        raise ExportError(
+            f"{model.name} is Keras-quantized ({mode}, {len(layers)} layers such as {layers[0].path}): its {mode} "
+            f"matmuls have no LiteRT kernel, and SavedModel, ONNX and OpenVINO miss the float budget on them. Export "
+            f"the float model and let the exporter quantize: keras_vit.from_pretrained(FILE).save('float.keras') "
+            f"reads the quantized file back as float weights, then `python -m export float.keras --quantize "
+            f"dynamic_int8,int8`."
         )
 
 

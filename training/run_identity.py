@@ -31,6 +31,10 @@ EXEMPT = {
     "device_input": "where the same stream is scaled and mixed (host or device); 'auto' follows the hardware",
     "steps_per_execution": "steps per call into the compiled step; the resume keeps it a divisor of the epoch",
 }
+# Keys of a dict field a resume may change freely, and why.
+NESTED_EXEMPT = {
+    "model": {"remat": "recomputes activations in the backward pass: no variable, name or output changes"},
+}
 # Fields a resume may change when the named switch is on; the change is recorded in the run's history.
 ALLOWED_BY = {"extend_epochs": ("epochs",), "rescue": ("learning_rate", "global_clipnorm")}
 
@@ -132,7 +136,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     else:
         run_id, previous, step = _new_id(), None, 0
         history = [{"event": "start", "step": 0, "time": _now()}]
-    changed = {k: (previous[k], v) for k, v in current.items() if previous and k in previous and previous[k] != v}
+    changed = _changes(previous, current)
     allowed = {key for switch, keys in ALLOWED_BY.items() if getattr(config, switch, False) for key in keys}
     refused = [k for k in changed if k not in allowed]
     if refused:
@@ -144,6 +148,23 @@ def resolve(workdir, config, resume, dataset_files=None):
             print(f"[training] {switch}: {details} from step {step} (recorded in {RUN_FILE} and the checkpoints)")
             history.append({"event": switch, "step": step, "changed": done, "time": _now()})
     return RunIdentity(run_id, current, history)
+
+
+def _changes(previous, current):
+    """{field: (old, new)} of the fingerprint fields that differ; a dict field (`model`) by its own keys, named
+    `model.KEY`, so a refusal shows only what changed, and without the keys `NESTED_EXEMPT` lets change."""
+    changed = {}
+    for key, value in current.items():
+        if not previous or key not in previous or previous[key] == value:
+            continue
+        old = previous[key]
+        if not (isinstance(old, dict) and isinstance(value, dict)):
+            changed[key] = (old, value)
+            continue
+        for sub in sorted(set(old) | set(value)):
+            if sub not in NESTED_EXEMPT.get(key, {}) and old.get(sub) != value.get(sub):
+                changed[f"{key}.{sub}"] = (old.get(sub), value.get(sub))
+    return changed
 
 
 def _new_id():

@@ -160,7 +160,9 @@ def _step_counts(config, source, placement, resume):
         accumulation = f" times accum_steps={config.accum_steps} (micro-batches of {micro_batch})"
         raise ValueError(
             f"The global batch_size={config.batch_size} must be divisible by the {replicas} replicas of "
-            f"{placement.name}" + (accumulation if config.accum_steps > 1 else "") + "."
+            f"{placement.name}"
+            + (accumulation if config.accum_steps > 1 else "")
+            + f". {_divisible_fix(config, replicas)}"
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     steps_per_execution, note = steps_per_execution_for(
@@ -168,7 +170,39 @@ def _step_counts(config, source, placement, resume):
     )
     if note:
         print(f"[training] note: {note}", flush=True)
+    ema = ema_note(config, steps_per_epoch * config.epochs)
+    if ema:
+        print(f"[training] note: {ema}", flush=True)
     return steps_per_epoch, steps_per_epoch * config.epochs, steps_per_execution
+
+
+def _divisible_fix(config, replicas):
+    """What would work for a batch the replicas do not divide: the nearest batch sizes, or a device count."""
+    multiple = replicas * config.accum_steps
+    lower = config.batch_size // multiple * multiple
+    sizes = " or ".join(f"--batch-size {b}" for b in (lower, lower + multiple) if b > 0)
+    micro_batch = config.batch_size // config.accum_steps
+    devices = max(d for d in range(1, replicas + 1) if micro_batch % d == 0)
+    return f"Use {sizes}, or run on {devices} device{'s' if devices > 1 else ''} (a divisor of {micro_batch})."
+
+
+def ema_note(config, total_steps):
+    """A start-up note when `ema_decay`'s horizon (about 1 / (1 - decay) steps) exceeds the run, or None."""
+    if not config.ema_decay or total_steps <= 0:
+        return None
+    horizon = 1.0 / (1.0 - config.ema_decay)
+    if horizon <= total_steps:
+        return None
+    kept = config.ema_decay**total_steps
+    return (
+        f"ema_decay={config.ema_decay:g} averages over about {horizon:,.0f} steps (1 / (1 - decay)), more than this "
+        f"run's {total_steps:,}: the exported average keeps {kept:.0%} of the initial weights. "
+        + (
+            f"For this length, --set ema_decay={1 - 10 / total_steps:.4g} or less (horizon a tenth of the run)."
+            if total_steps >= 100
+            else "A run this short gains nothing from an average: leave ema_decay out."
+        )
+    )
 
 
 def resume_schedule(config, total_steps, resume):

@@ -73,6 +73,11 @@ class VisionTransformer(keras.Model):
         name="vit",
         **kwargs,
     ):
+        # A DTypePolicyMap (how Keras builds a quantized model before loading it) reaches every layer, which takes
+        # its own entry by path; the config records its default, `quantized_layers` the rest (get_config).
+        policy = dtype if isinstance(dtype, keras.dtype_policies.DTypePolicyMap) else None
+        if policy is not None:
+            dtype = policy.default_policy.name
         dtype = dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype
         # The second generation's options (ViTConfig documents them), absent from first-generation configs.
         extended = {k: kwargs.pop(k) for k in _EXTENDED if k in kwargs}
@@ -91,8 +96,12 @@ class VisionTransformer(keras.Model):
         )  # fmt: skip
         validate(config)
         class_names = check_class_names(class_names, config.num_classes)
-        images, outputs = _graph(config)
+        policy = policy or (keras.dtype_policies.get(config.dtype) if config.dtype else keras.config.dtype_policy())
+        images, outputs = _graph(config, policy)
+        # The model reports the policy it was given (compute_dtype, dtype_policy), as its layers do.
         super().__init__(inputs=images, outputs=outputs, name=name, **kwargs)
+        if policy.quantization_mode is None:  # a functional model takes no dtype: its layers already have theirs
+            self.dtype_policy = policy
         self.config = config
         # The head's class names in output order (a pretrained checkpoint's label space), or None.
         self.class_names = class_names
@@ -110,6 +119,12 @@ class VisionTransformer(keras.Model):
         check_images(inputs, self.config, self.name)
         return super().call(inputs, training=training, mask=mask)
 
+    def compute_output_spec(self, inputs, training=None, mask=None):
+        # Arrays as symbolic tensors: the layers' compute_output_shape read the shape of a tensor argument only.
+        if not isinstance(inputs, keras.KerasTensor) and hasattr(inputs, "shape"):
+            inputs = keras.KerasTensor(tuple(inputs.shape), dtype=keras.backend.standardize_dtype(inputs.dtype))
+        return super().compute_output_spec(inputs, training=training, mask=mask)
+
     def get_config(self):
         config = self.config.to_dict()
         if not config["remat"]:  # absent when off, as in models saved before the option existed
@@ -126,10 +141,19 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         quantized = config.pop("quantized_layers", None) or {}
+        # int8 / float8 layers built quantized, as Keras builds a quantized model before loading it (the same
+        # variables in the same order); int4, whose quantize() takes options a policy name cannot state, after.
+        built = {path: mode for path, mode in quantized.items() if mode in ("int8", "float8")}
+        if built:
+            default = keras.dtype_policies.get(config.get("dtype") or keras.config.dtype_policy())
+            policy_map = keras.dtype_policies.DTypePolicyMap(default)
+            for path, mode in built.items():
+                policy_map[path] = keras.dtype_policies.get(f"{mode}_from_{default.name}")
+            config["dtype"] = policy_map
         model = cls(**config)
-        if quantized:
-            layers = {layer.path: layer for layer in model._flatten_layers()}
-            for path, mode in quantized.items():
+        layers = {layer.path: layer for layer in model._flatten_layers()}
+        for path, mode in quantized.items():
+            if path not in built:
                 layers[path].quantize(mode)
         return model
 
@@ -140,13 +164,17 @@ _EXTENDED = (
 )  # fmt: skip
 
 
+def _default(policy):
+    return policy.default_policy if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else policy
+
+
 def _quantized_leaf(layer):
     return getattr(layer, "quantization_mode", None) is not None and len(list(layer._flatten_layers())) == 1
 
 
-def _graph(config):
-    """(images input, output tensor) of the functional model `config` describes."""
-    policy = keras.dtype_policies.get(config.dtype) if config.dtype else keras.config.dtype_policy()
+def _graph(config, policy):
+    """(images input, output tensor) of the functional model `config` describes, its layers under `policy` (a
+    `DTypePolicy`, or a `DTypePolicyMap` from which each layer takes its own entry)."""
     spatial = (None, None) if config.dynamic_image_size else config.image_size
     images = keras.Input(shape=(*spatial, config.channels), name="images")
     x = images
@@ -247,7 +275,7 @@ def _head(x, config, policy):
     if not config.fc_norm and config.encoder_norm:
         x = make_norm(config.norm, config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
     # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
-    head_dtype = "float32" if policy.name.startswith("mixed") else policy
+    head_dtype = "float32" if _default(policy).name.startswith("mixed") else policy
 
     def head(name):
         return keras.layers.Dense(

@@ -24,6 +24,13 @@ def unreadable_npz(path, err):
     )
 
 
+def unreadable_keras(path, err):
+    return CheckpointError(
+        f"Cannot read {os.fspath(path)!r} as a .keras model ({_error_name(err)}: {err}): the file is truncated or "
+        f"corrupt (a .keras file is a zip archive); save the model again or {sources.unreadable_advice(path)}."
+    )
+
+
 def unknown_folder(path):
     found = ", ".join(sorted(os.listdir(path))[:10]) or "nothing"
     return CheckpointError(

@@ -9,7 +9,7 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, naflex, sources, timm, timm_eva, transformers
+from keras_vit.weights import config_precheck, keras_hub, naflex, quantized, sources, timm, timm_eva, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
@@ -52,6 +52,7 @@ def _read_local(path):
             f"{path!r} is a file keras-vit does not read on its own; pass a .npz checkpoint, or the folder that "
             f"holds this file with its config.json (timm, transformers or keras-hub layout)."
         )
+    config_precheck.check_folder(path)  # a config.json no reader could take, in one line naming its field
     if naflex.is_naflex_folder(path):
         return naflex.read(path)
     if keras_hub.is_keras_hub_folder(path):
@@ -77,6 +78,8 @@ def _read_keras(path):
         return naflex.checkpoint_of(model, model_params(model), path)
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{path!r} holds a {type(model).__name__}, not a keras_vit VisionTransformer.")
+    if quantized.quantized_layers(model):  # model.quantize(...): codes and scales, read as the float kernels
+        model = quantized.float_twin(model, source=path)
     options = model.config.to_dict()
     return Checkpoint(
         params=model_params(model), options=options, class_names=model.class_names, format="keras", source=path

@@ -5,8 +5,8 @@ import os
 import zipfile
 
 from keras_vit import files
-from keras_vit.weights import content, sources
-from keras_vit.weights.errors import unknown_folder, unreadable_npz, unreadable_safetensors
+from keras_vit.weights import config_precheck, content, sources
+from keras_vit.weights.errors import unknown_folder, unreadable_keras, unreadable_npz, unreadable_safetensors
 
 NPY_MAGIC = b"\x93NUMPY"
 # The weights file of the folder layouts that hold safetensors (timm, transformers).
@@ -29,6 +29,11 @@ def check_local(source):
             content.safetensors_header(path)
         except content.ContentError as err:
             raise unreadable_safetensors(path, err) from None
+    elif path.endswith(".keras"):
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as err:
+            raise unreadable_keras(path, err) from None
     elif path.endswith(".npz"):
         with open(path, "rb") as f:
             if f.read(len(NPY_MAGIC)) == NPY_MAGIC:
@@ -49,7 +54,10 @@ def check_source(source):
     path = os.fspath(source)
     if not os.path.exists(path):
         sources.catalogue_entry(path)
-    elif os.path.isdir(path) and not _may_hold_a_checkpoint(path):
+        return
+    if os.path.isdir(path):
+        config_precheck.check_folder(path)
+    if os.path.isdir(path) and not _may_hold_a_checkpoint(path):
         raise unknown_folder(path)
 
 
