@@ -1,6 +1,7 @@
 """Pretrained weights of every format into and out of a model: the build behind `from_pretrained` (pretrained.py),
 `load_weights`, `save_pretrained`; a checkpoint's own normalisation is folded into the patch embedding."""
 
+import dataclasses
 import os
 import warnings
 
@@ -282,7 +283,11 @@ def _holds_extended(format, config):
     """Whether `format`'s writer has a layout for this DINOv3 / EVA-02 / PE / AIMv2 model: transformers for the
     families it has (DINOv3, AIMv2, Dinov2 with SwiGLU), keras-hub for DINOv3; the npz layout for none."""
     if format == "transformers":
-        return transformers.families2.model_type_for(config) is not None
+        if transformers.families2.model_type_for(config) is not None:
+            return True  # that family's check_writable refuses what its class cannot hold exactly
+        # Dinov2 (LayerScale) whose only second-generation part is its SwiGLU MLP: dinov2-giant, Web-SSL.
+        plain_mlp = dataclasses.replace(config, mlp_type="gelu")
+        return config.layer_scale is not None and config.mlp_type == "swiglu" and not timm_eva.is_extended(plain_mlp)
     return format == "keras_hub" and config.rope == "dinov3"
 
 

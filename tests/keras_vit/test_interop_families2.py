@@ -158,10 +158,15 @@ def test_dinov3_dense_features_at_a_non_square_size():
     assert scaled_diff(maps, ref["wide_tokens"][:, prefix:].reshape(2, 4, 6, 48)) < TOL
 
 
-@pytest.mark.parametrize("fmt", ["npz", "transformers", "keras_hub"])
-def test_other_layouts_refuse_a_rope_model_in_one_line(tmp_path, fmt):
-    """The original `.npz` would read back a DINOv3 model as a sin-cos ViT; the others have no such layout here."""
-    model = keras_vit.from_pretrained(os.path.join(FAMILIES, "timm_dinov3_small"))
+@pytest.mark.parametrize(
+    "fixture, fmt",
+    [("timm_dinov3_small", "npz"), ("timm_eva02_tiny", "npz"), ("timm_eva02_tiny", "transformers"),
+     ("timm_eva02_tiny", "keras_hub")],
+)  # fmt: skip
+def test_other_layouts_refuse_a_rope_model_in_one_line(tmp_path, fixture, fmt):
+    """The original `.npz` would read back a DINOv3 model as a sin-cos ViT; transformers and keras-hub have no
+    EVA-02 layout (their DINOv3 layouts are written: tests/keras_vit/test_interop_families2_hf.py)."""
+    model = keras_vit.from_pretrained(os.path.join(FAMILIES, fixture))
     with pytest.raises(CheckpointError) as err:
         keras_vit.save_pretrained(model, tmp_path / "out", format=fmt)
     assert "format='timm'" in str(err.value) and "\n" not in str(err.value)
