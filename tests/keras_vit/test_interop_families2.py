@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 import keras_vit
 from keras_vit.weights.errors import CheckpointError
 from tests import support
+from tests.support.numerics import scaled_diff
 
 FAMILIES = os.path.join(str(support.FIXTURES), "interop_families2")
 TOL = 1e-5
@@ -22,12 +23,6 @@ TIMM = sorted(n for n in os.listdir(FAMILIES) if n.startswith("timm_") and n != 
 
 def io(name):
     return dict(np.load(os.path.join(FAMILIES, name, "io.npz")))
-
-
-def scaled_diff(actual, expected):
-    """Max |difference| over max(1, max |expected|): absolute for outputs of order 1, relative for larger ones."""
-    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
-    return float(diff / max(1.0, float(np.abs(expected).max())))
 
 
 def outputs(model, images):

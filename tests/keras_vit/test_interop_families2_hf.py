@@ -13,6 +13,7 @@ from safetensors.numpy import load_file
 
 import keras_vit
 from tests import support
+from tests.support.numerics import scaled_diff
 
 FAMILIES2 = os.path.join(str(support.FIXTURES), "interop_families2")
 TOL = 1e-5
@@ -21,12 +22,6 @@ OUTPUTS = ("last_hidden_state", "pooler_output")
 
 def io(name):
     return dict(np.load(os.path.join(FAMILIES2, name, "io.npz")))
-
-
-def scaled_diff(actual, expected):
-    """Max |difference| over max(1, max |expected|): absolute for outputs of order 1, relative for larger ones."""
-    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
-    return float(diff / max(1.0, float(np.abs(expected).max())))
 
 
 def last_hidden_state(model, images):

@@ -11,7 +11,7 @@ import pytest
 import keras_vit
 from keras_vit.weights import quantized
 from keras_vit.weights.errors import CheckpointError
-from keras_vit.weights.pretrained import read_checkpoint
+from keras_vit.weights.model_io import read_checkpoint
 
 
 def _quantized_file(tmp_path, mode):

@@ -30,3 +30,10 @@ def assert_top1_matches(logits, labels, top1, rtol=LOGIT_RTOL):
         f"{correct} of {len(labels)} correct from these logits, {reported} reported; only {loose} image(s) have a "
         f"top-2 margin within {rtol} of the logits' scale"
     )
+
+
+def scaled_diff(actual, expected):
+    """Max |difference| over max(1, max |expected|): absolute for outputs of order 1, relative for larger ones
+    (float32 round-off grows with the values' scale)."""
+    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
+    return float(diff / max(1.0, float(np.abs(expected).max())))
