@@ -1,5 +1,6 @@
-"""Starting the tests' child processes (for the tests whose subject is a process): their environment, `run_cli`,
-free loopback ports, waiting for several at once."""
+"""Command lines for the tests: `call_cli` in this process (where the process is not what a test checks), and for the
+tests whose subject is a process, `run_cli` and `start_cli`, their environment, free loopback ports, waiting for
+several processes at once."""
 
 import os
 import socket
@@ -24,6 +25,15 @@ def env(backend=None, devices=None, **extra):
     if devices:
         out["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     return {**out, **extra}
+
+
+def call_cli(main, *args, capfd):
+    """A command line's `main(ARGS)` called in this process: its exit code and what it wrote, Python's and the native
+    libraries' (`capfd`), as a CompletedProcess."""
+    capfd.readouterr()
+    code = main([str(arg) for arg in args])
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def run_cli(*args, env=None, timeout=300, check=True):
