@@ -31,7 +31,8 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 # in-process), which the TensorFlow session starts when its own tests are done, with the same arguments
 # (`pytest_sessionfinish` below): one command still runs every test, and fails when either session fails.
 # `KERAS_BACKEND=jax python -m pytest ...` runs the JAX session alone. What needs a fresh process (a start-up, a
-# signal, a limit, several processes: marked `process`) still starts one from either session.
+# signal, a limit, several processes: marked `process`) still starts one from either session; a command line whose
+# process is not what a test checks is called in-process (tests/support/processes.py: `call_cli`, else `run_cli`).
 SESSION_BACKEND = "jax" if os.environ.get("KERAS_BACKEND") == "jax" else "tensorflow"
 JAX_DEVICES = 2
 JAX_FILES_VARIABLE = "KERAS_VIT_JAX_TEST_FILES"  # set by the TensorFlow session: the only files the JAX one imports
