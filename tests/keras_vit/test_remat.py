@@ -10,9 +10,6 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.encoder_block import EncoderBlock
-from tests import support
-
-ROOT = str(support.ROOT)
 
 
 def _gradients(monkeypatch):
