@@ -104,10 +104,11 @@ def test_micro_batches_update_as_one_batch_on_tensorflow():
     _check(json.loads(json.dumps(compare())))
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 def test_micro_batches_update_as_one_batch_on_jax():
-    code = "import json; from tests.training.test_accum import compare; print('RESULT' + json.dumps(compare()))"
-    _check(_subprocess(code, "jax"))
+    assert keras.backend.backend() == "jax"
+    _check(json.loads(json.dumps(compare())))
 
 
 MIRRORED = textwrap.dedent("""
@@ -129,6 +130,7 @@ MIRRORED = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.process  # logical devices are set before TensorFlow starts
 def test_micro_batches_update_as_one_batch_under_mirrored_strategy():
     out = _subprocess(MIRRORED, "tensorflow")
     _check(out)

@@ -16,6 +16,7 @@ import pytest
 
 import keras_vit  # noqa: F401  (registers the layers: model.keras loads without importing training)
 from tests import support
+from tests.support import runs
 from tests.support.numerics import UINT8_ROUNDING_RTOL, assert_top1_matches
 
 ROOT = str(support.ROOT)
@@ -45,14 +46,13 @@ def test_digits_reaches_97_percent(digits_run):
 
 
 @pytest.mark.slow  # a tiny training in a subprocess
+@pytest.mark.process  # TensorFlow's C++ log level is read at start-up
 def test_a_jit_compiled_train_step_is_compiled_by_xla(tmp_path):
     """The main job runs quiet; with `-v` TensorFlow's logs stay, and XLA's "Compiled cluster" line shows that the
     trainer's jit_compile=True (what "auto" resolves to for the digits recipe, above) reaches the step Keras
     compiles. A tiny synthetic run, since the line says nothing of the model."""
-    from tests.training.test_resume import SMALL_RUN
-
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    command = [sys.executable, "-m", "training", "-v", "--workdir", str(tmp_path / "run"), *SMALL_RUN,
+    command = [sys.executable, "-m", "training", "-v", "--workdir", str(tmp_path / "run"), *runs.TINY_RUN,
                "--epochs", "1", "--set", "jit_compile=True", "--set", "deterministic=False"]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True,
                             timeout=300)  # fmt: skip

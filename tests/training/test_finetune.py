@@ -13,7 +13,7 @@ import keras_vit
 import training
 from keras_vit.weights import checkpoint_variables
 from tests import support
-from tests.keras_vit import test_downloads
+from tests.support.hosts import hub_files
 from training.model_setup import build_model
 from training.options.config import TrainConfig
 
@@ -146,8 +146,6 @@ def test_fine_tuning_starts_a_fresh_head_even_when_the_class_count_fits(pretrain
 
 # --- --init from every kind of source `keras_vit.load_weights` takes, against outputs computed elsewhere -----------
 
-# The loopback bucket and Hub of tests/keras_vit/test_downloads.py (huggingface_hub's own client talks to it).
-server, env = test_downloads.server, test_downloads.env
 INTEROP = support.FIXTURES / "interop"
 # The fixtures' architecture as their README states it (width 48, depth 2, heads 3, MLP 192, patch 8, 32 px, exact
 # GELU; transformers' default LayerNorm epsilon 1e-12), and the output their library computed.
@@ -177,9 +175,10 @@ def test_init_from_each_folder_layout_gives_the_library_outputs(fixture, capsys)
     np.testing.assert_array_equal(fresh.get_layer("embedding").kernel.numpy(), model.get_layer("embedding").kernel)
 
 
+# `server`, `env`: the loopback bucket and Hub of tests/support/hosts.py (huggingface_hub's own client talks to it).
 def test_init_from_a_loopback_hub_repo_gives_the_library_outputs(server, env):
     folder = INTEROP / "timm_vit_tiny"
-    test_downloads._hub_files(
+    hub_files(
         server, "timm/vit_tiny_test", "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"}
     )
     config = _finetune_config("hf://timm/vit_tiny_test", image_size=32, init_head=True, model=TINY_48)

@@ -6,8 +6,7 @@ the arithmetic of the recipe's rules written out here, not read back from `train
 
 import json
 import os
-import subprocess
-import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from PIL import Image
 import keras_vit
 from keras_vit.weights import checkpoint_variables
 from keras_vit.weights.checkpoint import Checkpoint
-from tests.conftest import ROOT
+from tests.support.processes import call_cli
 from training.checkpoints.init_checkpoint import read_init
 from training.configs import get_config
 from training.options import resolve
@@ -131,18 +130,27 @@ def photos_and_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(photos_and_checkpoint):
+def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(
+    photos_and_checkpoint, capfd, monkeypatch
+):
+    from export.__main__ import main as export_main
+    from training.__main__ import main as train_main
+
+    # The commands called in this process (what they print and write is what is checked), from the user's folder.
     root = photos_and_checkpoint
+    monkeypatch.chdir(root)
     workdir = root / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "training", "--config", "finetune", "--init", str(root / "vit.npz")]
-    command += ["--dataset", f"folder:{root / 'photos'}", "--epochs", "2", "--workdir", str(workdir)]
-    trained = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    command = ["--config", "finetune", "--init", root / "vit.npz"]
+    command += ["--dataset", f"folder:{root / 'photos'}", "--epochs", "2", "--workdir", workdir]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trained = call_cli(train_main, *command, capfd=capfd)
     assert trained.returncode == 0, trained.stderr[-3000:]
     output = trained.stdout + trained.stderr
     # Nothing to correct on a small folder: no note on steps_per_execution, no warning on the warm-up.
     assert "note:" not in output and "warmup" not in output.lower(), output[-3000:]
     # The head it was asked to replace is said in the run's own line, not warned about (warnings are for surprises).
+    assert not [w for w in caught if w.category is UserWarning], [str(w.message) for w in caught]
     assert "UserWarning" not in output and "skipped head" not in output, output[-3000:]
     assert f"[training] --init {root / 'vit.npz'}: " in trained.stdout and "; new 3-class head\n" in trained.stdout
     recorded = json.loads((workdir / "config.json").read_text())
@@ -155,14 +163,7 @@ def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(ph
     assert metrics["plots"] and all((workdir / path).is_file() for path in metrics["plots"].values())
     # The same command again resumes (nothing left to train) without reading the checkpoint's folder again.
     (root / "vit.npz").rename(root / "moved.npz")
-    again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    again = call_cli(train_main, *command, capfd=capfd)
     assert again.returncode == 0, again.stderr[-3000:]
-    exported = subprocess.run(
-        [sys.executable, "-m", "export", str(workdir), "--quantize", "float32", "--latency-runs", "1"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
     assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]

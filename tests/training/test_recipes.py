@@ -214,10 +214,10 @@ def test_extra_evals_are_reported_in_metrics_json(tmp_path):
     """A run on a tiny TFDS dataset with two extra splits: "test_again" repeats the main split (same numbers),
     "first12" is checked against the model's own predictions on those images, computed with numpy."""
     import training
-    from tests.training.test_data import _tiny_tfds
+    from tests.support.tfds_fakes import tiny_shapes
     from training import data
 
-    name = _tiny_tfds(tmp_path / "tfds")
+    name = tiny_shapes(tmp_path / "tfds")
     result = training.train(
         dict(
             dataset=f"tfds:{name}",
