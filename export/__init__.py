@@ -1,15 +1,5 @@
-"""Export keras-vit models to SavedModel, TFLite (LiteRT), ONNX and OpenVINO, verified against the Keras model.
-
-```python
-import export
-report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, model.onnx,
-                                               #    model.xml/.bin, report.json
-print(export.format_table(report))
-export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
-export.similar("features_export/embedder_float32.tflite", "a.png", "b.png")  # an image embedder: cosine
-```
-Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
-"""
+"""Export keras-vit models to SavedModel, TFLite (LiteRT), ONNX and OpenVINO, every file verified against the Keras
+model; `python -m export` is a thin CLI over these functions (docs/export.md shows them in use)."""
 
 # Importing keras_vit first runs its TPU guard (before anything here imports TensorFlow). The public names are
 # imported on first use (keras_vit/_lazy.py), so `python -m export --help` answers before Keras loads.

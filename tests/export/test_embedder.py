@@ -223,6 +223,6 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
         figures[mode] = (similarity.min(), similarity.mean(), entry["gpu"]["figures"]["min_cosine"])
         assert similarity.min() >= (0.9999 if mode == "float32" else embedder.BUDGETS[mode]["min_cosine"]), mode
         assert entry["gpu"]["verdict"] == "fully accelerated" and entry["gpu"]["within_budget"], entry["gpu"]
-    assert sorted(figures) == sorted(export.tflite.DEFAULT_MODES)  # the opt-in ai-edge-quantizer modes aside
+    assert sorted(figures) == sorted(export.tflite.converter.DEFAULT_MODES)  # the opt-in ai-edge-quantizer modes aside
     assert cosine(reference[:-1], reference[1:]).mean() < 0.5  # trained features tell the digits apart
     print("digits embedder: MediaPipe min / mean cosine with Keras, GPU min cosine:", figures)

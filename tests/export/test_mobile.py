@@ -190,7 +190,7 @@ def test_mediapipe_classifies_the_main_jobs_models(digits_main_job):
     keras_top1 = model.predict((pixels.astype(np.float32) - 127.5) / 127.5, verbose=0).argmax(-1)
     paths = sorted((workdir / "export").glob("*.tflite"))
     # The default modes (int8_int16 and int4_weights are asked for by name; MediaPipe cannot feed int16 inputs).
-    assert [p.name for p in paths] == [f"model_{m}.tflite" for m in sorted(export.tflite.DEFAULT_MODES)]
+    assert [p.name for p in paths] == [f"model_{m}.tflite" for m in sorted(export.tflite.converter.DEFAULT_MODES)]
     # The uint8-I/O integer model is not part of the main job; apps on integer-only hardware use it.
     with np.load(workdir / "samples" / "calibration.npz") as calibration:
         uint8_io = export.convert_tflite(model, "int8", calibration["images"], int8_io="uint8", labels=labels)
