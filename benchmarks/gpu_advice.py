@@ -18,7 +18,6 @@ import re
 import sys
 
 from benchmarks import gpu, gpu_step
-from keras_vit.layers.attention_kernel import DEFAULT_PAD
 from keras_vit.models import flops, get_variant
 from training import advice
 
@@ -28,6 +27,8 @@ NUM_CLASSES = 1000  # what gpu_step measures
 
 def skipped(row):
     """Why `row` does not measure keras_vit as the trainer runs it on a GPU, or None when it does."""
+    from keras_vit.layers.attention_kernel import DEFAULT_PAD  # imports Keras: after the inputs are checked
+
     argv = row.get("argv") or []
     if "error" in row or not isinstance(row.get("train_img_s"), dict):
         return f"no training figure ({row.get('error', 'not measured')})"

@@ -84,3 +84,19 @@ def test_date_must_be_a_day(files, capsys, day):
 
 def test_a_real_day_is_taken():
     assert gpu_advice.iso_date("2026-12-04") == "2026-12-04"
+
+
+@pytest.mark.process  # what a fresh process imports is the subject
+def test_a_bad_input_is_refused_before_keras_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "results.jsonl").write_text('{"label": "kv_jax_fused", "train_img_s": {"me')  # truncated line
+    code = (
+        "import sys; from benchmarks import gpu_advice; "
+        f"rc = gpu_advice.cli([{ADVICE!r}, {str(tmp_path / 'results.jsonl')!r}]); "
+        "print(rc, sorted(m for m in ('keras', 'jax', 'tensorflow') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(support.ROOT))
+    assert result.stdout.split("\n")[-2] == "2 []", result.stdout + result.stderr[-2000:]
+    assert "line 1 is not JSON" in result.stderr
