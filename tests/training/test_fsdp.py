@@ -47,7 +47,7 @@ RUNS = textwrap.dedent(f"""
                                                            "sharded_parameters")}},
             "paths": header["paths"],
             "shapes": {{key: list(value.shape) for key, value in arrays.items()}},
-            "weights": [np.asarray(w).ravel().tolist() for w in result.model.getweights()],
+            "weights": [np.asarray(w).ravel().tolist() for w in result.model.get_weights()],
         }}
 
     def layouts(variables):
