@@ -163,11 +163,9 @@ def from_transformers(state, num_layers):
 def write(folder, params, config):
     """Writes the preset `keras_hub.models.Backbone.from_preset(folder)` reads as a `DINOV3Backbone` (keras-hub
     0.32's `save_to_preset` layout: config.json, model.weights.h5, metadata.json)."""
-    import keras
-
     from keras_vit import files
-    from keras_vit.weights import keras_hub
     from keras_vit.weights.checkpoint import write_json
+    from keras_vit.weights.keras_hub_h5 import write_h5, write_metadata
 
     families2.check_writable("dinov3_vit", config)
     if config.mlp_type == "gelu" and config.gelu != "exact":
@@ -177,10 +175,8 @@ def write(folder, params, config):
     hf = families2.hf_config("dinov3_vit", config)
     state = families2.from_original(params, "dinov3_vit", config)
     files.makedirs(folder)
-    keras_hub._write_h5(os.path.join(folder, "model.weights.h5"), *from_transformers(state, config.num_layers))
+    write_h5(os.path.join(folder, "model.weights.h5"), *from_transformers(state, config.num_layers))
     write_json(os.path.join(folder, "config.json"), backbone_config(hf))
     count = sum(int(np.prod(np.shape(v))) for k, v in state.items())
-    metadata = dict(keras_version=keras.__version__, keras_hub_version=keras_hub.KERAS_HUB_LAYOUT_VERSION,
-                    parameter_count=count, tasks=[])  # fmt: skip
-    write_json(os.path.join(folder, "metadata.json"), metadata)
+    write_metadata(folder, count, tasks=[])
     return folder

@@ -10,12 +10,13 @@ import numpy as np
 from keras_vit import files, labels
 from keras_vit.layers import deferred_init
 from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import config_precheck, keras_hub, naflex, quantized, sources, timm, timm_eva, transformers
+from keras_vit.weights import config_precheck, keras_hub, naflex, quantized, sources, timm, transformers
 from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import unknown_folder
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, checkpoint_variables, load_params
 from keras_vit.weights.npz import read_npz, to_original_layout
+from keras_vit.weights.timm_architectures import is_extended
 
 FORMATS = ("timm", "transformers", "keras_hub", "npz")
 _LOAD_OPTIONS = ("resize_method",)
@@ -257,7 +258,7 @@ def save_pretrained(model, folder, format="timm"):
         raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
     if format == "npz":
         _check_npz_writable(config)
-    if format != "timm" and timm_eva.is_extended(config) and not _holds_extended(format, config):
+    if format != "timm" and is_extended(config) and not _holds_extended(format, config):
         raise CheckpointError(
             f"The {format} layout keras-vit writes cannot hold this model's rotary embeddings, SwiGLU, bias or norm "
             f"options (a DINOv3 / EVA-02 / PE / AIMv2 model): save it with format='timm' or model.save('m.keras')."
@@ -287,7 +288,7 @@ def _holds_extended(format, config):
             return True  # that family's check_writable refuses what its class cannot hold exactly
         # Dinov2 (LayerScale) whose only second-generation part is its SwiGLU MLP: dinov2-giant, Web-SSL.
         plain_mlp = dataclasses.replace(config, mlp_type="gelu")
-        return config.layer_scale is not None and config.mlp_type == "swiglu" and not timm_eva.is_extended(plain_mlp)
+        return config.layer_scale is not None and config.mlp_type == "swiglu" and not is_extended(plain_mlp)
     return format == "keras_hub" and config.rope == "dinov3"
 
 

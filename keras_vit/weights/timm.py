@@ -161,8 +161,8 @@ def _grid(args, pretrained, params, state, folder):
 def write(folder, params, config, class_names=None):
     """Writes a timm folder that `timm.create_model(cfg["architecture"], pretrained=True, **cfg["model_args"],
     pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=folder + "/model.safetensors"))` loads."""
-    if timm_eva.is_extended(config):  # DINOv3, EVA-02, PE, AIMv2: timm's Eva / AIMv2 layouts
-        return timm_eva.write(folder, params, config, class_names)
+    if timm_architectures.is_extended(config):  # DINOv3, EVA-02, PE, AIMv2: timm's Eva / AIMv2 layouts
+        return _write_eva(folder, params, config, class_names)
     _check_writable(config)
     architecture, epsilon = _architecture(config)
     if abs(config.layer_norm_epsilon - epsilon) > 1e-9:
@@ -182,6 +182,28 @@ def write(folder, params, config, class_names=None):
     files.makedirs(folder)
     state = timm_layout.from_original(params, config.num_heads)
     write_safetensors(os.path.join(folder, "model.safetensors"), state)
+    write_json(os.path.join(folder, "config.json"), cfg)
+    return folder
+
+
+def _write_eva(folder, params, config, class_names=None):
+    """Writes a timm folder (config.json + model.safetensors) that `timm.create_model(cfg["architecture"],
+    **cfg["model_args"])` builds and loads."""
+    name, args = timm_architectures.architecture(config)
+    kw = timm_architectures.kwargs_for(name, args)
+    if abs(config.layer_norm_epsilon - kw["norm_eps"]) > 1e-12:
+        raise CheckpointError(
+            f"timm's {name} uses norm epsilon {kw['norm_eps']:g}; this model uses {config.layer_norm_epsilon:g}, "
+            f"which its timm layout cannot state. Save it as 'npz' (or with model.save)."
+        )
+    cfg = dict(
+        architecture=name, num_classes=config.num_classes, num_features=config.hidden_size,
+        global_pool=args["global_pool"], model_args=args, pretrained_cfg=_pretrained_cfg(config),
+    )  # fmt: skip
+    if class_names:
+        cfg["label_names"] = list(class_names)
+    files.makedirs(folder)
+    write_safetensors(os.path.join(folder, "model.safetensors"), timm_eva.from_original(params, config, kw))
     write_json(os.path.join(folder, "config.json"), cfg)
     return folder
 

@@ -9,6 +9,8 @@ arguments (timm 1.0 `models/eva.py`, `models/vision_transformer.py`); `model_arg
 
 import re
 
+from keras_vit.weights.loading import CheckpointError
+
 # Eva class defaults that matter here (timm `Eva.__init__`).
 EVA_DEFAULTS = dict(
     num_heads=12, qkv_bias=True, qkv_fused=True, mlp_ratio=4.0, swiglu_mlp=False, swiglu_align_to=0,
@@ -144,3 +146,65 @@ def family(architecture):
 def eva_kwargs(architecture, model_args):
     """The `Eva` keyword arguments `timm.create_model(architecture, **model_args)` ends with."""
     return {**EVA_DEFAULTS, **EVA[architecture], **model_args}
+
+
+def kwargs_for(architecture, args):
+    """The architecture's keyword arguments as timm ends with them (`Eva` or AIMv2's `VisionTransformer`)."""
+    if architecture in AIMV2:
+        return {**EVA_DEFAULTS, **AIMV2[architecture], **args, "aimv2": True}
+    return eva_kwargs(architecture, args)
+
+
+def is_extended(config):
+    """Whether `config` needs this module's layouts (timm's Eva or AIMv2) rather than `VisionTransformer`'s."""
+    return bool(
+        config.rope or config.mlp_type != "gelu" or config.norm != "layer" or config.qkv_bias != "qkv"
+        or not config.proj_bias or not config.encoder_norm or config.map_heads or config.position_embedding == "none"
+    )  # fmt: skip
+
+
+def architecture(config):
+    """(a registered timm architecture of `config`'s kind, the model_args that pin every size and option)."""
+    if config.gelu != "exact":
+        raise CheckpointError(f"timm's Eva and AIMv2 use exact GELU; this model has gelu={config.gelu!r}.")
+    if config.rope == "dinov3":
+        name = "vit_small{}_patch16_dinov3{}".format(
+            "_plus" if config.mlp_type == "swiglu" else "", "_qkvb" if config.qkv_bias == "qv" else ""
+        )
+    elif config.rope == "eva":
+        name = "eva02_base_patch16_clip_224" if config.attention_norm else (
+            "eva02_base_patch14_224" if config.mlp_norm else "eva02_tiny_patch14_224"
+        )  # fmt: skip
+    elif config.rope == "pe":
+        name = "vit_pe_core_tiny_patch16_384" if config.pooling == "map" else "vit_pe_spatial_tiny_patch16_512"
+    elif config.norm == "rms":
+        name = "aimv2_large_patch14_224"
+    else:
+        raise CheckpointError("timm has no Eva or AIMv2 architecture for this model; save it as 'npz' instead.")
+    kw = kwargs_for(name, {})
+    pool = {"token": "token", "gap": "avg", "map": "map"}[config.pooling]
+    hidden = config.hidden_size
+    args = dict(
+        img_size=list(config.image_size), patch_size=config.patch_size, embed_dim=hidden, depth=config.num_layers,
+        num_heads=config.num_heads, mlp_ratio=(config.mlp_dim + 0.5) / hidden, num_classes=config.num_classes,
+        in_chans=config.channels, global_pool=pool, class_token=config.class_token,
+    )  # fmt: skip
+    if config.mlp_type == "swiglu" and kw["swiglu_align_to"] and config.mlp_dim % kw["swiglu_align_to"]:
+        args["swiglu_align_to"] = 1  # the exact width, still timm's split layout
+    if name in EVA:
+        args.update(
+            num_reg_tokens=config.num_registers, qkv_bias=config.qkv_bias != "none", init_values=config.layer_scale,
+            use_abs_pos_emb=config.position_embedding == "learned", no_embed_class=config.no_embed_class,
+            use_fc_norm=config.fc_norm, use_post_transformer_norm=config.encoder_norm and not config.fc_norm,
+            dynamic_img_size=config.dynamic_image_size,
+        )  # fmt: skip
+        if config.rope != "dinov3":
+            ref = config.rope_ref_grid
+            args["ref_feat_shape"] = None if ref is None else [int(r) if float(r).is_integer() else r for r in ref]
+            args["rope_grid_offset"] = config.rope_offset if config.rope_offset is not None else kw["rope_grid_offset"]
+        if config.rope_base is not None:
+            args["rope_temperature"] = config.rope_base
+        if config.pooling == "map":
+            args["attn_pool_num_heads"] = config.map_heads or config.num_heads
+            args["attn_pool_mlp_ratio"] = ((config.map_mlp_dim or config.mlp_dim) + 0.5) / hidden
+    return name, args

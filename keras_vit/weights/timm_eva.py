@@ -27,13 +27,6 @@ def split_packed_fc1(weight, bias=None):
     return (weight[:half], biases[0]), (weight[half:], biases[1])
 
 
-def kwargs_for(architecture, args):
-    """The architecture's keyword arguments as timm ends with them (`Eva` or AIMv2's `VisionTransformer`)."""
-    if architecture in arch_table.AIMV2:
-        return {**arch_table.EVA_DEFAULTS, **arch_table.AIMV2[architecture], **args, "aimv2": True}
-    return arch_table.eva_kwargs(architecture, args)
-
-
 def options(kw, params, state, grid, source):
     """`ViTConfig` fields of an Eva / AIMv2 model: `kw` its timm arguments, `params` its original-layout tensors."""
     block = "Transformer/encoderblock_0"
@@ -316,7 +309,7 @@ def packed_swiglu(kw):
 def read(folder, cfg, state, architecture):
     """An Eva / AIMv2 timm folder's config and tensors -> (params, options) for a `Checkpoint`."""
     args = cfg.get("model_args") or {}
-    kw = kwargs_for(architecture, args)
+    kw = arch_table.kwargs_for(architecture, args)
     heads = int(kw["num_heads"])
     params = to_original(state, heads, int(kw["attn_pool_num_heads"] or heads), source=folder)
     return params, options(kw, params, state, _grid(args, cfg, params, folder), folder)
@@ -336,84 +329,3 @@ def _grid(args, cfg, params, folder):
         if rows is None or rows in (grid[0] * grid[1], grid[0] * grid[1] + prefix):
             return grid
     raise CheckpointError(f"{folder!r}: no image size in its config fits pos_embed; add img_size to model_args.")
-
-
-def is_extended(config):
-    """Whether `config` needs this module's layouts (timm's Eva or AIMv2) rather than `VisionTransformer`'s."""
-    return bool(
-        config.rope or config.mlp_type != "gelu" or config.norm != "layer" or config.qkv_bias != "qkv"
-        or not config.proj_bias or not config.encoder_norm or config.map_heads or config.position_embedding == "none"
-    )  # fmt: skip
-
-
-def architecture(config):
-    """(a registered timm architecture of `config`'s kind, the model_args that pin every size and option)."""
-    if config.gelu != "exact":
-        raise CheckpointError(f"timm's Eva and AIMv2 use exact GELU; this model has gelu={config.gelu!r}.")
-    if config.rope == "dinov3":
-        name = "vit_small{}_patch16_dinov3{}".format(
-            "_plus" if config.mlp_type == "swiglu" else "", "_qkvb" if config.qkv_bias == "qv" else ""
-        )
-    elif config.rope == "eva":
-        name = "eva02_base_patch16_clip_224" if config.attention_norm else (
-            "eva02_base_patch14_224" if config.mlp_norm else "eva02_tiny_patch14_224"
-        )  # fmt: skip
-    elif config.rope == "pe":
-        name = "vit_pe_core_tiny_patch16_384" if config.pooling == "map" else "vit_pe_spatial_tiny_patch16_512"
-    elif config.norm == "rms":
-        name = "aimv2_large_patch14_224"
-    else:
-        raise CheckpointError("timm has no Eva or AIMv2 architecture for this model; save it as 'npz' instead.")
-    kw = kwargs_for(name, {})
-    pool = {"token": "token", "gap": "avg", "map": "map"}[config.pooling]
-    hidden = config.hidden_size
-    args = dict(
-        img_size=list(config.image_size), patch_size=config.patch_size, embed_dim=hidden, depth=config.num_layers,
-        num_heads=config.num_heads, mlp_ratio=(config.mlp_dim + 0.5) / hidden, num_classes=config.num_classes,
-        in_chans=config.channels, global_pool=pool, class_token=config.class_token,
-    )  # fmt: skip
-    if config.mlp_type == "swiglu" and kw["swiglu_align_to"] and config.mlp_dim % kw["swiglu_align_to"]:
-        args["swiglu_align_to"] = 1  # the exact width, still timm's split layout
-    if name in arch_table.EVA:
-        args.update(
-            num_reg_tokens=config.num_registers, qkv_bias=config.qkv_bias != "none", init_values=config.layer_scale,
-            use_abs_pos_emb=config.position_embedding == "learned", no_embed_class=config.no_embed_class,
-            use_fc_norm=config.fc_norm, use_post_transformer_norm=config.encoder_norm and not config.fc_norm,
-            dynamic_img_size=config.dynamic_image_size,
-        )  # fmt: skip
-        if config.rope != "dinov3":
-            ref = config.rope_ref_grid
-            args["ref_feat_shape"] = None if ref is None else [int(r) if float(r).is_integer() else r for r in ref]
-            args["rope_grid_offset"] = config.rope_offset if config.rope_offset is not None else kw["rope_grid_offset"]
-        if config.rope_base is not None:
-            args["rope_temperature"] = config.rope_base
-        if config.pooling == "map":
-            args["attn_pool_num_heads"] = config.map_heads or config.num_heads
-            args["attn_pool_mlp_ratio"] = ((config.map_mlp_dim or config.mlp_dim) + 0.5) / hidden
-    return name, args
-
-
-def write(folder, params, config, class_names=None):
-    """Writes a timm folder (config.json + model.safetensors) that `timm.create_model(cfg["architecture"],
-    **cfg["model_args"])` builds and loads."""
-    from keras_vit import files
-    from keras_vit.weights import timm
-    from keras_vit.weights.checkpoint import write_json, write_safetensors
-
-    name, args = architecture(config)
-    kw = kwargs_for(name, args)
-    if abs(config.layer_norm_epsilon - kw["norm_eps"]) > 1e-12:
-        raise CheckpointError(
-            f"timm's {name} uses norm epsilon {kw['norm_eps']:g}; this model uses {config.layer_norm_epsilon:g}, "
-            f"which its timm layout cannot state. Save it as 'npz' (or with model.save)."
-        )
-    cfg = dict(
-        architecture=name, num_classes=config.num_classes, num_features=config.hidden_size,
-        global_pool=args["global_pool"], model_args=args, pretrained_cfg=timm._pretrained_cfg(config),
-    )  # fmt: skip
-    if class_names:
-        cfg["label_names"] = list(class_names)
-    files.makedirs(folder)
-    write_safetensors(os.path.join(folder, "model.safetensors"), from_original(params, config, kw))
-    write_json(os.path.join(folder, "config.json"), cfg)
-    return folder
