@@ -64,6 +64,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             negative bias added to their scores, so they take no weight.
     """
 
+    biases = PROJECTIONS  # the projections with a bias (`RotaryAttention` chooses)
+
     def __init__(
         self,
         num_heads,
@@ -93,13 +95,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         heads = (self.num_heads, self.head_dim)
         for index, name in enumerate(("query", "key", "value")):
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **self._inits(index, width)
-            )
+                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk" if name in self.biases else None,
+                name=name, **self._inits(index, width),
+            )  # fmt: skip
             build_deferred(layer, (None, None, width))
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **self._inits(3, width)
-        )
+            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d" if "out" in self.biases else None, name="out",
+            **self._inits(3, width),
+        )  # fmt: skip
         build_deferred(self.out, (None, None, *heads))
 
     def _inits(self, index, width):
@@ -140,10 +144,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute, bias)
         else:
             attended, weights = attention_kernel.fused(query, key, value, 1.0, bias=bias), None
-        output = self.out(attended)
+        output = self.out(self._before_out(attended))
         if return_attention_scores:
             return output, weights
         return output
+
+    def _before_out(self, attended):
+        """The attended (B, T, H, D_h) tokens as `out` takes them (a subclass may normalise them first)."""
+        return attended
 
     def _scaled_query(self, tokens):
         """Q / sqrt(D_h). A plain float projection takes the scale into its kernel and bias (D * H * D_h values, and
@@ -153,8 +161,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         layer = self.query
         if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
             return layer(tokens) * scale
-        kernel = ops.cast(layer.kernel, layer.compute_dtype) * scale
-        return ops.einsum("btd,dhk->bthk", tokens, kernel) + ops.cast(layer.bias, layer.compute_dtype) * scale
+        query = ops.einsum("btd,dhk->bthk", tokens, ops.cast(layer.kernel, layer.compute_dtype) * scale)
+        return query if layer.bias is None else query + ops.cast(layer.bias, layer.compute_dtype) * scale
 
     def load_own_variables(self, store):
         """Files of keras-vit before the projections were layers hold the eight variables here, in this order."""
