@@ -8,6 +8,7 @@ import pytest
 
 import keras_vit
 from tests import support
+from tests.support.numerics import scaled_diff
 
 FOLDER = os.path.join(str(support.FIXTURES), "interop_families2", "hf_siglip2_naflex")
 TOL = 1e-5
@@ -40,10 +41,6 @@ def case():
     return model, serve, spec, inputs, arrays["pooler_output"]
 
 
-def _scaled(got, expected):
-    return float(np.abs(got - expected).max() / max(1.0, float(np.abs(expected).max())))
-
-
 def test_tflite_builtins(case):
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
@@ -62,7 +59,7 @@ def test_tflite_builtins(case):
             interpreter.set_tensor(detail["index"], feed[name])
         interpreter.invoke()
         got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-        assert _scaled(got, expected[i : i + 1]) <= TOL
+        assert scaled_diff(got, expected[i : i + 1]) <= TOL
 
 
 def test_onnx(case):
@@ -74,4 +71,4 @@ def test_onnx(case):
     session = onnxruntime.InferenceSession(proto.SerializeToString())
     for i, feed in enumerate(inputs):
         got = session.run(None, feed)[0]
-        assert _scaled(got, expected[i : i + 1]) <= TOL
+        assert scaled_diff(got, expected[i : i + 1]) <= TOL

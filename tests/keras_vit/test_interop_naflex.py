@@ -14,6 +14,7 @@ from safetensors.numpy import load_file
 import keras_vit
 from keras_vit.naflex_inputs import naflex_batch
 from tests import support
+from tests.support.numerics import scaled_diff
 
 FIXTURES = os.path.join(str(support.FIXTURES), "interop_families2")
 ROUND1 = os.path.join(str(support.FIXTURES), "interop_families")
@@ -27,15 +28,6 @@ def folder(name):
 
 def io(name, root=FIXTURES):
     return dict(np.load(os.path.join(root, name, "io.npz")))
-
-
-def scaled_diff(actual, expected, rows=None):
-    """Max |difference| over max(1, max |expected|), on the valid rows only for token outputs."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    diff = np.abs(actual - expected)
-    if rows is not None:
-        diff = diff[rows]
-    return float(diff.max() / max(1.0, float(np.abs(expected).max())))
 
 
 def library_inputs(name, arrays):

@@ -32,8 +32,11 @@ def assert_top1_matches(logits, labels, top1, rtol=LOGIT_RTOL):
     )
 
 
-def scaled_diff(actual, expected):
+def scaled_diff(actual, expected, rows=None):
     """Max |difference| over max(1, max |expected|): absolute for outputs of order 1, relative for larger ones
-    (float32 round-off grows with the values' scale)."""
-    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
-    return float(diff / max(1.0, float(np.abs(expected).max())))
+    (float32 round-off grows with the values' scale). `rows`: a mask of the rows compared (NaFlex's valid tokens)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    diff = np.abs(actual - expected)
+    if rows is not None:
+        diff = diff[rows]
+    return float(diff.max() / max(1.0, float(np.abs(expected).max())))

@@ -35,6 +35,21 @@ TINY_RUN = [
     "plots=false",
 ]
 
+# The same run in-process (`training.TrainConfig(**TINY_CONFIG)`), one epoch of 2 steps of 4-image evaluations.
+TINY_CONFIG = dict(
+    dataset="synthetic",
+    image_size=16,
+    batch_size=16,
+    epochs=1,
+    steps_per_epoch=2,
+    eval_every=0,
+    jit_compile=False,
+    strategy="default",
+    num_samples=4,
+    num_calibration=4,
+    plots=False,
+)
+
 
 def steps_saved(workdir):
     """The steps of the checkpoints in `workdir`/checkpoints, in no particular order."""

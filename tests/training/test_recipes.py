@@ -11,6 +11,29 @@ import pytest
 from tests import support
 from training.configs import available_configs, get_config
 
+# What vit_jax's cifar10 and imagenet2012 fine-tuning presets share (configs/common.py, paper appendix B.1.1).
+_FINETUNE_384 = dict(
+    eval_resize_small=None,
+    image_size=384,
+    shuffle_buffer=50_000,
+    variant="B/16",
+    model={},
+    batch_size=512,
+    optimizer="sgd",
+    momentum=0.9,
+    learning_rate=0.03,
+    weight_decay=0.0,
+    schedule="cosine",
+    warmup_steps=500,
+    global_clipnorm=1.0,
+    augment="inception",
+    crop_area=(0.05, 1.0),
+    flip=True,
+    randaugment=None,
+    mixup_alpha=0.0,
+    init_head=False,
+)
+
 # Values as the references state them; conversions (big_vision's wd x schedule -> Keras' wd x lr) done here by hand.
 REFERENCE = {
     "imagenet1k_s16": dict(  # big_vision configs/vit_s16_i1k.py
@@ -72,29 +95,7 @@ REFERENCE = {
         init=None,
     ),
     "cifar10_finetune": dict(  # vit_jax configs/common.py cifar10 preset + paper appendix B.1.1
-        dataset="tfds:cifar10",
-        train_split="train[:98%]",
-        eval_split="test",
-        eval_resize_small=None,
-        image_size=384,
-        shuffle_buffer=50_000,
-        variant="B/16",
-        model={},
-        batch_size=512,
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
-        warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
-        randaugment=None,
-        mixup_alpha=0.0,
-        label_smoothing=0.0,
-        init_head=False,
+        dataset="tfds:cifar10", train_split="train[:98%]", eval_split="test", label_smoothing=0.0, **_FINETUNE_384
     ),
     "finetune": dict(  # paper appendix B.1.1's optimiser; the model and the step counts are the run's (resolve.py)
         eval_resize_small=None,
@@ -118,28 +119,7 @@ REFERENCE = {
         init_head=False,
     ),
     "imagenet_finetune_384": dict(  # vit_jax configs/common.py imagenet2012 preset + paper appendix B.1.1
-        dataset="tfds:imagenet2012",
-        train_split="train[:99%]",
-        eval_split="validation",
-        eval_resize_small=None,
-        image_size=384,
-        shuffle_buffer=50_000,
-        variant="B/16",
-        model={},
-        batch_size=512,
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
-        warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
-        randaugment=None,
-        mixup_alpha=0.0,
-        init_head=False,
+        dataset="tfds:imagenet2012", train_split="train[:99%]", eval_split="validation", **_FINETUNE_384
     ),
 }
 TOTAL_STEPS = {"cifar10_finetune": 10_000, "imagenet_finetune_384": 20_000}

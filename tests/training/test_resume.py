@@ -195,18 +195,7 @@ def test_restore_skips_an_unreadable_newest_checkpoint(tmp_path):
 
 
 def test_resuming_with_a_different_batch_size_is_refused(tmp_path):
-    config = training.TrainConfig(
-        dataset="synthetic",
-        image_size=16,
-        batch_size=16,
-        epochs=1,
-        steps_per_epoch=2,
-        eval_every=0,
-        jit_compile=False,
-        strategy="default",
-        num_samples=4,
-        num_calibration=4,
-    )
+    config = training.TrainConfig(**runs.TINY_CONFIG)
     training.train(config, str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="different batch_size.*16 -> 32.*new --workdir"):
         training.train(config.replace(batch_size=32), str(tmp_path), verbose=0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import training
+from tests.support.runs import TINY_CONFIG
 from training import run_identity
 from training.__main__ import rescue_flags
 from training.checkpoints.checkpoint_file import checksum as _checksum
@@ -21,19 +22,7 @@ from training.options.config import TrainConfig
 from training.options.overrides import parse_overrides
 from training.run_plan import resume_schedule
 
-CONFIG = TrainConfig(
-    dataset="synthetic",
-    image_size=16,
-    batch_size=16,
-    epochs=1,
-    steps_per_epoch=2,
-    eval_every=0,
-    jit_compile=False,
-    strategy="default",
-    num_samples=4,
-    num_calibration=4,
-    plots=False,
-)
+CONFIG = TrainConfig(**TINY_CONFIG)
 
 
 def _manager(directory):
