@@ -212,3 +212,46 @@ def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(server, en
     for mine, theirs in zip(model.weights, source.weights, strict=True):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs), err_msg=mine.path)
     assert server.state.requests == []
+
+
+# --- --config finetune (variant=None): the model is the checkpoint's, whatever its family ---------------------------
+
+FAMILIES = {
+    "timm_dinov2_small_reg4": support.FIXTURES / "interop_families",  # registers, LayerScale
+    "timm_deit3_small": support.FIXTURES / "interop_families",  # LayerScale, no position row for the class token
+    "timm_clip_quickgelu": support.FIXTURES / "interop_families",  # pre-norm, QuickGELU
+    "timm_dinov3_small": support.FIXTURES / "interop_families2",  # RoPE, no position table
+    "timm_eva02_tiny": support.FIXTURES / "interop_families2",  # RoPE with a table, packed SwiGLU, q/v biases
+    "timm_pe_core_tiny": support.FIXTURES / "interop_families2",  # RoPE (x, y), an 8-head MAP pool
+    "timm_aimv2": support.FIXTURES / "interop_families2",  # RMSNorm, SwiGLU, no biases
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(FAMILIES))
+def test_the_finetune_recipe_builds_the_checkpoints_family(fixture):
+    from keras_vit.weights.model_io import read_checkpoint
+    from training.options.resolve import resolve_model
+
+    folder = FAMILIES[fixture] / fixture
+    with np.load(folder / "io.npz") as io:
+        images, logits = io["images"], io["logits"]
+    config = _finetune_config(folder, variant=None, image_size=images.shape[1], init_head=True)
+    config = resolve_model(config, read_checkpoint(str(folder)))
+    model = build_model(config, num_classes=logits.shape[-1])
+    scale = max(1.0, float(np.abs(logits).max()))
+    np.testing.assert_allclose(model.predict(images, verbose=0) / scale, logits / scale, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow  # a 3-step fine-tuning run and its model.keras reloaded
+def test_finetune_dinov3_end_to_end(tmp_path):
+    folder = support.FIXTURES / "interop_families2" / "timm_dinov3_small"
+    config = training.get_config("finetune").replace(
+        dataset="synthetic", init=str(folder), image_size=48, batch_size=8, epochs=1, steps_per_epoch=3,
+        eval_every=0, jit_compile=False, strategy="default", num_samples=4, num_calibration=4, plots=False,
+    )  # fmt: skip
+    result = training.train(config, str(tmp_path), verbose=0)
+    assert result.metrics["steps"] == 3 and np.isfinite(result.metrics["loss"])
+    saved = keras.saving.load_model(tmp_path / "model.keras")
+    assert (saved.config.rope, saved.config.num_registers, saved.config.image_size) == ("dinov3", 4, (48, 48))
+    probe = np.random.default_rng(0).uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
+    np.testing.assert_allclose(saved.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)

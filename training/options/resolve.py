@@ -9,16 +9,13 @@ from .config import steps_per_execution_for
 
 # The fields that fix the checkpoint's tensor shapes: a run that states other values cannot load it.
 SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "channels", "resnet_layers")
-# The fields that change what the checkpoint's weights compute, taken from it when the recipe leaves the variant.
-FORM_FIELDS = (
-    "resnet_width",
-    "pooling",
-    "class_token",
-    "position_embedding",
-    "representation_size",
-    "gelu",
-    "layer_norm_epsilon",
-)
+# The fields the run decides (its image size, classes, regularisation, precision, memory); every other field of the
+# checkpoint's `ViTConfig` (its form: pooling, GELU, LayerScale, registers, RoPE, SwiGLU, norms...) is taken from it
+# when the recipe leaves the variant, so the run builds what the checkpoint computes.
+RUN_FIELDS = (
+    "image_size", "num_classes", "dropout_rate", "attention_dropout_rate", "stochastic_depth_rate", "head_bias_init",
+    "dtype", "dynamic_image_size", "dynamic_resize_method", "remat",
+)  # fmt: skip
 PAPER_FINETUNE_BATCH = 512  # the paper's appendix B.1.1
 WARMUP_FRACTION = 0.05  # 500 of the 10k fine-tuning steps (vit_jax's cifar10 preset)
 MAX_STEPS_PER_EXECUTION = 50  # the paper recipes' value (cifar10_finetune)
@@ -91,7 +88,8 @@ def resolve_model(config, checkpoint):
     model = dict(config.model)
     if config.variant is None:
         variant, derived = _variant_of(options)
-        model = {**derived, **{f: options[f] for f in FORM_FIELDS}, **model}
+        form = {f: v for f, v in options.items() if f not in SHAPE_FIELDS + RUN_FIELDS}
+        model = {**derived, **form, **model}
     else:
         variant = config.variant
     image_size = config.image_size or _square_side(options["image_size"], checkpoint.source)
