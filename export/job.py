@@ -72,6 +72,7 @@ def export_model(source, out, options=None):
     options = ExportOptions() if options is None else options
     _check_backend()
     _check_not_quantized(source.model)
+    _check_image_input(source.model)
     out = os.fspath(out)
     plan = _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
@@ -105,6 +106,18 @@ def _check_not_quantized(model):
             f"the float model and let the exporter quantize: keras_vit.from_pretrained(FILE).save('float.keras') "
             f"reads the quantized file back as float weights, then `python -m export float.keras --quantize "
             f"dynamic_int8,int8`."
+        )
+
+
+def _check_image_input(model):
+    """One line for a model whose input is not one NHWC image batch (a NaFlex model's patches, mask and grid)."""
+    shapes = model.input_shape if isinstance(model.input_shape, list) else [model.input_shape]
+    if isinstance(model.input_shape, dict) or len(shapes) != 1 or len(shapes[0]) != 4:
+        names = ", ".join(getattr(x, "name", "?") for x in model.inputs)
+        raise ExportError(
+            f"{model.name} takes {names}, not one batch of images: the exporter writes image models only (a NaFlex "
+            f"model's patch inputs are not one of them yet). Export the fixed-resolution form of the same weights: "
+            f"keras_vit.from_pretrained(SOURCE, naflex=False).save('fixed.keras'), then `python -m export fixed.keras`."
         )
 
 

@@ -10,6 +10,7 @@ from export.__main__ import main as cli
 from export.keras_runner import KerasRunner
 from export.tflite.runner import TFLiteRunner
 from keras_vit import files
+from tests import support
 from tests.support import export_fixtures as fx
 
 
@@ -46,6 +47,17 @@ def test_a_file_that_is_not_a_model(tmp_path, capsys):
         export.export_path(tmp_path / "missing.keras")
     assert cli([str(junk)]) == 2
     assert "not a .keras archive" in capsys.readouterr().err
+
+
+def test_a_naflex_model_is_refused_in_one_line_with_its_fixed_resolution_form(tmp_path):
+    import keras_vit
+
+    folder = str(support.FIXTURES / "interop_families2" / "hf_siglip2_naflex")
+    with pytest.raises(export.ExportError, match=r"takes patches, mask, grid, not one batch of images.*naflex=False"):
+        export.export_model(keras_vit.from_pretrained(folder), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    fixed = keras_vit.from_pretrained(folder, naflex=False)  # the fix the line names: one NHWC image input
+    assert len(fixed.input_shape) == 4 and fixed.input_shape[-1] == 3
 
 
 def test_a_truncated_keras_file(tiny, tmp_path):
