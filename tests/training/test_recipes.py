@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests import support
+from tests.support.runs import TINY_CONFIG
 from training.configs import available_configs, get_config
 
 # What vit_jax's cifar10 and imagenet2012 fine-tuning presets share (configs/common.py, paper appendix B.1.1).
@@ -200,20 +201,14 @@ def test_extra_evals_are_reported_in_metrics_json(tmp_path):
     name = tiny_shapes(tmp_path / "tfds")
     result = training.train(
         dict(
+            TINY_CONFIG,
             dataset=f"tfds:{name}",
             train_split="train",
             eval_split="test",
-            image_size=16,
             variant="testing",
             model={"patch_size": 8},
             batch_size=6,
-            epochs=1,
-            steps_per_epoch=2,
-            eval_every=0,
-            jit_compile=False,
-            strategy="default",
-            num_samples=4,
-            num_calibration=4,
+            plots=True,
             eval_resize_small=18,
             extra_evals={"test_again": "test", "first12": "train[:12]"},
         ),
