@@ -167,3 +167,28 @@ def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(
     assert again.returncode == 0, again.stderr[-3000:]
     exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
     assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
+
+
+@pytest.mark.slow  # two fine-tuning runs and their exports in every format
+@pytest.mark.parametrize("fixture", ["timm_dinov3_small", "timm_eva02_tiny"])
+def test_a_dinov3_and_an_eva02_folder_fine_tune_from_the_command_line_and_export(
+    photos_and_checkpoint, fixture, capfd, monkeypatch
+):
+    from export.__main__ import main as export_main
+    from tests import support
+    from training.__main__ import main as train_main
+
+    root = photos_and_checkpoint
+    monkeypatch.chdir(root)
+    init, workdir = support.FIXTURES / "interop_families2" / fixture, root / f"run_{fixture}"
+    command = ["--config", "finetune", "--init", init, "--dataset", f"folder:{root / 'photos'}", "--epochs", "1"]
+    trained = call_cli(train_main, *command, "--workdir", workdir, capfd=capfd)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert f"[training] --init {init}: " in trained.stdout and "; new 3-class head\n" in trained.stdout
+    recorded = json.loads((workdir / "config.json").read_text())["model"]
+    rope = {"timm_dinov3_small": "dinov3", "timm_eva02_tiny": "eva"}[fixture]
+    assert recorded["rope"] == rope and recorded["hidden_size"] == 48, recorded
+    exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
+    assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
+    for name in ("saved_model", "model_float32.tflite", "model.onnx", "model.xml"):
+        assert (workdir / "export" / name).exists(), name
