@@ -1,23 +1,5 @@
-"""`python -m benchmarks`: keras-vit (on each Keras backend) vs keras-hub vs timm, interleaved, one JSON report.
-
-Workers: keras-vit on TensorFlow (XLA on and off), on JAX (XLA) and on PyTorch (eager), keras-hub (TensorFlow)
-and timm, each in its own process; plus the input-pipeline benchmark (the ImageNet recipe's tf.data stream vs a
-timm DataLoader on the same synthetic JPEGs) and the input-wait share of a training run. Workers whose packages
-are missing (torch, timm, keras-hub) are reported as not measured, with the reason. The run goes in phases
-(training, inference, TFLite, input pipeline, input wait), each with fresh workers and its own interleaved
-rounds, so only one phase's models are in memory at a time.
-Default: ViT-Ti/16, 224 px, batch 32, 3 rounds of short alternating measurements; every ratio is reported as its
-median with the min-max over rounds, and a target counts as met only when every round meets it. mixed_bfloat16
-is measured where it is native (AVX512-BF16, AMX, an NVIDIA GPU) and skipped elsewhere, where it is emulated and
-slow (--bf16 forces it, --no-bf16 skips it). `--readme docs/performance.md` rewrites the
-table between the benchmark-table markers of that file from the run's report; `--advice
-training/backend_advice.json` records the training figures the trainer's backend advice reads (training/advice.py).
-A quick look:
-`python -m benchmarks --variant testing --image-size 32 --rounds 1 --impls keras-vit,keras-vit-jax`.
-`--memory` adds the memory phase (benchmarks/memory.py's settings for ViT-B/16 at 224 and 384 px, a fresh process
-each; TensorFlow only) and `--memory-only` runs just that phase; `--readme` then also rewrites the memory tables
-between the memory-table markers, with the accelerator-fit table computed from them (benchmarks/fit.py).
-"""
+"""`python -m benchmarks`: keras-vit (on each Keras backend) vs keras-hub vs timm, interleaved in phases, one JSON
+report; `--readme docs/performance.md` rewrites its tables, `--advice` the trainer's backend advice."""
 
 import argparse
 import json

@@ -1,9 +1,5 @@
-"""Lets timm import where torchvision cannot be installed (no CPU torchvision matches the CPU torch here).
-
-timm imports torchvision at module level for things a ViT never uses (FrozenBatchNorm2d, data transforms).
-`install()` does nothing when a real torchvision imports; otherwise it registers placeholder modules whose
-attributes are inert placeholder classes. Any real use of them fails loudly (calling a placeholder raises).
-"""
+"""Lets timm import where torchvision cannot be installed: inert placeholders for the torchvision modules timm imports
+and a ViT never uses; any real use of one raises."""
 
 import importlib.abc
 import importlib.machinery

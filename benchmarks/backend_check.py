@@ -1,16 +1,5 @@
-"""`python -m benchmarks.backend_check`: keras_vit on whatever Keras backend and device this machine has.
-
-keras_vit's layers use `keras.ops` only; this check runs them on the backend named by KERAS_BACKEND (tensorflow,
-jax or torch) and on its default device (a GPU when there is one), and prints:
-
-1. parity with the golden logits in tests/fixtures/ (computed by timm from a checkpoint in the original
-   layout; max |logit difference|, tanh and exact GELU, and the 48 px fine-tuning input with its resized position
-   embedding), at the backend's default float32 matmul precision and, on JAX, at "highest";
-2. training throughput of a chosen variant (default B/16 at 224 px, batch 128) in float32 and mixed_bfloat16,
-   compiled (`jit_compile=True`), median over the timed steps.
-
-Example (the JAX backend on a GPU): `KERAS_BACKEND=jax python -m benchmarks.backend_check --variant B/16`.
-"""
+"""`python -m benchmarks.backend_check`: keras_vit on this machine's Keras backend and device: parity with the golden
+logits in tests/fixtures/, and training throughput in float32 and mixed_bfloat16."""
 
 import argparse
 import json

@@ -1,18 +1,5 @@
-"""`python -m benchmarks.commits OLD [NEW]`: keras_vit's CPU speed at two commits, interleaved, and their programs.
-
-Answers "is this change slower?" for the library's own forms on this machine: ViT-Ti/16 at 224 px, batch 32, on
-TensorFlow (graph, XLA, mixed_bfloat16), JAX and, where torch is installed (`--torch-python`), the torch backend.
-Each measurement is a fresh process (`--measure`), the two commits alternate within every round and the order
-flips from round to round; the report is the NEW/OLD ratio per form as the median (min-max) over rounds. On a
-shared 2-core machine single rounds move by +-5% (JAX inference by +-20%), so the run also compares what each
-commit asks the backend to run: the op-type counts of TensorFlow's training and inference graphs and of JAX's
-compiled inference program (XLA's HLO). Equal programs cannot differ in speed beyond noise.
-`--pairs N` instead alternates single steps of both commits' models inside one process (each commit's keras_vit
-imported in turn), N pairs per form: what a separate-process run cannot tell apart from the processes themselves.
-
-OLD and NEW are anything `git worktree add` takes (NEW defaults to the working tree itself, uncommitted changes
-included). `--rounds 1 --variant testing --image-size 32` is a quick look.
-"""
+"""`python -m benchmarks.commits OLD [NEW]`: keras_vit's CPU speed at two commits, interleaved, and the programs each
+asks the backend to run (docs/performance.md)."""
 
 import argparse
 import collections

@@ -4,7 +4,7 @@
 10-class head scaled so that its top-1 is decisive (a fresh head is zero: every class would tie), exports it through
 `export.export_model` in every TFLite mode (float32, float16, dynamic_int8, int8, int8_matmul; the calibrated
 modes on seeded random images) with the GPU check on, and prints each file's GPU verdict (fully accelerated, or the
-ops left to the CPU), how many images the check ran in its time (export/gpu.py: SwiftShader runs about one Ti/16
+ops left to the CPU), how many images the check ran in its time (export/tflite/gpu.py: SwiftShader runs about one Ti/16
 image every 5-11 s on a 2-core CPU), the largest probability difference against Keras and against LiteRT's CPU
 kernels, and how long the check took. Where no Vulkan driver exists the verdict says "not run". A mode that misses
 its CPU budget (random weights calibrate full int8 poorly) is reported, not raised: the GPU verdict stands apart.

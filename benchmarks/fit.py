@@ -1,16 +1,5 @@
-"""Which recipe settings fit which accelerator's memory: computed from the CPU memory benchmark, not run.
-
-Per device, a training step holds a fixed cost, four bytes per parameter for each of: the float32 weights (also
-under mixed_bfloat16, which keeps float32 variables), one gradient, the optimiser's slots (AdamW two moments, SGD
-with momentum one) and, with `accum_steps` > 1, the accumulator; plus the activations of the images one forward
-and backward pass holds on that device: the per-device micro-batch, `batch / devices / accum_steps`, times the
-activation memory per image measured by `benchmarks/memory.py` (the growth of peak RSS over a step, less one
-gradient, per image of its micro-batch) at the recipe's image size, with or without remat.
-
-The per-image figures are float32 activations on a CPU (TensorFlow, no XLA); the recipes train in
-mixed_bfloat16, and XLA on an accelerator fuses and reuses buffers, so a device usually needs less. The table
-is an upper estimate for choosing `accum_steps` and `remat`, not a measurement on an accelerator.
-"""
+"""Which recipe settings fit which accelerator's memory: computed from the CPU memory benchmark, not run; an upper
+estimate for choosing `accum_steps` and `remat` (docs/performance.md)."""
 
 import keras_vit
 from keras_vit.labels import LABEL_SPACES

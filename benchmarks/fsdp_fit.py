@@ -1,25 +1,5 @@
-"""Per-device memory of fine-tuning ViT-H/14 under `--strategy fsdp`: computed from CPU measurements, not run.
-
-    python -m benchmarks.fsdp_fit --out benchmark_results/fsdp_fit.json   # measures (minutes), prints the table
-    python -m benchmarks.fsdp_fit --from benchmark_results/fsdp_fit.json  # the table again, from the file
-
-Two measurements feed `benchmarks.fit`'s model of a step (a fixed cost per parameter plus the per-device
-micro-batch times the activations per image):
-
-1. Activations per image of H/14 (`benchmarks.memory`: the growth of peak RSS over one step, TensorFlow without
-   XLA, less one gradient). The whole H/14 (632 M parameters: 10 GB of weights and AdamW state before a step)
-   does not fit the 2-core CI machine beside its neighbours, and its 32 encoder blocks are identical, so H/14 is
-   measured with 1 and 3 blocks: the difference over 2 is one block's activations per image, the 1-block figure
-   less one block is the rest (patch embedding, head, loss), and 32 blocks hold the rest plus 32 blocks.
-2. What fsdp keeps per device: XLA's buffer assignment of Keras' compiled train step on 4 host devices
-   (`compiled.memory_analysis()`, per device) for a mid-size ViT under `DataParallel` and under fsdp (`XLA_MODEL`).
-   Its arguments are the weights and optimizer slots; its temporaries the gradients, activations and any gathered
-   kernel.
-
-The fixed cost (float32 weights, one gradient, the optimizer's slots, the accumulator) of the parameters fsdp
-splits (`training.sharding.LAYOUTS`) is divided by the devices; the parameters kept whole (biases, norms, the class
-token) count in full on every device, as under `--strategy auto`.
-"""
+"""Per-device memory of fine-tuning ViT-H/14 under `--strategy fsdp`: computed from CPU measurements, not run
+(docs/multihost.md). `python -m benchmarks.fsdp_fit --out FILE` measures, `--from FILE` prints the table again."""
 
 import argparse
 import json
@@ -47,8 +27,8 @@ XLA_DEVICES, XLA_BATCH = 4, 8
 
 def split_counts(image_size, num_layers, devices=DEVICES, num_classes=NUM_CLASSES):
     """{devices: (parameters fsdp splits over them, parameters kept whole)} of H/14 at `image_size` with
-    `num_layers` blocks, by `training.sharding`'s rule: counted on models of 1 and 2 blocks (their difference is one
-    block), so H/14 itself is never built."""
+    `num_layers` blocks, by `training.placement.sharding`'s rule: counted on models of 1 and 2 blocks (their
+    difference is one block), so H/14 itself is never built."""
     one, two = (_split_counts(image_size, n, devices, num_classes) for n in (1, 2))
     return {n: [a + (num_layers - 1) * (b - a) for a, b in zip(one[n], two[n])] for n in devices}
 
@@ -59,7 +39,7 @@ def _split_counts(image_size, num_layers, devices, num_classes):
     import keras
 
     import keras_vit
-    from training.sharding import LAYOUTS
+    from training.placement.sharding import LAYOUTS
 
     model = keras_vit.create_model(VARIANT, image_size=image_size, num_classes=num_classes, num_layers=num_layers)
     counts = {n: [0, 0] for n in devices}
@@ -151,7 +131,7 @@ def xla_step_memory(kind):
     import numpy as np
 
     import keras_vit
-    from training import sharding
+    from training.placement import sharding
 
     devices = jax.devices()
     distribution = keras.distribution.DataParallel(devices=devices) if kind == "dp" else sharding.FullySharded(devices)

@@ -1,16 +1,5 @@
-"""`python -m benchmarks.gpu`: keras_vit against timm on one accelerator, each measurement its own process.
-
-No TensorFlow needed (the GPU machine has JAX, torch and timm). Runs the plan below one process after another
-under `--deadline` seconds (a measurement that would not fit is skipped and said so), writes every result to
-OUT/results.jsonl and prints one table with ratios against timm compiled measured in the same run. A GPU run
-whose keras_vit train step lacks cuDNN's fused attention (the `__cudnn$fmha` custom calls in the compiled HLO)
-where it should have it is refused: the table is printed with the failure and the command exits 1.
-The `kv_jax_*remat_*` rows are the same step with `create_model(remat=...)` (`benchmarks/remat.py` turns their
-peak and XLA memory into the largest batch that fits 80 and 141 GiB).
-`--smoke`: the same plan at ViT-Ti/16, 32 px, batch 4 on whatever device is there (CI runs it on a CPU, where
-no fused call is expected and timm may be absent).
-`python -m benchmarks.gpu_advice` records a run's keras_vit JAX training figures for the trainer's GPU advice.
-"""
+"""`python -m benchmarks.gpu`: keras_vit against timm on one accelerator, each measurement its own process, under a
+deadline; refuses a GPU run whose train step lacks cuDNN's fused attention (docs/performance.md)."""
 
 import argparse
 import json

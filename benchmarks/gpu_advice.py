@@ -11,11 +11,13 @@ older results (and must agree with rows that state them).
 """
 
 import argparse
+import datetime
 import json
+import os
+import re
 import sys
 
 from benchmarks import gpu, gpu_step
-from keras_vit.layers.attention_kernel import DEFAULT_PAD
 from keras_vit.models import flops, get_variant
 from training import advice
 
@@ -25,6 +27,8 @@ NUM_CLASSES = 1000  # what gpu_step measures
 
 def skipped(row):
     """Why `row` does not measure keras_vit as the trainer runs it on a GPU, or None when it does."""
+    from keras_vit.layers.attention_kernel import DEFAULT_PAD  # imports Keras: after the inputs are checked
+
     argv = row.get("argv") or []
     if "error" in row or not isinstance(row.get("train_img_s"), dict):
         return f"no training figure ({row.get('error', 'not measured')})"
@@ -92,8 +96,63 @@ def record(path, key, by_dtype):
 
 
 def read_results(path):
+    """The rows of a results file. Raises `ValueError` naming the line that is not a JSON object."""
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{path} line {number} is not JSON ({err.msg}; a truncated or hand-edited line?): remove or "
+                    f"repair it, or give the results.jsonl a `python -m benchmarks.gpu` run wrote."
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path} line {number} is a {type(row).__name__}, not a result row (a JSON object per line, "
+                    f"as `python -m benchmarks.gpu` writes): remove that line."
+                )
+            rows.append(row)
+    return rows
+
+
+def check_files(advice_path, results_path):
+    """One `ValueError` for inputs that are not an advice file and a results file, before anything is read."""
+    if advice_path.endswith(".jsonl") and not results_path.endswith(".jsonl"):
+        raise ValueError(
+            f"the arguments look swapped ({advice_path} is a results file): give the advice file first, e.g. "
+            f"python -m benchmarks.gpu_advice training/backend_advice.json {advice_path}"
+        )
+    for path, what in ((results_path, "results file"), (advice_path, "advice file")):
+        if os.path.isdir(path):
+            raise ValueError(f"the {what} {path} is a directory: give the file (e.g. {path}/results.jsonl).")
+    if not os.path.isfile(results_path):
+        raise ValueError(f"no results file {results_path}: give the results.jsonl of a `python -m benchmarks.gpu` run.")
+    if os.path.isfile(advice_path):
+        try:
+            with open(advice_path) as f:
+                advice_file = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(
+                f"the advice file {advice_path} is not JSON ({err}): restore it (git checkout -- {advice_path})."
+            ) from None
+        if not isinstance(advice_file, dict):
+            raise ValueError(
+                f"the advice file {advice_path} holds a {type(advice_file).__name__}, not the advice object: "
+                f"restore it (git checkout -- {advice_path})."
+            )
+
+
+def iso_date(text):
+    """`--date`'s type: a day written YYYY-MM-DD, as the advice file stores it."""
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return datetime.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a day as YYYY-MM-DD, e.g. 2026-12-04. Received: {text!r}")
 
 
 def main(path, results_path, device=None, when=None):
@@ -116,9 +175,16 @@ def cli(argv=None):
     p.add_argument("advice", help="the trainer's advice file to record in (training/backend_advice.json)")
     p.add_argument("results", help="a `python -m benchmarks.gpu` run's results.jsonl")
     p.add_argument("--device", default=None, help="the GPU's name, for rows that do not state it")
-    p.add_argument("--date", default=None, help="the day measured (YYYY-MM-DD), for rows that do not state it")
+    p.add_argument(
+        "--date", default=None, type=iso_date, help="the day measured (YYYY-MM-DD), for rows that do not state it"
+    )
     args = p.parse_args(argv)
-    return main(args.advice, args.results, args.device, args.date)
+    try:
+        check_files(args.advice, args.results)
+        return main(args.advice, args.results, args.device, args.date)
+    except (ValueError, OSError) as err:  # one line, as every command here answers a bad input
+        print(f"{p.prog}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

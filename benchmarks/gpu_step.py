@@ -1,17 +1,5 @@
-"""One accelerator measurement per process, no TensorFlow: `python -m benchmarks.gpu_step KIND [options]`.
-
-Prints one line `RESULT {json}`. KIND:
-  keras-vit   keras_vit.create_model on KERAS_BACKEND. On JAX the step is Keras' own `train_step` (and
-              `predict_step`), jitted with the state donated as `Model.fit` does, compiled once; the compiled
-              HLO is searched for cuDNN's fused attention (`__cudnn$fmha...` custom calls, forward and backward),
-              and the same executable is timed (the "bare step"). `train_on_batch` (Keras' API) is timed too.
-              On torch, `train_on_batch`/`predict_on_batch`, eager or (`--compile`) through torch.compile.
-  timm        timm's ViT of the same size (eager, or `--compile` for torch.compile), torch.autocast bfloat16.
-  matmul      the bfloat16 matmul rate of this device (8192^3 products), MFU's ceiling.
-Every speed is `--rounds` rounds of `--steps` steps after `--warmup` steps: median and min-max per round.
-Each result names the device it ran on (`device`: "NVIDIA H200", or "cpu") and the day (`date`), which the
-trainer's GPU advice is keyed and dated by (`python -m benchmarks.gpu_advice`).
-"""
+"""One accelerator measurement per process, no TensorFlow: `python -m benchmarks.gpu_step KIND` for KIND keras-vit,
+timm or matmul; prints one line `RESULT {json}` naming the device and the day."""
 
 import argparse
 import contextlib
@@ -175,8 +163,8 @@ def fit_rate(model, state, args):
     `fit` call of `--steps` steps, epoch start and end included; the first call compiles."""
     import keras
 
-    from training.config import steps_per_execution_for  # pure Python
     from training.device_input import DeviceInput  # keras and keras_vit only: no TensorFlow
+    from training.options.config import steps_per_execution_for  # pure Python
 
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (args.batch * args.steps, args.image_size, args.image_size, 3), dtype=np.uint8)

@@ -2,7 +2,7 @@
 
 `python -m benchmarks.int8_ops` converts one keras-vit model (default Ti/16 at 224 px; the benchmark's float32
 inference model: random weights, a random head) to float32, to the exporter's `int8_matmul` recipe
-(export.tflite.INT8_MATMUL_OPS in int8, the rest float) and to that recipe with further op types quantised
+(export.tflite.converter.INT8_MATMUL_OPS in int8, the rest float) and to that recipe with further op types quantised
 (`--candidates`, default: GELU, SOFTMAX, BATCH_MATMUL and all three), and prints each one's batch-1 latency
 (median of `--reps` after a warm-up, `--threads` threads, LiteRT's default XNNPACK delegate as an app gets it),
 the ratio to float32, and the op types left in float.
@@ -20,7 +20,7 @@ def measure(variant="Ti/16", image_size=224, candidates=DEFAULT_CANDIDATES, thre
     """[(name, latency ms, float op types)] for float32, int8_matmul and int8_matmul plus each candidate."""
     from benchmarks import tflite
     from benchmarks.keras_impl import KerasBench
-    from export.tflite import INT8_MATMUL_OPS
+    from export.tflite.converter import INT8_MATMUL_OPS
 
     threads = threads or len(os.sched_getaffinity(0))
     # The benchmark's float32 inference model: random weights, a randomly re-initialised head.

@@ -1,6 +1,7 @@
 """ONNX and OpenVINO inference, in the benchmark's inference phase: keras-vit's own artifacts against timm's ViT.
 
-keras-vit's files are the exporter's (export/onnx.py and export/openvino.py: Keras' `model.export`, opset 17, the
+keras-vit's files are the exporter's (export/interchange/onnx.py and export/interchange/openvino.py: Keras'
+`model.export`, opset 17, the
 batch open, NHWC); timm's is `torch.onnx.export` of the same architecture (the TorchScript exporter, `dynamo=False`,
 opset 17, the batch open, NCHW), which OpenVINO reads directly. Both run under the same settings: onnxruntime's CPU
 provider with `threads` intra-op threads, one inter-op thread and its default (full) graph optimisation; OpenVINO's
@@ -49,8 +50,8 @@ OPENERS = {"onnxruntime": onnx_session, "openvino": openvino_request}
 
 def keras_vit_files(model, out_dir, prefix="keras-vit"):
     """keras-vit's ONNX and OpenVINO files of `model`, as `python -m export` writes them: {runtime: path}."""
-    from export import onnx, openvino
     from export.description import describe
+    from export.interchange import onnx, openvino
     from export.kinds import classifier
 
     labels = [str(i) for i in range(int(model.output_shape[-1]))]

@@ -1,8 +1,4 @@
-"""Measurements of a Keras ViT (keras-vit or keras-hub's) inside one worker process.
-
-The backend is whatever KERAS_BACKEND named when the coordinator started the worker: keras-vit runs on
-TensorFlow, JAX and PyTorch (one worker each), keras-hub on TensorFlow.
-"""
+"""Measurements of a Keras ViT (keras-vit on the worker's KERAS_BACKEND, or keras-hub's) inside one worker process."""
 
 import os
 import statistics

@@ -1,28 +1,5 @@
-"""What loading a checkpoint costs: seconds and peak RSS, keras-vit against timm and transformers, from the same files.
-
-`python -m benchmarks.loading` writes random weights of each `--variants` model (default ViT-B/16 and ViT-L/16,
-224 px, 1000 classes) into a temporary folder (removed afterwards) with keras-vit's own writers: the original `.npz`
-layout, a timm folder and a transformers folder (config.json + model.safetensors each). Then, for `--rounds`
-interleaved rounds, each load runs in a fresh subprocess (so no run inherits another's memory):
-- read: the reader keras-vit's loaders call (`read_npz`, `read_safetensors`), every array then summed so that each
-  byte is really read (a memory map that is never touched would cost nothing and prove nothing);
-- read, previous way: what those readers did before they memory-mapped: `safetensors.numpy.load` of the file's
-  bytes, and `np.load` of the `.npz` member by member;
-- keras_vit.from_pretrained(path) of each of the three, which builds the model and loads the weights into it;
-- timm.create_model(architecture, pretrained=True, **model_args, pretrained_cfg_overlay=dict(pretrained_cfg,
-  file=the timm folder's model.safetensors)): timm loading the same file keras-vit reads;
-- transformers' `ViTForImageClassification.from_pretrained(the transformers folder)`.
-Before each load the parent reads its file once, so every load finds it in the page cache. Each model is checked
-after the clock stops: its position embedding and head bias equal the file's (read with numpy / safetensors), so
-every row really loaded the weights. Peak RSS is `getrusage(RUSAGE_SELF).ru_maxrss` at the end minus the RSS just
-before the load (after the imports), for every row alike, so the libraries' own footprint is left out; it is
-compared with the weights' size (float32 bytes). transformers keeps its parameters as views of the file's memory
-map, whose pages count in the RSS only once they are read: its peak here leaves out what a first forward pass
-reads. Figures are the median with the min-max over rounds.
-The timm and transformers rows need torch (benchmarks/requirements.txt); without it they are reported as not
-measured, with the reason. Where no torchvision matches the CPU torch, both get its placeholders
-(benchmarks/_torchvision_shim.py). `--variants testing --rounds 1` is a quick look.
-"""
+"""What loading a checkpoint costs: seconds and peak RSS, keras-vit against timm and transformers, from the same files
+(`python -m benchmarks.loading`; docs/performance.md says how each row is measured)."""
 
 import argparse
 import importlib.util
@@ -85,7 +62,7 @@ def _loader(fmt, stage, path):
         import keras  # noqa: F401 (Keras, its backend and the loaders are imported before the baseline is taken)
 
         import keras_vit
-        from keras_vit.weights import pretrained  # noqa: F401
+        from keras_vit.weights import model_io  # noqa: F401
 
         def weights(model):
             return model.get_layer("posembed_input").pos_embedding.numpy(), model.get_layer("head").bias.numpy()

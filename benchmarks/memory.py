@@ -1,17 +1,5 @@
-"""Peak training memory per image, with and without rematerialisation and gradient accumulation.
-
-    python -m benchmarks.memory --variant B/16 --image-size 224 --batch 8
-    python -m benchmarks.memory --variant B/16 --lora-rank 8      # full training against LoRA (q/k/v/out)
-
-Each setting runs in a fresh process (peak RSS only grows): build the model and its AdamW optimiser, note the
-process's peak resident memory, train one optimiser step of `--batch` images (with accumulation: `accum` micro-
-batches of `batch // accum`), and note it again. The difference is the step's own peak (activations, gradients,
-workspace) above the weights and optimiser state; divided by the images one pass holds (the micro-batch) it is the
-memory per image. CPU figures (TensorFlow backend, no XLA); an accelerator's allocator differs, so treat them as
-ratios between settings, not as a device's numbers. `python -m benchmarks --memory` runs these settings at 224
-and 384 px as a phase of the main benchmark and renders them, with the accelerator-fit table computed from them
-(benchmarks/fit.py), into docs/performance.md.
-"""
+"""Peak training memory per image, with and without rematerialisation, gradient accumulation or LoRA, one fresh
+process per setting (`python -m benchmarks.memory`; docs/performance.md)."""
 
 import argparse
 import json

@@ -1,23 +1,5 @@
-"""The input-pipeline benchmark: the ImageNet recipes' host pipeline against timm's DataLoader, same JPEG folder.
-
-keras-vit's side is `training.data.train_dataset` with the `imagenet1k_s16` recipe's augmentation (Pillow decode,
-Inception crop of 5-100% of the area, horizontal flip, RandAugment(2, 10), Mixup 0.2 on every batch, scaled to
-[-1, 1]) read from a `folder:` dataset. timm's side is a `torch.utils.data.DataLoader` with `num_workers` worker
-processes and the same steps: Pillow decode, a random-resized crop with the same area and aspect ranges, a flip,
-timm's RandAugment (`rand-m10-n2-p1.0`: every layer applied, as big_vision's), conversion to a [-1, 1] tensor,
-and timm's `Mixup(mixup_alpha=0.2)` on the batch. torchvision does not load with the CPU torch here
-(benchmarks/_torchvision_shim.py), so the crop, flip and tensor conversion are written with Pillow and numpy
-instead of timm's torchvision-based `create_transform`; RandAugment and Mixup are timm's own.
-
-`--set device_input=true`'s form of the same stream (`device_input=True`: uint8 images and Mixup's weights, the
-scaling and image mixing left to the accelerator's step) is measured beside it (`python -m benchmarks.pipeline`,
-or the coordinator's "pipeline/imagenet_uint8" row).
-
-Both sides get `threads` cores: tf.data a private pool of that many threads, the DataLoader that many worker
-processes. Each measurement starts a fresh iterator and times the batches after its first, so neither side
-gains from batches prefetched while another worker was being measured, nor keeps working in the background;
-the first `UNTIMED_BATCHES` batches of each measurement are not timed.
-"""
+"""The input-pipeline benchmark: the ImageNet recipe's tf.data stream (and its `device_input` form) against timm's
+DataLoader on the same JPEG folder, with the same cores (docs/performance.md)."""
 
 import io
 import math
@@ -154,7 +136,7 @@ def _trainer_jit_compile(model):
 
     from keras_vit.models import flops
     from training import advice
-    from training.strategy import resolve_jit_compile
+    from training.placement.strategy import resolve_jit_compile
 
     measured = advice.lookup("cpu", "float32", flops.config_forward_flops(model.config))
     return resolve_jit_compile("auto", tf.distribute.get_strategy(), measured)[0]

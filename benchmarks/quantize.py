@@ -1,12 +1,5 @@
-"""`python -m benchmarks.quantize`: what Keras' `model.quantize(mode)` costs a keras_vit model, per mode.
-
-For each of int8, int4 and float8: (1) a ViT-B/16 in the checkpoints' layout (seeded random weights, a decisive
-random 1000-class head; `--variant` to change it): the largest logit difference from the float model, relative to
-the largest float logit, and top-1 agreement on `--images` random images; (2) with `--workdir RUN` (a trained run,
-e.g. README's digits run `runs/digits`): the held-out top-1 of the run's model.keras quantized, through
-`training.evaluate` on a copy of the run folder whose model.keras is the quantized model, saved and loaded again.
-Prints one line per measurement and a JSON report at the end.
-"""
+"""`python -m benchmarks.quantize`: what Keras' `model.quantize(mode)` costs a keras_vit model per mode (int8, int4,
+float8): logit difference and top-1 agreement, and with `--workdir RUN` the trained run's held-out top-1."""
 
 import argparse
 import json

@@ -1,12 +1,5 @@
-"""The performance table, rendered from a benchmark report and written between two marker comments of a Markdown file.
-
-`python -m benchmarks --readme docs/performance.md` runs the benchmark and rewrites the table in that file;
-`python -m benchmarks.readme benchmark_results/report.json docs/performance.md` rewrites it from an existing report.
-Any file with the markers will do. Nothing in the table is typed by hand: every figure comes from the report's JSON.
-A report with a `memory` section (`python -m benchmarks --memory` or `--memory-only`) also rewrites the measured
-memory table and the accelerator-fit table computed from it (benchmarks/fit.py) between the memory-table markers;
-a memory-only report leaves the performance table as it is.
-"""
+"""The performance and memory tables, rendered from a benchmark report and written between marker comments of a
+Markdown file (`python -m benchmarks.readme REPORT docs/performance.md`); no figure is typed by hand."""
 
 import argparse
 import json

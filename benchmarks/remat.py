@@ -1,22 +1,5 @@
-"""What `create_model(remat=...)` saves: what the train step keeps for the backward pass, its time, the batch that fits.
-
-`python -m benchmarks.remat` (Keras' JAX backend, no TensorFlow) traces the training loss's gradient for each remat
-setting and sums the residuals JAX's autodiff keeps for the backward pass (`saved_residuals`: every tensor the
-forward pass leaves for the backward one, the model's own variables left out) at batches 1 and 2: the difference is
-what one more image keeps, the rest (the bfloat16 copies of the kernels, say) is kept whatever the batch. With the
-state (float32 parameters, AdamW's two moments, float32 gradients: 16 bytes a parameter) it computes the largest
-batch that fits 80 and 141 GiB. These are estimates, read before XLA: on a GPU, XLA fuses elementwise ops into
-their consumers and keeps fewer of them without remat than the residuals count (an H200 ran B/16 at batch 256 in
-19.9 GiB without remat, about 72 MiB an image against 246 MB of residuals), and what remat keeps is what remains.
-XLA's CPU compiler cannot show it: it removes the optimisation barriers `jax.checkpoint` leaves and merges the
-recomputation back into the forward pass, so on a CPU the compiled step's buffer assignment and time are the same
-with and without remat (`--xla`: measured, identical to the byte in float32). The GPU run of `python -m
-benchmarks.gpu` measures the real ones (peak, XLA's buffer assignment, img/s per setting); `--from-results
-OUT/results.jsonl` turns those into the largest batches instead.
-
-    KERAS_BACKEND=jax python -m benchmarks.remat                        # B/16 and L/16, 224 px, bf16 and fp32
-    KERAS_BACKEND=jax python -m benchmarks.remat --rounds 3 --xla       # + the CPU's compiled step, timed
-"""
+"""What `create_model(remat=...)` saves: the residuals the train step keeps for the backward pass, its time, and the
+batch that fits 80 and 141 GiB (`KERAS_BACKEND=jax python -m benchmarks.remat`; docs/performance.md)."""
 
 import argparse
 import gc

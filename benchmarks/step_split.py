@@ -1,18 +1,5 @@
-"""How a ViT training step's time splits into matmuls and everything else, in float32 and mixed_bfloat16.
-
-`python -m benchmarks.step_split` (TensorFlow backend, default Ti/16 at 224 px, batch 32) times, in one process:
-
-- the keras-vit training step (the benchmark's own `train_on_batch` timing, TensorFlow without XLA: the fastest
-  form on the CPUs measured);
-- the same step's matmuls alone: every product of the forward pass (patch embedding, Q/K/V, scores, weighted sum,
-  output projection, MLP, head) and the two of its backward pass (the gradients of both operands), with the
-  step's shapes, in the step's compute dtype, as one `tf.function`.
-
-What is left (step minus matmuls) is the LayerNorms, GELUs, softmaxes, casts, residual adds and the optimizer
-update. The report gives the bfloat16 speed-up bound that follows: the step could not get faster than its float32
-time over the bfloat16 matmul time plus the bfloat16 rest, and even with a rest that took no time at all, not
-faster than float32 step over bfloat16 matmuls.
-"""
+"""How a ViT training step's time splits into matmuls and everything else, in float32 and mixed_bfloat16, and the
+bfloat16 speed-up bound that follows (`python -m benchmarks.step_split`)."""
 
 import argparse
 import json

@@ -1,8 +1,5 @@
-"""Per-round measurements into medians, per-round ratios with their min and max, MFU and the targets.
-
-Every ratio is taken within a round (the implementations it compares ran minutes apart, not phases apart) and
-reported as the median over rounds with its min-max; a target is met only when every round meets it.
-"""
+"""Per-round measurements into medians, per-round ratios with their min and max, MFU and the targets (a target is met
+only when every round meets it)."""
 
 import statistics
 

@@ -1,6 +1,7 @@
 """TFLite conversion (float32, dynamic-range int8, full int8, int8 matmuls), op inventory and batch-1 latency.
 
-The conversion is the exporter's own (`export.tflite.frozen_function`, then `export.tflite.convert_frozen`,
+The conversion is the exporter's own (`export.tflite.converter.frozen_function`, then
+`export.tflite.converter.convert_frozen`,
 what `python -m export` runs for every .tflite it writes), so the benchmark times the conversion that ships:
 "full_int8" is the exporter's "int8" (int8 builtins only, float32 input and output) and "int8_matmul" its
 recipe of the same name. The files have logits out and no metadata (`python -m export` adds a softmax and
@@ -13,10 +14,10 @@ import time
 
 import numpy as np
 
-from export import tflite as export_tflite
+from export.tflite import converter as export_tflite
 
 MODES = ("float32", "dynamic_int8", "full_int8", "int8_matmul")
-# The exporter's name for each mode (export/tflite.py QUANTIZATION_MODES).
+# The exporter's name for each mode (export/tflite/converter.py QUANTIZATION_MODES).
 EXPORT_MODES = {"float32": "float32", "dynamic_int8": "dynamic_int8", "full_int8": "int8", "int8_matmul": "int8_matmul"}
 # Ops that only move data between int8 and float: their presence is the cost of a float island, not one.
 _BOUNDARY_OPS = {"QUANTIZE", "DEQUANTIZE"}
@@ -31,10 +32,11 @@ def convert(model, input_shape, mode, calibration=None, int8_ops=None):
         mode: "float32"; "dynamic_int8" (int8 weights, activations quantised on the fly);
             "full_int8" (the exporter's "int8": int8 weights and activations, calibrated on `calibration`,
             int8 builtins only, float32 in/out so the interface matches the float model);
-            "int8_matmul" (only export.tflite.INT8_MATMUL_OPS are quantised: every FULLY_CONNECTED/CONV_2D runs
+            "int8_matmul" (only export.tflite.converter.INT8_MATMUL_OPS are quantised: every FULLY_CONNECTED/CONV_2D
+            runs
             int8 x int8 with calibrated activation scales, the rest in float).
         calibration: float32 array (N, H, W, C) of representative inputs, needed for the int8 modes.
-        int8_ops: for "int8_matmul", the op types to quantise instead of export.tflite.INT8_MATMUL_OPS.
+        int8_ops: for "int8_matmul", the op types to quantise instead of export.tflite.converter.INT8_MATMUL_OPS.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}. Received: mode={mode!r}")

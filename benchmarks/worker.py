@@ -1,9 +1,5 @@
-"""One implementation's worker process: builds once, then answers measurement requests from the coordinator.
-
-Protocol: one JSON request per stdin line ({"task": ..., "args": {...}}), one reply per stdout line prefixed
-with `@@result `, so stray prints of the frameworks cannot be mistaken for a reply. Idle workers block on
-stdin and use no CPU, so only the implementation being measured runs.
-"""
+"""One implementation's worker process: builds once, then answers the coordinator's JSON requests on stdin, one reply
+per stdout line prefixed with `@@result `."""
 
 import argparse
 import importlib.metadata as md

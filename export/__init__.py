@@ -1,15 +1,5 @@
-"""Export keras-vit models to SavedModel, TFLite (LiteRT), ONNX and OpenVINO, verified against the Keras model.
-
-```python
-import export
-report = export.export_workdir("runs/digits")  # -> runs/digits/export/: saved_model, model_*.tflite, model.onnx,
-                                               #    model.xml/.bin, report.json
-print(export.format_table(report))
-export.predict("runs/digits/export/model_int8.tflite", ["seven.png"], top_k=3)
-export.similar("features_export/embedder_float32.tflite", "a.png", "b.png")  # an image embedder: cosine
-```
-Library functions return paths, bytes and dicts; `python -m export` is a thin CLI over them.
-"""
+"""Export keras-vit models to SavedModel, TFLite (LiteRT), ONNX and OpenVINO, every file verified against the Keras
+model; `python -m export` is a thin CLI over these functions (docs/export.md shows them in use)."""
 
 # Importing keras_vit first runs its TPU guard (before anything here imports TensorFlow). The public names are
 # imported on first use (keras_vit/_lazy.py), so `python -m export --help` answers before Keras loads.
@@ -20,26 +10,26 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
     {
         "ExportError": ".errors",
         "VerificationError": ".errors",
-        "non_builtin_ops": ".flatbuffer",
-        "read_ops": ".flatbuffer",
-        "find_vulkan_driver": ".gpu:find_driver",
-        "read_metadata": ".metadata_reader",
+        "non_builtin_ops": ".tflite.flatbuffer",
+        "read_ops": ".tflite.flatbuffer",
+        "find_vulkan_driver": ".tflite.gpu:find_driver",
+        "read_metadata": ".tflite.metadata_reader",
         "ExportOptions": ".options",
         "ExportSource": ".options",
-        "FORMATS": ".pipeline",
+        "FORMATS": ".sources",
         "export_model": ".job",
-        "export_path": ".pipeline",
-        "export_workdir": ".pipeline",
-        "load_source": ".pipeline",
+        "export_path": ".sources",
+        "export_workdir": ".sources",
+        "load_source": ".sources",
         "format_predictions": ".predict",
         "predict": ".predict:predict",  # the function, not its module
         "similar": ".predict",
         "to_model_space": ".preprocessing",
-        "format_table": ".report",
+        "format_table": ".tables",
         "load_runner": ".formats",
         "write_saved_model": ".saved_model",
-        "QUANTIZATION_MODES": ".tflite",
-        "convert_tflite": ".tflite:convert",
+        "QUANTIZATION_MODES": ".tflite.converter",
+        "convert_tflite": ".tflite.converter:convert",
     },
 )
 

@@ -1,12 +1,5 @@
-"""Command line: `python -m export MODEL_OR_WORKDIR [options]` and `python -m export predict ARTIFACT IMAGE...`.
-
-Examples:
-    python -m export runs/digits                      # all formats, verified, report in runs/digits/export/
-    python -m export model.keras --quantize float32,int8 --representative-data calib.npz --out exported/
-    python -m export vit_b16_imagenet.keras --quantize float16     # a pretrained model: labels from its class_names
-    python -m export predict runs/digits/export/model_int8.tflite digit.png --top-k 3
-    python -m export similar features_export/embedder_float32.tflite a.png b.png    # a num_classes=0 model
-"""
+"""Command line: `python -m export MODEL_OR_WORKDIR [options]`, `python -m export predict ARTIFACT IMAGE...` and
+`python -m export similar EMBEDDER A B`; `--help` lists the options."""
 
 import argparse
 import os
@@ -17,7 +10,6 @@ from keras_vit.files import describe_os_error, describe_storage_error
 
 from .errors import ExportError
 from .formats import FORMATS
-from .predict import similar
 
 PROG, PREDICT_PROG = _startup.command_names(__package__, "export", "predict")
 
@@ -75,7 +67,7 @@ def _tflite_arguments(p):
     p.add_argument("--heldout-data", help="labelled verification set: .npz with uint8 'images' and 'labels'")
     p.add_argument(
         "--labels",
-        help="class names file, one per line (default: the model's own class_names, else labels.txt beside it)",
+        help="class names file, one per line (default: the model's own class_names)",
     )
     p.add_argument("--dynamic-batch", action="store_true", help="TFLite batch dimension left open (default 1)")
     p.add_argument("--int8-io", default="float32", choices=("float32", "uint8"), help="full-int8 model's I/O type")
@@ -192,14 +184,14 @@ def _parse(command, argv):
     args = _export_parser().parse_args(argv)
     # An ExportOptions needs the exporters (Keras, TensorFlow); the one check that runs before they load.
     if args.quantize is not None:
-        from .tflite import check_quantization
+        from .tflite.converter import check_quantization
 
         check_quantization(args.quantize)
     return args
 
 
 def _similar(export, args):
-    value = similar(args.artifact, args.first, args.second, args.num_threads, args.background)
+    value = export.similar(args.artifact, args.first, args.second, args.num_threads, args.background)
     print(f"cosine similarity {value:.6f}  {args.first}  {args.second}")
     return 0
 

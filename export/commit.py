@@ -1,32 +1,5 @@
-"""Putting a finished export directory in place so that no reader ever sees two runs mixed.
-
-An export is built complete (artifacts, then `report.json`, which lists every file with its size and sha256)
-in a staging directory, and only then committed:
-
-- Local `out`: the staging directory is a sibling of `out` (same filesystem) and the two are swapped in one
-  atomic `renameat2(RENAME_EXCHANGE)` on Linux; elsewhere, or where the filesystem refuses it, `out` is
-  renamed aside (`.NAME.old-*`) and the staging directory renamed into place, and a crash between the two
-  renames is undone by the next export, which puts the old directory back. Either way `out` is at every
-  moment absent, the previous complete set, or the new complete set.
-
-  A local export holds an advisory lock (`flock` on `.NAME.lock` beside `out`) from before it looks at `out`
-  until it has committed (`claim`). The kernel drops the lock when its process dies, however it dies, so
-  whoever holds it knows that every `.NAME.staging-*` and `.NAME.old-*` beside `out` belongs to a dead attempt:
-  recovery never asks whether a PID is alive (in containers every run can be PID 2), and each attempt names
-  its directories with a fresh random token. A symlinked `out` is resolved: the export is written into the
-  directory the link points at, and the link stays.
-- URL `out` (`gs://...`): object stores cannot rename a directory, and one object write is the only atomic
-  step. Every old file is deleted first (`report.json` first of all), then the new files are written one by
-  one and `report.json` last. At every moment the directory holds files of one run only; it is complete exactly
-  when `report.json` is there. A crash during those writes leaves an incomplete set without a report (not the
-  previous set); running the export again completes it.
-
-`out` is replaced as a whole, so it must be absent, empty, or hold only what an export writes (`check_target`).
-
-Fault injection: `KERAS_VIT_EXPORT_KILL_AT=N` makes the process SIGKILL itself at the Nth `fault_point` (the
-points are numbered from 1 in the order an export reaches them), and `KERAS_VIT_EXPORT_TRACE=FILE` appends each
-point's name to FILE; the tests use the two to kill an export at every point, deterministically.
-"""
+"""Putting a finished export directory in place as a whole (an atomic swap locally, report.json last on a URL), so that
+no reader sees two runs mixed; fault points for the tests that kill an export (docs/export.md, "Reliability")."""
 
 import contextlib
 import hashlib
@@ -56,7 +29,8 @@ _points = itertools.count(1)  # fault points reached in this process
 
 
 def fault_point(name):
-    """A place where the fault-injection tests may kill the export (see the module docstring)."""
+    """A place where the fault-injection tests may kill the export: `KERAS_VIT_EXPORT_KILL_AT=N` makes the process
+    SIGKILL itself at the Nth point reached, and `KERAS_VIT_EXPORT_TRACE=FILE` appends each point's name to FILE."""
     number = next(_points)
     trace = os.environ.get("KERAS_VIT_EXPORT_TRACE")
     if trace:
@@ -100,6 +74,11 @@ def _siblings(out, kind):
 @contextlib.contextmanager
 def claim(out):
     """Takes the export lock on `out` and undoes what killed exports left; yields the path to write to.
+
+    The lock is an advisory `flock` on `.NAME.lock` beside `out`, which the kernel drops when its process dies,
+    however it dies: whoever holds it knows that every `.NAME.staging-*` and `.NAME.old-*` beside `out` belongs to a
+    dead attempt (no PID is asked whether it lives; in containers every run can be PID 2). The swap itself is one
+    `renameat2(RENAME_EXCHANGE)` on Linux, else two renames whose half-done state the next export undoes.
 
     For a local `out` that is `out` with symlinks resolved (an export replaces the directory a link points at,
     not the link). A URL comes back unchanged and is not locked: object stores have no locks.

@@ -1,20 +1,12 @@
-"""What an exported file holds, said once: a `Description`, made once per export from the kind and the plan
-(`describe`), and rendered by each format in its own module:
-
-- the TFLite sidecar `.json` (export/formats/tflite.py),
-- the TFLite metadata MediaPipe and the Task Library read (export/metadata.py: `render`),
-- the ONNX `metadata_props` and OpenVINO rt_info documents (export/portable.py: `properties`),
-- the SavedModel's `assets/` (export/saved_model.py: `assets`).
-
-A rendering adds only what it reads back from its own file (tensor dtypes and quantization, positions) and what its
-format decides (the mode); the facts about the model, its input and its outputs come from here.
-"""
+"""What an exported file holds, said once per export (`Description`, made by `describe` from the kind and the plan) and
+rendered by each format: the TFLite sidecar and metadata, the ONNX and OpenVINO documents, the SavedModel's assets."""
 
 import dataclasses
 
 from . import preprocessing
 
 INPUT = "images"  # the input's name in every file
+SIGNATURE = "serving_default"  # the signature every file is served by (SavedModel, TFLite)
 
 
 @dataclasses.dataclass(frozen=True)

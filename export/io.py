@@ -60,17 +60,10 @@ def read_labels(path):
     return labels
 
 
-def model_labels(model, model_file=None):
-    """A model's class names: its own `class_names` when it has them, else the `labels.txt` beside `model_file`
-    (a training workdir written before models carried their class names), else None."""
+def model_labels(model):
+    """A model's class names (its `class_names`), else None."""
     names = getattr(model, "class_names", None)
-    if names is not None:
-        return list(names)
-    if model_file is not None:
-        labels_file = files.join(files.dirname(os.fspath(model_file)), "labels.txt")
-        if files.isfile(labels_file):
-            return read_labels(labels_file)
-    return None
+    return None if names is None else list(names)
 
 
 def check_labels(labels, num_classes):

@@ -1,29 +1,20 @@
-"""The export job: plan once, verify once, then for each format and mode write, reopen, judge and record one file;
-then report and commit.
-
-Nothing in the output directory changes until every requested artifact has been built and has passed its
-budget: the whole directory (artifacts, then `report.json`, which lists every file with its size and sha256)
-is built in a staging directory and then swapped in as a whole (`export.commit`), so after any sequence of
-exports, interrupted or not, `out` holds exactly what its `report.json` lists.
-
-The kind of model (export/kinds/: classifier, image embedder, feature maps) brings its outputs, budgets,
-comparison and report fields; the format (export/formats/: SavedModel, TFLite, ONNX, OpenVINO) its writer,
-runner and checks. They meet here, in one loop.
-"""
+"""The export job: plan once, verify once, then for each format and mode write, reopen, judge and record one file in a
+staging directory; then the report, and the commit of the directory as a whole."""
 
 import dataclasses
 import os
 
+from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
 
 from . import commit, kinds, preprocessing
 from .description import describe
-from .errors import ExportError
+from .errors import ExportError, VerificationError
 from .formats import FORMATS, offered_formats, owned_names
+from .keras_runner import KerasRunner
 from .options import ExportOptions, ExportSource
-from .report import publish
-from .runners import KerasRunner
 from .runtime import image_size
+from .tables import format_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +71,8 @@ def export_model(source, out, options=None):
     source = source if isinstance(source, ExportSource) else ExportSource(source)
     options = ExportOptions() if options is None else options
     _check_backend()
+    _check_not_quantized(source.model)
+    _check_image_input(source.model)
     out = os.fspath(out)
     plan = _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
@@ -99,6 +92,32 @@ def _check_backend():
             f"Export converts with TensorFlow and needs Keras' TensorFlow backend; this process runs "
             f"{keras.backend.backend()!r}. Save the model (`model.save('model.keras')`) and run "
             f"`python -m export model.keras` (the CLI uses TensorFlow whatever KERAS_BACKEND says)."
+        )
+
+
+def _check_not_quantized(model):
+    """One line, before any conversion, for a model `model.quantize(...)` ran on: no format carries it faithfully."""
+    layers = [layer for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None) is not None]
+    if layers:
+        mode = layers[0].quantization_mode
+        raise ExportError(
+            f"{model.name} is Keras-quantized ({mode}, {len(layers)} layers such as {layers[0].path}): its {mode} "
+            f"matmuls have no LiteRT kernel, and SavedModel, ONNX and OpenVINO miss the float budget on them. Export "
+            f"the float model and let the exporter quantize: keras_vit.from_pretrained(FILE).save('float.keras') "
+            f"reads the quantized file back as float weights, then `python -m export float.keras --quantize "
+            f"dynamic_int8,int8`."
+        )
+
+
+def _check_image_input(model):
+    """One line for a model whose input is not one NHWC image batch (a NaFlex model's patches, mask and grid)."""
+    shapes = model.input_shape if isinstance(model.input_shape, list) else [model.input_shape]
+    if isinstance(model.input_shape, dict) or len(shapes) != 1 or len(shapes[0]) != 4:
+        names = ", ".join(getattr(x, "name", "?") for x in model.inputs)
+        raise ExportError(
+            f"{model.name} takes {names}, not one batch of images: the exporter writes image models only (a NaFlex "
+            f"model's patch inputs are not one of them yet). Export the fixed-resolution form of the same weights: "
+            f"keras_vit.from_pretrained(SOURCE, naflex=False).save('fixed.keras'), then `python -m export fixed.keras`."
         )
 
 
@@ -146,7 +165,7 @@ def _report(plan, v, artifacts, out, options):
     return {
         "source": str(source.name) if source.name else type(source.model).__name__,
         "out": str(out),
-        **plan.kind.TAG,
+        "kind": plan.kind.NAME,
         "model": {"image_size": list(image_size(plan.model)), **plan.kind.describe_model(plan)},
         **plan.kind.report_fields(plan, options),
         "verification": {"set": v.set_name, "images": len(v.x), "labelled": v.truth is not None},
@@ -157,3 +176,25 @@ def _report(plan, v, artifacts, out, options):
         "notes": [*plan.notes, *([v.note] if v.note else [])],
         "passed": all(a["passed"] for a in artifacts),
     }
+
+
+def publish(report, staging, target, out):
+    """The last stage of every export: refuse a failed report, else list the staged files in it, write it last
+    and commit the staging directory to `target` (`out` as `commit.claim` resolved it). Returns the report.
+
+    Raises:
+        VerificationError: an artifact missed its budget (`.report` holds the figures); nothing was committed.
+    """
+    if not report["passed"]:
+        error = VerificationError(
+            "Export verification failed; nothing in the output directory was changed.\n" + format_table(report)
+        )
+        error.report = report
+        raise error
+    # What the directory holds besides the report, each file with its size and checksum: after the commit `out`
+    # holds exactly these files and report.json.
+    report["files"] = commit.manifest(staging)
+    commit.write_staged(staging / commit.REPORT, files.json_bytes(report))
+    commit.commit(staging, target)
+    report["report_path"] = files.join(out, commit.REPORT)
+    return report

@@ -1,19 +1,14 @@
-"""What an export is asked to do (`ExportOptions`) and what it exports (`ExportSource`): the two values
-`export.export_model(source, out, options)` takes.
-
-`ExportOptions` holds the formats, the TFLite modes and flags, the verification's sizes and the report's
-choices; it is checked when it is built, so a bad option fails before any model is loaded or anything written.
-`ExportSource` holds the model and what comes with it (labels, calibration and verification images, the names
-the report and the TFLite metadata give it); `export.load_source` builds one from a `.keras` file or a workdir.
-"""
+"""What an export is asked to do (`ExportOptions`, checked when built) and what it exports (`ExportSource`: the model,
+its labels, calibration and verification images): the two values `export.export_model` takes."""
 
 import dataclasses
 
 import numpy as np
 
-from . import gpu, tflite
 from .errors import ExportError, check_choices, check_count
 from .formats import FORMATS as FORMAT_TABLE
+from .tflite import converter as tflite
+from .tflite import gpu
 
 FORMATS = tuple(FORMAT_TABLE)  # the registry's, in its order
 DEFAULT_FORMATS = FORMATS
@@ -46,12 +41,13 @@ class ExportOptions:
         tflite_output: "probabilities" (the TFLite models end in a softmax, what MediaPipe and the Task
             Library expect) or "logits".
         metadata: descriptive fields of the TFLite metadata: a dict with any of name, description, version,
-            license, author (defaults in `export.metadata.render`).
+            license, author (defaults in `export.tflite.metadata.render`).
         converter_output: "report" keeps what the TFLite converter prints (from C++, on file descriptors 1 and
             2: dozens of lines per model) in each artifact's "converter_output" in report.json; "terminal"
             lets it through.
         gpu_check: "auto" runs every .tflite on LiteRT's GPU accelerator where a Vulkan driver exists and reports
-            the verdict (export/gpu.py); "require" also fails the export on no driver, a fallback or a miss; "off".
+            the verdict (export/tflite/gpu.py); "require" also fails the export on no driver, a fallback or a miss;
+            "off".
 
     Raises:
         ExportError: an unknown format, mode or choice, or a count out of range.
@@ -123,7 +119,7 @@ class ExportSource:
 
     Attributes:
         model: Keras model, float32 NHWC images in [-1, 1] at a static size -> logits (a `num_classes=0` model
-            exports as an image embedder, export/embedder.py).
+            exports as an image embedder, export/kinds/embedder.py).
         labels: class names, one per output (default: the model's `class_names`, else "0", "1", ...).
         representative_images: uint8 images from the training data for int8/int8_matmul calibration.
         heldout: (images uint8, labels int or None) to verify on; default: the representative images

@@ -1,8 +1,5 @@
-"""What the runners and the export steps of every kind and format share: checking a model-space batch, timing a
-batch-1 call, feeding a LiteRT interpreter, capturing what the converters print, and the sizes of what was written.
-
-It imports nothing of export/ but its errors, so every runner and every export step can stand on it.
-"""
+"""What the runners and export steps of every format share: checking a model-space batch, timing a batch-1 call,
+capturing what the converters print, the sizes of what was written, one artifact's report entry (`record`)."""
 
 import contextlib
 import time
@@ -10,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit import _startup
+from keras_vit import _startup, files
 from keras_vit.preprocessing import check_model_range
 
 from .errors import ExportError
@@ -41,17 +38,6 @@ def median_ms(call, runs, warmup):
         call()
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1e3)
-
-
-def invoke(runner, x):
-    """Feeds `x` to `runner.interpreter` (a TFLite runner with `input`, `dynamic_batch` and `batch`), resizing an
-    open batch dimension when the batch size changed, and invokes it; the caller reads the outputs it needs."""
-    if runner.dynamic_batch and x.shape[0] != runner.batch:
-        runner.interpreter.resize_tensor_input(runner.input["index"], x.shape)
-        runner.interpreter.allocate_tensors()
-        runner.batch = x.shape[0]
-    runner.interpreter.set_tensor(runner.input["index"], x)
-    runner.interpreter.invoke()
 
 
 def named_call(model, names):
@@ -90,3 +76,23 @@ def dir_bytes(path):
 def image_size(model):
     """(height, width) of a model's input."""
     return tuple(int(d) for d in model.input_shape[1:3])
+
+
+def record(plan, v, options, name, fmt, mode, out, size, found, runner, budget, failures, **fields):
+    """The entry of the file `name` in `fmt` (`mode` for TFLite) written for `plan` and judged on `v` (the
+    verification), `found` the kind's figures, `fields` what the format adds."""
+    return {
+        "name": name,
+        "format": fmt,
+        "kind": plan.kind.NAME,
+        "quantization": mode,
+        "path": files.join(out, name),  # where it is once committed
+        "file_bytes": int(size),
+        **plan.kind.entry_figures(found, plan),
+        "latency_ms": runner.latency_ms(v.x[:1], options.latency_runs, options.latency_warmup),
+        "threads": runner.threads,
+        **fields,
+        "budget": budget,
+        "failures": list(failures),
+        "passed": not failures,
+    }

@@ -1,14 +1,22 @@
-"""SavedModel export: a uint8-image serving signature with preprocessing inside, plus a model-space one."""
+"""The SavedModel format: `saved_model/` with a uint8-image `serving_default` signature (preprocessing inside) and a
+`model_space` one, its writer for every kind, its runner and its entry in the export."""
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from keras_vit import files
 
-from . import preprocessing
+from . import commit, preprocessing, runtime
+from .description import INPUT, SIGNATURE
+from .errors import ExportError
+from .io import read_labels
+from .runtime import batches, check_batch, gather, median_ms, named_call, record
 
-SERVING_KEY = "serving_default"
+SERVING_KEY = SIGNATURE
 MODEL_SPACE_KEY = "model_space"
 
 
@@ -142,3 +150,112 @@ def save_saved_model(model, path, description, top_k=5, metadata=None):
         module.preprocessing_file = tf.saved_model.Asset(str(Path(scratch) / "preprocessing.json"))
         tf.saved_model.save(module, str(path), signatures=signatures)
     return path
+
+
+def save_named(model, path, names):
+    """Writes a model of several outputs (feature maps) as a SavedModel at `path` (which must not exist; the export
+    stages it), its outputs named `names`.
+
+    `serving_default(images)`: uint8 RGB images (batch, any H, any W, 3), resized (bilinear) and scaled to [-1, 1]
+    inside, as the classifiers' SavedModel does; `model_space(images)`: float32 images in [-1, 1] at the model's
+    size. Both return {name: output}.
+    """
+    import tensorflow as tf
+
+    module, signatures = serving_module(model, named_call(model, names))
+    tf.saved_model.save(module, str(path), signatures=signatures)
+    return path
+
+
+class SavedModelRunner:
+    """Runs an exported SavedModel: `model_space` for model-space tensors, `serving_default` for raw uint8 images
+    (resized and scaled inside). A classifier's outputs are its `logits`; feature maps' every output by name."""
+
+    kind = "saved_model"
+    threads = "tf-default"
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        path = os.fspath(path)
+        if not files.isfile(files.join(path, "saved_model.pb")):
+            raise ExportError(f"{str(path)!r} is not a SavedModel directory (no saved_model.pb).")
+        try:
+            self.loaded = tf.saved_model.load(str(path))  # held: the signatures' variables live with it
+        except Exception as exc:
+            raise ExportError(f"Could not load the SavedModel at {str(path)!r}: {exc}") from exc
+        missing = {SERVING_KEY, MODEL_SPACE_KEY} - set(self.loaded.signatures)
+        if missing:
+            raise ExportError(f"{str(path)!r} lacks the signatures {sorted(missing)}; re-export it with export/.")
+        self.serving = self.loaded.signatures[SERVING_KEY]
+        self.model_space = self.loaded.signatures[MODEL_SPACE_KEY]
+        named = self.model_space.structured_outputs
+        # A classifier's signatures also return the softmax (and serving_default the top k): its logits are what
+        # it is judged and predicted by.
+        self.names = ["logits"] if "logits" in named else sorted(named)
+        self.output_kind = self.names[0]
+        spec = self.model_space.structured_input_signature[1][INPUT]
+        self.image_size = tuple(int(d) for d in spec.shape[1:3])
+        labels_file = files.join(path, "assets", "labels.txt")
+        self.labels = read_labels(labels_file) if files.isfile(labels_file) else None
+
+    def _named(self, result):
+        return {name: result[name].numpy() for name in self.names}
+
+    def outputs(self, x, batch_size=64):
+        x = check_batch(x, self.image_size, "The SavedModel's model_space signature")
+        return gather([self._named(self.model_space(images=b)) for b in batches(x, batch_size)])
+
+    def latency_ms(self, x1, runs=50, warmup=5):
+        return median_ms(lambda: self._named(self.model_space(images=x1)), runs, warmup)
+
+    def outputs_from_images(self, images, batch_size=64):
+        """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
+        images = preprocessing.check_images(images)
+        one_size = len({image.shape for image in images}) == 1
+        batched = [np.stack(b) for b in batches(images, batch_size)] if one_size else [i[None] for i in images]
+        return gather([self._named(self.serving(images=b)) for b in batched])
+
+
+NAME = "saved_model"
+KINDS = ("classifier", "feature_maps")  # the kinds of model it writes (an embedder's vector has no serving form here)
+OWNED = ("saved_model",)  # the names it writes at the top of `out`, `{stem}` the kind's (regular expressions)
+SUFFIXES = ()  # a directory, not a file: `load_runner` opens any directory with saved_model.pb
+
+
+def open(path, num_threads=1):
+    """The runner of a written file (`load_runner`)."""
+    return SavedModelRunner(path)
+
+
+def modes(plan):
+    return (None,)
+
+
+def entry(plan, mode, v, staging, out, options):
+    """Writes `saved_model/`, reloads it and judges both signatures; its report entry."""
+    kind, classifier = plan.kind, plan.labels is not None
+    if classifier:
+        path = save_saved_model(plan.model, staging / NAME, plan.description, top_k=options.top_k)
+    else:
+        path = save_named(plan.model, staging / NAME, [o.name for o in plan.description.outputs])
+    commit.fault_point("saved_model staged")
+    runner = SavedModelRunner(path)
+    found = kind.figures(runner.outputs(v.x), v.reference, v.truth)
+    # The signature users call: raw uint8 images in, resize and scaling inside the graph.
+    served = kind.figures(runner.outputs_from_images(v.images), v.reference, v.truth)
+    budget = kind.BUDGETS[NAME]
+    failures = kind.check_budget(found, budget) + [f"serving_default: {f}" for f in kind.check_budget(served, budget)]
+    if classifier:
+        fields = {"serving_default_max_abs_logit_diff": served["max_abs_logit_diff"]}
+    else:
+        fields = {"serving_default": served, "signatures": [SERVING_KEY, MODEL_SPACE_KEY]}
+    size = runtime.dir_bytes(path)
+    return record(plan, v, options, NAME, NAME, None, out, size, found, runner, budget, failures, **fields)
+
+
+def lines(a, kind):
+    """An entry's lines in the export table, below its budget line."""
+    if "serving_default_max_abs_logit_diff" not in a:
+        return []
+    return [f"  serving_default on raw uint8 images: max |dlogit| {a['serving_default_max_abs_logit_diff']:.2e}"]

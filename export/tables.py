@@ -1,8 +1,8 @@
-"""The table printed after every export: a row per artifact (plus the Keras reference) with the columns the kind of
-model brings (`kind.HEADER`, `kind.cells`), then each artifact's budget and verdict and the lines its kind and format
-add, the notes and the status. It reads the report dict only."""
+"""The table printed after every export, from the report dict alone: a row per artifact with its kind's columns, then
+each artifact's budget, verdict and its format's lines, the notes and the status."""
 
 from . import kinds
+from .formats import FORMATS
 
 
 def size(n):
@@ -17,7 +17,7 @@ def size(n):
 
 def format_table(report):
     """A readable table, one row per artifact (plus the Keras reference), and each artifact's budget and notes."""
-    kind = kinds.named(report.get("kind"))
+    kind = kinds.named(report["kind"])
     keras = report["keras"]
     header = ("artifact", "size", *kind.HEADER, "latency ms", "threads", "status")
     rows = [("keras (reference)", size(keras.get("file_bytes")), *kind.keras_cells(report),
@@ -28,7 +28,7 @@ def format_table(report):
     out = [f"Export of {report['source']}{kind.TITLE}  ->  {report['out']}", kind.verified(report), "",
            *table(header, rows), "", *kind.preamble(report)]  # fmt: skip
     for a in report["artifacts"]:
-        out += [_budget_line(a), *kind.lines(a)]
+        out += [_budget_line(a), *FORMATS[a["format"]].lines(a, kind)]
     out += [f"note: {note}" for note in report.get("notes", [])]
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
     return "\n".join(out)

@@ -1,11 +1,5 @@
-"""keras-vit: the Vision Transformer of "An Image is Worth 16x16 Words" for Keras 3.
-
-```python
-import keras_vit
-model = keras_vit.create_model("B/16", image_size=224, num_classes=1000)
-keras_vit.load_npz(model, "ViT-B_16.npz")
-```
-"""
+"""keras-vit: the Vision Transformer of "An Image is Worth 16x16 Words" for Keras 3, e.g.
+`keras_vit.create_model("B/16", num_classes=1000)` and `keras_vit.from_pretrained("ViT-B_16")`."""
 
 import importlib
 
@@ -31,6 +25,8 @@ __all__, _lazy_getattr, __dir__ = _lazy.lazy_names(
         "get_variant": "keras_vit.models",
         "VisionTransformer": "keras_vit.models",
         "create_model": "keras_vit.models",
+        "NaFlexViT": "keras_vit.models.naflex",
+        "naflex_batch": "keras_vit.naflex_inputs",
         "feature_model": "keras_vit.models.features",
         "CheckpointError": "keras_vit.weights",
         "load_npz": "keras_vit.weights",
@@ -59,6 +55,7 @@ def _register_serializables():
     importlib.import_module("keras_vit.layers")  # imports nothing else of keras_vit: never circular
     try:
         importlib.import_module("keras_vit.models.vision_transformer")
+        importlib.import_module("keras_vit.models.naflex")
     except ImportError:
         # A keras_vit module that imported Keras first, and that the model needs, is half-run (a direct import
         # of keras_vit.models.checks, say); it completes once this returns, and the model class registers when

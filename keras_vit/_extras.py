@@ -1,10 +1,5 @@
-"""Which `pip install "keras-vit[EXTRA]"` brings a module that a command or the library is missing: one line.
-
-`pip install keras-vit` installs the model library only (pyproject.toml): the trainer needs the `[train]` extra,
-the exporters `[export]`, and Keras needs a backend (TensorFlow by default; JAX through `[jax]` and
-KERAS_BACKEND=jax). A command that meets a missing module prints which extra installs it instead of a
-traceback. Only the standard library is imported here.
-"""
+"""Which `pip install "keras-vit[EXTRA]"` brings a module that a command or the library is missing, in one line
+instead of a traceback. Only the standard library is imported here."""
 
 import os
 import sys

@@ -1,11 +1,5 @@
-"""A package's public names imported on first use (PEP 562), and a call made once another module is imported.
-
-Each package of this project declares its public names once, in a table `name -> module` (or `module:attribute`
-where the public name differs), and gets its `__all__`, `__getattr__` and `__dir__` from `lazy_names`. Nothing
-heavy is imported until a name is used, so `python -m training --help` answers before Keras loads without the
-package guessing who is starting it, and `import training` then `training.train(...)` works as before. Only the
-standard library is imported here.
-"""
+"""A package's public names imported on first use (PEP 562, one `name -> module` table per package), and a call made
+once another module is imported; so `python -m training --help` answers before Keras loads. Standard library only."""
 
 import importlib
 import importlib.abc

@@ -1,10 +1,5 @@
 """How the command lines start: arguments parsed before Keras loads, native logs quiet, warnings on one line.
-
-`python -m training --help` should answer at once, but importing Keras (and with it TensorFlow) takes seconds.
-The packages import their public names on first use (keras_vit/_lazy.py), so a command line's `__main__` parses
-its arguments first, then calls `configure` and `import_tensorflow` (or whatever it needs). Only the standard
-library is imported here.
-"""
+Only the standard library is imported here."""
 
 import contextlib
 import importlib

@@ -1,12 +1,5 @@
-"""TPU evidence from the environment and devices, and the libtpu switch, without importing TensorFlow.
-
-`tensorflow-tpu` loads libtpu when TensorFlow is imported, and libtpu then waits for a TPU without a time-out: on
-a machine without one, `import tensorflow` hangs. TensorFlow skips loading it when `TPU_LOAD_LIBRARY=0` is in the
-environment at import time, so `disable_libtpu_without_tpu` sets that (only when nothing points at a TPU and the
-user has not set it) before keras_vit, training/ or export/ import Keras or TensorFlow. With plain `tensorflow`
-the variable is never read. This module imports nothing outside the standard library, so importing it costs
-nothing and can come first.
-"""
+"""TPU evidence from the environment and devices, and the libtpu switch (`TPU_LOAD_LIBRARY=0` without a TPU, since
+`tensorflow-tpu`'s import then hangs waiting for one), without importing TensorFlow."""
 
 import glob
 import importlib.metadata

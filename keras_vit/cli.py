@@ -1,20 +1,5 @@
-"""The `keras-vit` console command: `keras-vit train|evaluate|export|predict|weights|inspect ...`.
-
-Each subcommand is the `python -m` module of the same job, given the remaining arguments:
-
-    keras-vit train --config finetune --init vit_tiny_patch16_224.augreg_in21k_ft_in1k --dataset folder:photos
-    keras-vit evaluate --workdir runs/digits      # = python -m keras_vit.training evaluate --workdir runs/digits
-    keras-vit export runs/digits                  # = python -m keras_vit.export runs/digits
-    keras-vit predict runs/digits/export/model_float32.tflite seven.png
-    keras-vit weights list                        # = python -m keras_vit.weights list
-    keras-vit inspect runs/digits                 # = python -m keras_vit.inspect runs/digits
-
-The installed wheel holds the trainer and the exporter as `keras_vit.training` and `keras_vit.export`; a checkout
-holds them as the top-level `training` and `export` packages (`python -m training`), which this command falls back
-to when it runs from an editable install of a checkout. Only the chosen module is imported, after the arguments
-are split, so `keras-vit --help` answers at once. A module that only an extra installs (TensorFlow for `train`)
-is named in one line with the extra (keras_vit/_extras.py).
-"""
+"""The `keras-vit` console command: `keras-vit train|evaluate|export|predict|weights|inspect ...`, each the
+`python -m` module of the same job (`keras_vit.training` in the wheel, `training` in a checkout), imported alone."""
 
 import importlib
 import sys

@@ -1,21 +1,5 @@
-"""Atomic file writes, replaces and fsyncs over the paths of keras_vit/paths.py (re-exported here), shared by
-keras_vit.inspect, training/, export/ and benchmarks/.
-
-Every function takes a local path or a URL of any `tf.io.gfile` filesystem (`gs://bucket/run` for users,
-TensorFlow's in-memory `ram://` in the tests). Local paths go through `os` and `open`; URLs through
-`tf.io.gfile`, imported only when a URL is given, so keras_vit stays importable without TensorFlow.
-
-A reader, or a process killed mid-write, sees either the previous file or the complete new one, never a
-truncated one. On a local disk the data goes to a temporary file in the same directory, is flushed to disk,
-and is renamed over the target with `os.replace`. Object stores have no rename, but one object write is atomic
-there (an object appears only once its upload is complete), so a URL's content is built in memory and
-written in a single write.
-
-A local temporary file is held with an exclusive `flock` by its writer until it is renamed into place, and the
-kernel drops that lock when the writer dies, however it dies. So `sweep_temporaries`, run when a program
-starts, removes exactly the temporaries of killed writers (a SIGKILL mid-write leaves one behind), never those
-of a writer still running, and never needs to ask whether a PID is alive (PIDs repeat in containers).
-"""
+"""Atomic file writes, replaces and fsyncs, local or to any `tf.io.gfile` URL, over keras_vit/paths.py (re-exported
+here): a reader or a killed writer sees the old file or the whole new one (docs/guarantees.md)."""
 
 import ctypes
 import errno

@@ -1,32 +1,5 @@
-"""The one image reader of the project: image files -> uint8 RGB (or grey) arrays, the same way everywhere.
-
-Training folders (`training/data/`), `python -m export predict`, the export's verification and calibration
-folders, and `keras_vit.inspect` all read pictures through `read_image`, so a model sees at prediction time the
-pixels it was trained on. Files are read through `keras_vit.files` (local paths and `tf.io.gfile` URLs) and
-decoded by Pillow, which reads far more formats than TensorFlow's decoders (TIFF, PPM, TGA, ICO, ...).
-
-What the reader does, in this order:
-
-- **Reads only regular files, and at most `MAX_IMAGE_BYTES`** (`read_file`): a FIFO or a device (a link to
-  /dev/zero) is refused without being opened, and the size is checked before reading, so an untrusted folder
-  cannot block the reader or fill the memory. Pillow's pixel limit (`PIL.Image.MAX_IMAGE_PIXELS`) then applies
-  to what is decoded.
-- **Reads every pixel** (`Image.load`): a truncated or corrupt file is an `ImageReadError` naming the file;
-  Pillow's `LOAD_TRUNCATED_IMAGES` is never turned on. Animated GIF/WebP/APNG and multi-page TIFF give their
-  first frame, as `tf.io.decode_image(..., expand_animations=False)` does.
-- **Applies the EXIF orientation** (phone photos are stored sideways with a tag saying how to turn them).
-- **Scales 16-bit pixels to 8 bits** by their high byte (`v >> 8`, 65535 -> 255). Pillow already does that for
-  16-bit colour PNGs and TensorFlow's PNG decoder does the same for every 16-bit PNG, so one rule covers all;
-  `convert("RGB")` on a 16-bit grey image clips instead (every value above 255 becomes white). 32-bit integer
-  images are read the same way when their values fit in 16 bits; float images when they lie in [0, 1].
-- **Composites transparency onto a background** (`"white"` by default, `"black"`, or an (R, G, B) triple):
-  RGBA, grey+alpha, palette images with a transparent index and PNGs with a transparent colour. Dropping the
-  alpha channel instead would show whatever colour the fully transparent pixels happen to store.
-- **Converts to RGB**: grey, bilevel, palette, CMYK, YCbCr and HSV images; `channels=1` then takes the luma of
-  that RGB image (ITU-R 601-2, Pillow's "L"), which gives a grey image back unchanged.
-
-Pillow is imported when a picture is read, so `import keras_vit` does not need it.
-"""
+"""The one image reader of the project: image files -> uint8 RGB (or grey) arrays, the same way everywhere
+(training, export, inspection); its rules, in `read_image`'s order: docs/training.md ("Images are read one way")."""
 
 import concurrent.futures
 import io

@@ -1,14 +1,5 @@
-"""Class names for predictions: the ImageNet label spaces of the released heads, and `decode_predictions`.
-
-The class lists ship with the package (`keras_vit/data/*.tsv`, one `synset<TAB>lemma, lemma, ...` line per
-class, in the released heads' output order) and are read on first use, never at import: the 21k list is 740 kB.
-
-Display names are the first WordNet lemma ("tench" for `n01440764 tench, Tinca tinca`). Where several classes of
-one label space share their first lemma (ImageNet-1k has two "crane"s, a bird and a machine, and two "maillot"s;
-ImageNet-21k has 1,444 such lemmas), each of them is told apart by another of its own lemmas when one is free
-("maillot (tank suit)"), else by its WordNet id ("crane (n02012849)"), so every name in a label space is unique
-and a name maps back to one output.
-"""
+"""Class names for predictions: the ImageNet label spaces of the released heads (read on first use), made unique
+within each (docs/pretrained_labels.md), and `decode_predictions`."""
 
 import collections
 import functools

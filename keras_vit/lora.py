@@ -1,20 +1,7 @@
-"""LoRA fine-tuning: Keras' own `enable_lora` on a ViT's projections in one call, and the merge back for export.
+"""LoRA fine-tuning: Keras' own `enable_lora` on a ViT's attention projections in one call (`enable_lora`), and the
+merge back into plain kernels for export (`merge_lora`); docs/training.md ("LoRA fine-tuning")."""
 
-```python
-model = keras_vit.from_pretrained("vit_base_patch16_224.augreg2_in21k_ft_in1k", num_classes=10)
-keras_vit.enable_lora(model, rank=8)        # q/k/v/out of every block: only the LoRA factors and the head train
-model.compile(...); model.fit(...)
-plain = keras_vit.merge_lora(model)         # the factors folded into the kernels: an ordinary model, for export
-```
-
-The factors are Keras' own (`EinsumDense.enable_lora`, `Dense.enable_lora`): the projection computes with
-`kernel + (alpha / rank) * A @ B`, B starts at zero (so a model fresh from `enable_lora` computes what it computed
-before) and A from He-uniform. On the attention's (D, H, D_h) query/key/value kernels Keras' factors are
-A (D, H, rank) and B (rank, D_h), one rank-`rank` update per head with B shared across heads; on the (H, D_h, D)
-output kernel, A (H, D_h, rank) and B (rank, D); on the MLP's Dense kernels the usual (D_in, rank), (rank, D_out).
-These are the factors keras-hub's `backbone.enable_lora` trains on the same layers; the trainable-parameter counts
-are in docs/training.md ("LoRA").
-"""
+import math
 
 from keras import ops
 
@@ -85,6 +72,7 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
             f"enable_lora: {getattr(model, 'name', model)!r} has no MultiHeadSelfAttention or MlpBlock layers; "
             f"pass a keras_vit model (keras_vit.create_model or keras_vit.from_pretrained)."
         )
+    _check_rank(rank, layers)
     enabled = [layer.path for layer in layers if layer.lora_enabled]
     if enabled:
         raise ValueError(
@@ -98,6 +86,30 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
     for variable in model.weights:
         variable.trainable = id(variable) in trainable
     return layers
+
+
+def _check_rank(rank, layers):
+    """A rank above a targeted projection's smallest width adds parameters (and memory) but no capacity."""
+    widths = {layer.path: min(_widths(layer)) for layer in layers}
+    path = min(widths, key=widths.get)
+    if rank > widths[path]:
+        raise ValueError(
+            f"enable_lora: rank={rank} exceeds the smallest width of the projections it adapts ({widths[path]}, "
+            f"{path}); a higher rank adds parameters but no capacity. Use a rank of at most {widths[path]} "
+            f"(8 or 16 are common)."
+        )
+
+
+def _widths(layer):
+    """(input features, output features) of a `Dense` or `EinsumDense` kernel (its axes split by the equation)."""
+    shape = tuple(int(d) for d in layer.kernel.shape)
+    equation = getattr(layer, "equation", None)
+    if equation is None:
+        return shape[0], math.prod(shape[1:])
+    inputs, kernel = equation.split("->")[0].split(",")
+    contracted = [size for letter, size in zip(kernel, shape, strict=True) if letter in inputs]
+    produced = [size for letter, size in zip(kernel, shape, strict=True) if letter not in inputs]
+    return math.prod(contracted), math.prod(produced)
 
 
 def _heads(model):

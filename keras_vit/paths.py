@@ -1,10 +1,5 @@
-"""Paths of any file system: a local path or a URL of any `tf.io.gfile` filesystem (`gs://bucket/run` for users,
-TensorFlow's in-memory `ram://` in the tests). Local paths go through `os` and `open`; URLs through `tf.io.gfile`,
-imported only when a URL is given, so keras_vit stays importable without TensorFlow.
-
-Re-exported by keras_vit.files (`files.join`, `files.isdir`, ...), which adds the atomic writes on top; import
-them from there.
-"""
+"""Paths of any file system: a local path or a `tf.io.gfile` URL (TensorFlow imported only for a URL). Re-exported by
+keras_vit.files, which adds the atomic writes; import them from there."""
 
 import io
 import os

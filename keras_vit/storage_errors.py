@@ -1,7 +1,5 @@
-"""One-line messages for the errors TensorFlow raises on files: `tf.io.gfile` on a URL that cannot be reached,
-read or written, and a `tf.data` pipeline whose input file went away. Re-exported as
-`keras_vit.files.describe_storage_error`, which the command lines call beside `describe_os_error` (the one-line
-message for an `OSError`, also here and re-exported by keras_vit.files)."""
+"""One-line messages for the errors TensorFlow raises on files (`tf.io.gfile` on a URL, a `tf.data` input gone) and
+for an `OSError`; re-exported by keras_vit.files."""
 
 import errno
 import os

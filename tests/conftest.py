@@ -15,6 +15,9 @@ import pytest
 
 from tests.support import main_job
 
+# The loopback weights hosts (`server`, `env`) of the download and fine-tuning tests.
+pytest_plugins = ["tests.support.hosts"]
+
 try:
     import fcntl
 except ImportError:  # not POSIX: the workers may each run the main job (digits_main_job below)
@@ -22,6 +25,20 @@ except ImportError:  # not POSIX: the workers may each run the main job (digits_
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+# One test session per Keras backend, as keras runs its own suite. README's `python -m pytest` is the TensorFlow
+# session; the tests marked `jax` run in a JAX session (KERAS_BACKEND=jax, JAX_DEVICES host devices, the tests
+# in-process), which the TensorFlow session starts when its own tests are done, with the same arguments
+# (`pytest_sessionfinish` below): one command still runs every test, and fails when either session fails.
+# `KERAS_BACKEND=jax python -m pytest ...` runs the JAX session alone. What needs a fresh process (a start-up, a
+# signal, a limit, several processes: marked `process`) still starts one from either session; a command line whose
+# process is not what a test checks is called in-process (tests/support/processes.py: `call_cli`, else `run_cli`).
+SESSION_BACKEND = "jax" if os.environ.get("KERAS_BACKEND") == "jax" else "tensorflow"
+JAX_DEVICES = 2
+JAX_FILES_VARIABLE = "KERAS_VIT_JAX_TEST_FILES"  # set by the TensorFlow session: the only files the JAX one imports
+if SESSION_BACKEND == "jax" and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    # Before JAX is first imported: the host device count is fixed then.
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={JAX_DEVICES}"
 
 
 # Parallel runs (pytest-xdist; pyproject.toml's addopts say `-n auto --dist loadfile`). Each test file goes to one
@@ -48,6 +65,67 @@ def pytest_configure(config):
     config.jax_cache_dir = tempfile.mkdtemp(prefix="keras-vit-tests-jax-cache-")
     os.environ.update(JAX_COMPILATION_CACHE_DIR=config.jax_cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")  # fmt: skip
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The JAX session imports only the test files the TensorFlow session found tests marked `jax` in."""
+    files = os.environ.get(JAX_FILES_VARIABLE)
+    if SESSION_BACKEND == "jax" and files and collection_path.suffix == ".py" and collection_path.is_file():
+        return str(collection_path) not in files.split(os.pathsep) or None
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have chosen
+def pytest_collection_modifyitems(config, items):
+    """This session's backend's tests: those marked `jax` in the JAX session, the others in the TensorFlow one."""
+    ours = [item for item in items if (item.get_closest_marker("jax") is not None) == (SESSION_BACKEND == "jax")]
+    others = [item for item in items if item not in ours]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = ours
+    if SESSION_BACKEND == "tensorflow":
+        config.jax_files = sorted({str(item.path) for item in others})
+        if hasattr(config, "workeroutput"):  # a parallel worker: the main process starts the JAX session
+            config.workeroutput["jax_files"] = config.jax_files
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_testnodedown(node, error):
+    """The main process of a parallel run learns from its workers which files hold the JAX session's tests."""
+    node.config.jax_files = sorted({*getattr(node.config, "jax_files", []), *node.workeroutput.get("jax_files", [])})
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: after the TensorFlow session's summary
+def pytest_sessionfinish(session, exitstatus):
+    """The TensorFlow session starts the JAX session with the same arguments when it selected tests marked `jax`;
+    the command's exit status is the first failure's."""
+    result = yield
+    config = session.config
+    if SESSION_BACKEND != "tensorflow" or hasattr(config, "workerinput") or not getattr(config, "jax_files", None):
+        return result
+    if session.exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return result  # interrupted or a usage error: nothing more to run
+    title = f" the JAX session: KERAS_BACKEND=jax, {JAX_DEVICES} host devices, the tests marked jax "
+    print(f"\n{title:=^120}", flush=True)
+    args, cwd = config.invocation_params.args, config.invocation_params.dir
+    env = {**os.environ, "KERAS_BACKEND": "jax", JAX_FILES_VARIABLE: os.pathsep.join(config.jax_files)}
+    code = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env)
+    passed = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if session.exitstatus in passed and code.returncode not in passed:
+        session.exitstatus = code.returncode
+    elif session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and code.returncode == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.OK  # every selected test was the JAX session's
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _no_distribution_left():
+    """In the JAX session, a test that set a keras.distribution (a DataParallel run) leaves none to the next."""
+    yield
+    if SESSION_BACKEND == "jax":
+        import keras
+
+        keras.distribution.set_distribution(None)
 
 
 def pytest_unconfigure(config):

@@ -1,6 +1,6 @@
 """`pip install keras-vit` plus JAX, in a venv where TensorFlow cannot be imported: the model library runs.
 
-The wheel is built from a copy of the checkout (tests/test_packaging.py's way) and installed with what its base
+The wheel is built from a copy of the checkout (tests/support/builds.py) and installed with what its base
 requirements and `jax` pull in, packed from this environment's installed distributions (tests/support/wheelhouse.py) and
 installed offline (`--no-index`), so the venv holds exactly those, at this environment's versions. In it, with
 KERAS_BACKEND=jax and from another directory: a timm folder loads and gives timm's own logits, predictions carry
@@ -20,10 +20,9 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
-from tests.support import wheelhouse
-from tests.test_packaging import _build_options, _clean_env, _run, _source_copy
+from tests.support import builds, wheelhouse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]  # wheel builds and installs into fresh venvs
 
 TIMM = ROOT / "tests" / "fixtures" / "interop" / "timm_vit_tiny"
 CLASS_NAMES = ["apple", "bus", "cat", "dog", "egg"]
@@ -76,13 +75,13 @@ def _base_requirements(wheel):
 def base_venv(tmp_path_factory):
     """(venv folder, the distributions it was given): the wheel and JAX with their requirements, nothing else."""
     tmp_path = tmp_path_factory.mktemp("base")
-    source = _source_copy(tmp_path)
-    build_options, build_env = _build_options()
+    source = builds.source_copy(tmp_path)
+    build_options, build_env = builds.build_options()
     wheels = tmp_path / "wheels"
-    _run(
+    builds.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", *build_options, "-w", str(wheels), "."],
         source,
-        {**_clean_env(), **build_env},
+        {**builds.clean_env(), **build_env},
     )
     (wheel,) = wheels.glob("keras_vit-*.whl")
     jax = f"jax=={importlib.metadata.version('jax')}"
@@ -90,14 +89,14 @@ def base_venv(tmp_path_factory):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     install = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-index"]
-    _run([*install, "--find-links", str(tmp_path / "wheelhouse"), str(wheel), jax], tmp_path, _clean_env())
+    builds.run([*install, "--find-links", str(tmp_path / "wheelhouse"), str(wheel), jax], tmp_path, builds.clean_env())
     shutil.rmtree(tmp_path / "wheelhouse")  # about as large as the venv; pytest keeps its last temporary folders
     yield venv, given
     shutil.rmtree(tmp_path)
 
 
 def _venv_env():
-    env = {k: v for k, v in _clean_env().items() if not k.startswith(("KERAS_", "JAX_"))}
+    env = {k: v for k, v in builds.clean_env().items() if not k.startswith(("KERAS_", "JAX_"))}
     return {**env, "KERAS_BACKEND": "jax"}
 
 
@@ -106,7 +105,7 @@ def test_the_base_install_holds_no_tensorflow(base_venv):
     python = str(venv / "bin" / "python")
     code = "import importlib.metadata as m, importlib.util as u, json; print(json.dumps([sorted(d.metadata['Name'] "
     code += "for d in m.distributions()), u.find_spec('tensorflow') is None]))"
-    installed, no_tensorflow = json.loads(_run([python, "-c", code], venv, _venv_env()).stdout)
+    installed, no_tensorflow = json.loads(builds.run([python, "-c", code], venv, _venv_env()).stdout)
     names = {canonicalize_name(n) for n in installed}
     assert no_tensorflow, "tensorflow is importable in the base venv"
     assert not names & EXTRAS_ONLY, f"extras' packages in the base install: {sorted(names & EXTRAS_ONLY)}"
@@ -122,7 +121,7 @@ def test_the_library_loads_predicts_saves_and_inspects_without_tensorflow(base_v
     venv, _ = base_venv
     out = tmp_path / "out"
     out.mkdir()
-    result = _run(
+    result = builds.run(
         [str(venv / "bin" / "python"), "-c", SCRIPT, str(TIMM), str(out), json.dumps(CLASS_NAMES)],
         tmp_path,
         _venv_env(),
@@ -138,12 +137,12 @@ def test_the_library_loads_predicts_saves_and_inspects_without_tensorflow(base_v
 
     command = str(venv / "bin" / "keras-vit")
     plots = tmp_path / "plots"
-    inspected = _run([command, "inspect", str(out / "model.keras"), "--out", str(plots)], tmp_path, _venv_env())
+    inspected = builds.run([command, "inspect", str(out / "model.keras"), "--out", str(plots)], tmp_path, _venv_env())
     assert sorted(p.name for p in plots.glob("*.png")) == [
         "attention_distance.png", "attention_rollout.png", "embedding_filters.png", "position_embedding_similarity.png",
     ], inspected.stdout  # fmt: skip
 
-    listed = _run([command, "weights", "list"], tmp_path, _venv_env())
+    listed = builds.run([command, "weights", "list"], tmp_path, _venv_env())
     assert "vit_tiny_patch16_224.augreg_in21k_ft_in1k" in listed.stdout
 
     trained = subprocess.run(

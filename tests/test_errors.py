@@ -19,10 +19,10 @@ import pytest
 
 import keras_vit
 from keras_vit import CheckpointError, files
-from training.config import TrainConfig
 from training.configs import get_config
-from training.option_types import describe_type
-from training.overrides import field_types, parse_overrides, parse_typed
+from training.options.config import TrainConfig
+from training.options.fields import describe_type
+from training.options.overrides import field_types, parse_overrides, parse_typed
 
 TINY = [
     "--dataset",
@@ -553,7 +553,7 @@ def test_export_onto_a_read_only_or_full_disk(exported, failing_disk, capsys, mo
 
 
 def test_runners_warn_on_images_outside_the_model_range():
-    from export.runners import KerasRunner
+    from export.keras_runner import KerasRunner
     from keras_vit.preprocessing import scale_pixels
 
     model = keras_vit.create_model("testing")

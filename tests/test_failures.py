@@ -23,11 +23,13 @@ import pytest
 from PIL import Image
 
 import keras_vit.images
-from export import metadata, metadata_reader
 from export.errors import ExportError
-from training import data, option_types, overrides
-from training.config import TrainConfig
-from training.overrides import parse_overrides
+from export.tflite import metadata, metadata_reader
+from training import data
+from training.options import fields as option_types
+from training.options import overrides
+from training.options.config import TrainConfig
+from training.options.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo (POSIX)")

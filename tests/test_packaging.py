@@ -5,7 +5,6 @@ keras_vit.training and keras_vit.export) comes from the installed package only (
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -14,31 +13,15 @@ import zipfile
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import builds
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]  # wheel builds and installs into fresh venvs
 
-# Not part of the package's source: what a checkout may also hold.
-_NOT_SOURCE = shutil.ignore_patterns(
-    ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ci-venv", ".ci-tpu-venv", "shared"
-)
 TINY_RUN = [
     "--dataset", "synthetic", "--epochs", "1", "--batch-size", "8", "--strategy", "default",
     "--set", "steps_per_epoch=2", "--set", "image_size=16", "--set", "eval_every=0",
     "--set", "num_samples=8", "--set", "num_calibration=8",
 ]  # fmt: skip
-
-
-def _run(command, cwd, env, timeout=600):
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
-def _source_copy(tmp_path):
-    """The checkout copied, so that building leaves no build/ or .egg-info in the repository."""
-    source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
-    return source
 
 
 def _venv(path):
@@ -56,28 +39,9 @@ def _venv(path):
     return python
 
 
-def _build_options():
-    """Build with this environment's setuptools when it can make wheels (>= 70.1 or the `wheel` package): nothing
-    is downloaded. A bare venv's setuptools 65 cannot, and then pip builds in isolation (setuptools from the index).
-    """
-    import importlib.metadata
-    import importlib.util
-
-    version = tuple(int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
-    if version >= (70, 1) or importlib.util.find_spec("wheel") is not None:
-        return ["--no-build-isolation"], {"PIP_NO_INDEX": "1"}
-    return [], {"PIP_NO_INDEX": "0"}
-
-
-def _clean_env():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL")}
-    env["PIP_NO_INDEX"] = "1"  # --no-deps installs need nothing from an index
-    return env
-
-
 def _where(python, cwd, env, names=("keras_vit", "keras_vit.training", "keras_vit.export")):
     code = f"import importlib; print(*(importlib.import_module(n).__file__ for n in {list(names)!r}))"
-    return _run([str(python), "-c", code], cwd, env).stdout.split()
+    return builds.run([str(python), "-c", code], cwd, env).stdout.split()
 
 
 def _package_folders():
@@ -100,13 +64,13 @@ _USER_EXPORT = 'raise SystemExit("the user\'s own export/ package was imported")
 def wheel(tmp_path_factory):
     """The wheel, built once for the module from a copy of the checkout."""
     tmp_path = tmp_path_factory.mktemp("wheel")
-    source = _source_copy(tmp_path)
+    source = builds.source_copy(tmp_path)
     wheels = tmp_path / "wheels"
-    build_options, build_env = _build_options()
-    _run(
+    build_options, build_env = builds.build_options()
+    builds.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", *build_options, "-w", str(wheels), "."],
         source,
-        {**_clean_env(), **build_env},
+        {**builds.clean_env(), **build_env},
     )
     (built,) = wheels.glob("keras_vit-*.whl")
     return built
@@ -129,9 +93,9 @@ def test_the_wheel_installs_one_import_name(wheel):
 
 
 def test_installed_commands_train_export_and_predict_beside_the_users_own_modules(wheel, tmp_path):
-    env = _clean_env()
+    env = builds.clean_env()
     python = _venv(tmp_path / "venv")
-    _run([str(python), "-m", "pip", "install", "--no-deps", str(wheel)], tmp_path, env)
+    builds.run([str(python), "-m", "pip", "install", "--no-deps", str(wheel)], tmp_path, env)
     keras_vit_command = str(tmp_path / "venv" / "bin" / "keras-vit")
     project = tmp_path / "my_project"  # a user's project with its own training.py and export/ package
     (project / "export").mkdir(parents=True)
@@ -141,34 +105,34 @@ def test_installed_commands_train_export_and_predict_beside_the_users_own_module
         assert str(tmp_path / "venv") in path, f"imported from {path}, not the installed package"
 
     workdir = project / "run"
-    train = _run([keras_vit_command, "train", "--workdir", str(workdir), *TINY_RUN], project, env)
+    train = builds.run([keras_vit_command, "train", "--workdir", str(workdir), *TINY_RUN], project, env)
     assert (workdir / "model.keras").is_file(), train.stdout[-2000:]
-    exported = _run(
+    exported = builds.run(
         [keras_vit_command, "export", str(workdir), "--quantize", "float32", "--latency-runs", "1"], project, env
     )
     assert "status: PASSED" in exported.stdout, exported.stdout[-3000:]
     artifact = workdir / "export" / "model_float32.tflite"
     assert artifact.is_file()
     (image,) = sorted((workdir / "samples").glob("*.png"))[:1]
-    predicted = _run([keras_vit_command, "predict", str(artifact), str(image), "--top-k", "2"], project, env)
+    predicted = builds.run([keras_vit_command, "predict", str(artifact), str(image), "--top-k", "2"], project, env)
     assert image.name in predicted.stdout, predicted.stdout
     # The module forms, from the same folder: `python -m keras_vit.training` is the installed trainer.
-    helped = _run([str(python), "-m", "keras_vit.training", "--help"], project, env)
+    helped = builds.run([str(python), "-m", "keras_vit.training", "--help"], project, env)
     assert "usage: keras-vit train" in helped.stdout and "digits" in helped.stdout
-    listed = _run([keras_vit_command, "--help"], project, env)
+    listed = builds.run([keras_vit_command, "--help"], project, env)
     assert all(command in listed.stdout for command in ("train", "export", "predict", "weights", "inspect"))
 
 
 def test_pip_install_dot_gives_the_same_package(tmp_path):
-    source = _source_copy(tmp_path)
-    env = _clean_env()
+    source = builds.source_copy(tmp_path)
+    env = builds.clean_env()
     python = _venv(tmp_path / "venv")
-    build_options, build_env = _build_options()
-    _run([str(python), "-m", "pip", "install", "--no-deps", *build_options, "."], source, {**env, **build_env})
+    build_options, build_env = builds.build_options()
+    builds.run([str(python), "-m", "pip", "install", "--no-deps", *build_options, "."], source, {**env, **build_env})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     keras_vit_file, training_file, _ = _where(python, elsewhere, env)
     assert os.path.isfile(os.path.join(os.path.dirname(training_file), "backend_advice.json"))
     assert os.path.dirname(os.path.dirname(training_file)) == os.path.dirname(keras_vit_file)
-    helped = _run([str(tmp_path / "venv" / "bin" / "keras-vit"), "weights", "--help"], elsewhere, env)
+    helped = builds.run([str(tmp_path / "venv" / "bin" / "keras-vit"), "weights", "--help"], elsewhere, env)
     assert "list" in helped.stdout

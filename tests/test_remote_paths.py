@@ -135,10 +135,10 @@ def test_tfds_data_dir_url_reaches_tfds_unchanged(monkeypatch):
 
 
 def test_image_folder_on_a_url_reads_as_the_same_folder_on_disk(tmp_path):
-    from tests.training.test_data import _image_folder
+    from tests.support.images import image_folder
     from training import data
 
-    local = _image_folder(tmp_path / "pets")
+    local = image_folder(tmp_path / "pets")
     (local / "dog" / "nested").mkdir()
     (local / "dog" / "nested" / "9.png").write_bytes((local / "dog" / "1.png").read_bytes())
     url = f"ram://{uuid.uuid4().hex}/pets"

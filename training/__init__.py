@@ -1,13 +1,5 @@
-"""Training ViTs with the paper's recipes through `keras.Model.fit`, on one CPU, GPUs or a TPU pod.
-
-```python
-import training
-result = training.train("digits", "runs/digits", epochs=5)   # a second call resumes
-print(result.metrics["top1"])
-training.evaluate("runs/digits")
-```
-From a shell: `python -m training --config digits --workdir runs/digits` (see `python -m training --help`).
-"""
+"""Training ViTs with the paper's recipes through `keras.Model.fit`, on one CPU, GPUs or a TPU pod: `train` (a second
+call resumes) and `evaluate`. From a shell: `python -m training --help`."""
 
 # Importing keras_vit first runs its TPU guard (before anything here imports TensorFlow). The public names are
 # imported on first use (keras_vit/_lazy.py), so `python -m training --help` answers before Keras loads.
@@ -16,16 +8,16 @@ from keras_vit import _lazy
 __all__, __getattr__, __dir__ = _lazy.lazy_names(
     __name__,
     {
-        "NonFiniteLossError": ".fault_tolerance",
-        "Preempted": ".fault_tolerance",
-        "TrainConfig": ".config",
+        "NonFiniteLossError": ".checkpoints",
+        "Preempted": ".checkpoints",
+        "TrainConfig": ".options",
         "available_configs": ".configs",
         "get_config": ".configs",
-        "Placement": ".placements",
-        "select_placement": ".distribution",
+        "Placement": ".placement",
+        "select_placement": ".placement",
         "evaluate": ".evaluation",
-        "StrategyError": ".strategy",
-        "select_strategy": ".strategy",
+        "StrategyError": ".options",
+        "select_strategy": ".placement",
         "TrainResult": ".trainer",
         "train": ".trainer",
     },

@@ -1,24 +1,17 @@
-"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`.
-
-python -m training                                   # digits, into runs/digits (re-run to resume)
-python -m training --config cifar10_finetune --init ViT-B_16.npz --data-dir ~/tensorflow_datasets
-python -m training --config digits --epochs 5 --set learning_rate=3e-3 --set model.dropout_rate=0.1
-python -m training evaluate --workdir runs/digits
-"""
+"""Command line: `python -m training [train options]` or `python -m training evaluate --workdir DIR`."""
 
 import argparse
 import json
 import os
+import re
 import sys
 
 from keras_vit import _extras, _startup, files
 from keras_vit.files import describe_os_error, describe_storage_error
 
-from . import checkpoint_file
-from .config import option_choices
+from .checkpoints import CHECKPOINT_NAME, check_init
 from .configs import available_configs, check_config_name
-from .init_checkpoint import check_init
-from .overrides import parse_overrides
+from .options import option_choices, parse_overrides
 
 PROG, EVALUATE_PROG = _startup.command_names(__package__, "train", "evaluate")
 
@@ -113,7 +106,7 @@ def main(argv=None):
         print(f"[training] error: {_os_error_line(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # TensorFlow's file errors: a gs:// URL out of reach, an input file gone mid-run
-        line = _storage_error_line(err)
+        line = _storage_error_line(err) or out_of_memory_line(err, getattr(run, "overrides", {}))
         if line is None:
             raise
         print(f"[training] error: {line}", file=sys.stderr)
@@ -158,7 +151,35 @@ def _parse(argv):
     _check_workdir(args.workdir)
     if overrides.get("init") is not None and _starts_fresh(args.workdir or os.path.join("runs", args.config)):
         check_init(overrides["init"])
-    return lambda training: training.train(args.config, args.workdir, **overrides)
+    run = lambda training: training.train(args.config, args.workdir, **overrides)  # noqa: E731
+    run.overrides = overrides  # for the out-of-memory line
+    return run
+
+
+def out_of_memory_line(err, overrides):
+    """One line for the framework's out-of-memory error (TensorFlow's ResourceExhaustedError, XLA's
+    RESOURCE_EXHAUSTED) naming the option most likely responsible, or None for any other error."""
+    text = str(err)
+    if type(err).__name__ != "ResourceExhaustedError" and not any(
+        word in text for word in ("RESOURCE_EXHAUSTED", "OOM when allocating", "Out of memory")
+    ):
+        return None
+    shape = re.search(r"tensor with shape\s*\[([\d,]+)\]", text)
+    where = f" (a tensor of shape [{shape.group(1)}])" if shape else ""
+    rank = overrides.get("lora_rank")
+    if isinstance(rank, int) and rank > 64:
+        fix = f"lora_rank={rank} is the likely cause: use --set lora_rank=16 (8 and 16 are common)"
+    elif overrides.get("batch_size"):
+        fix = (
+            f"batch_size={overrides['batch_size']} is the likely cause: halve it (--batch-size "
+            f"{max(1, overrides['batch_size'] // 2)}), or keep it with --set accum_steps=2 or --set model.remat=True"
+        )
+    else:
+        fix = (
+            "the batch is the likely cause: pass a smaller --batch-size, or keep it with --set accum_steps=2 or "
+            "--set model.remat=True"
+        )
+    return f"out of memory{where}: {fix}; then run the same command again (a checkpoint already written resumes)."
 
 
 def _starts_fresh(workdir):
@@ -167,7 +188,7 @@ def _starts_fresh(workdir):
     if files.is_remote(workdir):
         return False
     folder = os.path.join(workdir, "checkpoints")
-    return not (os.path.isdir(folder) and any(checkpoint_file.NAME.search(name) for name in os.listdir(folder)))
+    return not (os.path.isdir(folder) and any(CHECKPOINT_NAME.search(name) for name in os.listdir(folder)))
 
 
 def rescue_flags(settings):

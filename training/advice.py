@@ -1,19 +1,5 @@
-"""Which Keras backend trains fastest here: the benchmark's measurements, as the trainer reads them.
-
-`python -m benchmarks --advice training/backend_advice.json` records, per CPU class, the training throughput
-of every keras-vit form it measured (TensorFlow with and without XLA, JAX, PyTorch) for one model size;
-`python -m benchmarks.gpu_advice FILE OUT/results.jsonl` records, per GPU (by the name its driver
-gives it, "NVIDIA H200"), keras-vit's JAX figures (the GPU benchmark runs no TensorFlow). The trainer looks up the
-run's CPU class or GPU and the measured model nearest to its own in FLOPs per image, and:
-
-- prints which form was fastest there (or, where one form alone was measured, its figure and which of the
-  trainer's forms were not measured), and how to switch when the run uses another one;
-- resolves `jit_compile="auto"` on a CPU (TensorFlow backend, default strategy) to the faster of TensorFlow with
-  and without XLA in that measurement.
-
-Nothing is guessed: a CPU class, GPU or precision without a measurement gets no advice, and "auto" keeps its rule.
-Pure Python (no TensorFlow import), so the benchmark's coordinator can write the file too.
-"""
+"""Which Keras backend trains fastest here, from the benchmark's measurements per CPU class and GPU
+(training/backend_advice.json): the advice the trainer prints, and `jit_compile="auto"` on a CPU. Pure Python."""
 
 import dataclasses
 import datetime

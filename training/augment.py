@@ -1,34 +1,5 @@
-"""RandAugment with big_vision's semantics (`big_vision/pp/autoaugment.py`, `randaug(num_layers, magnitude)`).
-
-Written here from the reference's description, per image and with stateless seeds so that it runs inside the
-tf.data map of `training.data` (graph-mode TF ops only) and a resumed run sees the same augmentation.
-
-For each of `num_layers` layers one of the 16 ops below is drawn uniformly, per image, and always applied with
-the strength its level gives (the reference draws a probability per op but never uses it in RandAugment). Levels
-are relative to `MAX_LEVEL = 10`: `randaug(2, 10)` is full strength, AugReg's 15 and 20 go beyond it. At level L,
-with f = L / 10:
-
-| op | strength at level L | at L = 10 |
-|---|---|---|
-| Rotate | +-30 f degrees about the centre (random sign) | 30 degrees |
-| ShearX, ShearY | +-0.3 f (x' = x + s y, about the top-left corner) | 0.3 |
-| TranslateX, TranslateY | +-100 f pixels, whatever the image size | 100 px |
-| Color, Contrast, Brightness, Sharpness | blend factor 1.8 f + 0.1 with the degenerate image (1 is identity) | 1.9 |
-| Posterize | keep int(4 f) high bits | 4 bits |
-| Solarize | invert pixels >= int(256 f) | 256 (no pixel) |
-| SolarizeAdd | add int(110 f) to pixels < 128 | 110 |
-| Cutout | a (2 int(40 f))-pixel square at a random centre | 80 px side |
-| AutoContrast, Equalize, Invert | no level | |
-
-Empty pixels (rotate, shear, translate, cutout) are grey 128, nearest-neighbour sampling, as the reference.
-Translate and Cutout are in absolute pixels, set for 224 px crops: on small images they blank the whole image
-(`TrainConfig.randaugment_scale_pixels` scales them by image_size / 224 instead; not the reference). Below level
-2.5 Posterize keeps 0 bits (a black image), and level 5 makes the four enhance ops the identity: both as the
-reference, so low magnitudes are not "mild".
-Two deliberate differences: Contrast blends with the mean grey level of the image (PIL's definition; the
-reference's histogram code yields pixels/256, which depends on the image size: 196 at 224 px), and blended
-values are rounded, not truncated, before they are stored as uint8 values.
-"""
+"""RandAugment with big_vision's semantics (`randaug(num_layers, magnitude)`), per image with stateless seeds inside
+the tf.data map; its ops, levels and two deliberate differences: docs/training.md#randaugment."""
 
 import math
 

@@ -1,12 +1,5 @@
-"""uint8 images to the device (`TrainConfig.device_input`): the scaling to [-1, 1] and Mixup's image mixing run
-inside the compiled step instead of in tf.data.
-
-An accelerator copies a quarter of the bytes of float32 images and does the elementwise work for free, where the
-host's cores are the pipeline's bottleneck. `training.data.train_dataset(..., device_input=True)` yields uint8
-images (with Mixup, beside the step's mixing weights) and `DeviceInput` wraps the run's model for `fit` and
-`evaluate` only: it holds the model as a sub-layer, so both train the same variables, and it is never saved,
-checkpointed or exported (checkpoints, model.keras, the moving average, LoRA and every export see the plain model).
-"""
+"""uint8 images to the device (`TrainConfig.device_input`): `DeviceInput` scales to [-1, 1] and mixes Mixup's images
+inside the compiled step; it wraps the model for `fit` and `evaluate` only and is never saved."""
 
 import keras
 from keras import ops

@@ -1,11 +1,5 @@
-"""The moving average of the weights (`TrainConfig.ema_decay`): evaluated beside the raw weights at the end of a run,
-and the one `ema_export` names left in the model that model.keras and every export are written from.
-
-The average itself is Keras' own (`use_ema`, set by `training.optim.make_optimizer`): one optimizer variable per
-trainable weight, named after it with `_average`, updated inside the compiled train step on either backend. As
-optimizer variables they are in every checkpoint (`training.checkpointing`) and are restored by path, so a resumed
-run continues the same average, bit for bit. Held-out evaluations during training (`eval_every`) see the raw weights.
-"""
+"""The moving average of the weights (`TrainConfig.ema_decay`): Keras' own `use_ema` slots, evaluated beside the raw
+weights at the end of a run, and the one `ema_export` names left in the model that is saved and exported."""
 
 import dataclasses
 

@@ -1,9 +1,6 @@
-"""`evaluate`: a trained run's model.keras on its held-out split (or another dataset's), inside the run's placement.
+"""`evaluate`: a trained run's model.keras on its held-out split (or another dataset's), inside the run's placement;
+`evaluate_extra`: the extra held-out splits a run reports under "evals" (`TrainConfig.extra_evals`)."""
 
-Extra held-out splits of a run (`TrainConfig.extra_evals`) are `training.evals`'.
-"""
-
-import dataclasses
 import json
 import logging
 
@@ -11,10 +8,10 @@ import keras
 
 from keras_vit import files
 
-from .config import TrainConfig
-from .data import eval_dataset
-from .distribution import select_placement
+from .data import eval_dataset, load_source
 from .optim import make_loss
+from .options import TrainConfig
+from .placement import select_placement
 from .run_plan import source_of
 
 logger = logging.getLogger("training")
@@ -74,11 +71,7 @@ def _run_config(workdir):
     config_path = files.join(workdir, "config.json")
     if not files.exists(config_path):
         return TrainConfig()
-    saved = json.loads(files.read_text(config_path))
-    known = {field.name for field in dataclasses.fields(TrainConfig)}
-    if set(saved) - known:  # a run written by an older version (e.g. `mixup`, now `mixup_alpha`)
-        logger.warning("Ignoring options of an older version in %s: %s", config_path, sorted(set(saved) - known))
-    return TrainConfig(**{key: value for key, value in saved.items() if key in known})
+    return TrainConfig(**json.loads(files.read_text(config_path)))
 
 
 def _compile(model, config, num_classes):
@@ -89,3 +82,45 @@ def _compile(model, config, num_classes):
             keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5"),
         ],
     )
+
+
+def parse_eval_split(dataset, value):
+    """(dataset, split) of an `extra_evals` value: "SPLIT" of the run's dataset or "tfds:NAME:SPLIT"."""
+    value = str(value)
+    if value.startswith("tfds:"):
+        name, sep, split = value[len("tfds:") :].rpartition(":")
+        if not sep or not name or not split:
+            raise ValueError(
+                f"An extra_evals value names a split of the run's dataset ('train[99%:]') or of another "
+                f"TFDS dataset ('tfds:imagenet_v2:test'). Received: {value!r}"
+            )
+        return f"tfds:{name}", split
+    return dataset, value
+
+
+def evaluate_extra(model, config, *, verbose=0, shard=(0, 1)):
+    """{name: {"top1", "top5", "loss", "num_heldout", "dataset", "split"}} for every entry of `config.extra_evals`.
+
+    The model must be compiled with the trainer's weighted top1/top5 metrics; every split goes through
+    `eval_dataset` (the run's evaluation pre-processing, `eval_resize_small` included); `shard` is this process's
+    (index, number of processes) in a multi-process run.
+    """
+    results = {}
+    for name, value in config.extra_evals.items():
+        dataset, split = parse_eval_split(config.dataset, value)
+        source = load_source(dataset, data_dir=config.data_dir, train_split=split, eval_split=split, seed=config.seed)
+        if source.num_classes != model.output_shape[-1]:
+            raise ValueError(
+                f"extra_evals[{name!r}] ({dataset} {split}) has {source.num_classes} classes, the model "
+                f"predicts {model.output_shape[-1]}; evaluate splits with the run's label set."
+            )
+        metrics = model.evaluate(eval_dataset(source, config, shard=shard), verbose=verbose, return_dict=True)
+        results[name] = {
+            "top1": float(metrics["top1"]),
+            "top5": float(metrics["top5"]),
+            "loss": float(metrics["loss"]),
+            "num_heldout": source.num_heldout,
+            "dataset": dataset,
+            "split": split,
+        }
+    return results

@@ -1,9 +1,4 @@
-"""Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored.
-
-`build_run` builds the model (from `--init` on a new run), compiles it with the plan's optimizer, schedule and XLA
-setting, and restores the plan's checkpoint; the `CheckpointManager` it returns is complete from the start. With
-`plan.device_input` the model `fit` runs is a `DeviceInput` over it, compiled the same way.
-"""
+"""Stage 2 of `train`: the model, its optimizer and checkpoint writer, built complete and restored (`build_run`)."""
 
 import keras
 import numpy as np
@@ -12,12 +7,11 @@ import keras_vit
 from keras_vit import files
 from keras_vit.lora import TARGET_GROUPS
 
-from . import processes
-from .checkpointing import CheckpointManager
+from .checkpoints import CheckpointManager, initialise_from
 from .device_input import DeviceInput
-from .init_checkpoint import initialise_from
 from .optim import make_loss, make_optimizer
-from .resolve import model_config
+from .options import model_config
+from .placement import processes
 
 
 def build_run(plan):

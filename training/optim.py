@@ -1,13 +1,5 @@
-"""Optimisers, learning-rate schedules and losses of the recipes.
-
-Weight decay conventions. Keras' `AdamW` decays each weight by `learning_rate(t) * weight_decay * w` per step.
-big_vision (and the AugReg configs) write `config.wd` as an absolute, decoupled decay that is multiplied by the
-*schedule* (the learning rate divided by its peak), not by the learning rate: `w -= wd * lr(t) / lr_peak * w`.
-The two agree when `weight_decay = wd / lr_peak`; `keras_weight_decay` does that conversion. Example: big_vision's
-plain ViT-S/16 baseline has lr 1e-3 and wd 1e-4, i.e. Keras `weight_decay=0.1`; that is the "0.1" the AugReg
-paper reports, so numbers quoted in papers in that style (the ViT paper's 0.3 / 0.03 / 0.1 too) are already the
-Keras value: an absolute per-step decay of 0.03 to 0.3 would erase the weights within a few dozen steps.
-"""
+"""Optimisers, learning-rate schedules and losses of the recipes; `keras_weight_decay` converts big_vision's weight
+decay convention to Keras'."""
 
 import itertools
 import math
@@ -19,7 +11,13 @@ from . import ema
 
 
 def keras_weight_decay(decoupled_wd, peak_learning_rate):
-    """big_vision's `wd` (multiplied by the schedule) -> Keras AdamW's `weight_decay` (multiplied by the lr)."""
+    """big_vision's `wd` (multiplied by the schedule) -> Keras AdamW's `weight_decay` (multiplied by the lr).
+
+    Keras' `AdamW` decays each weight by `learning_rate(t) * weight_decay * w` per step; big_vision (and the AugReg
+    configs) decay by `wd * lr(t) / lr_peak * w`. They agree when `weight_decay = wd / lr_peak`: big_vision's ViT-S/16
+    baseline (lr 1e-3, wd 1e-4) is Keras `weight_decay=0.1`, the "0.1" the AugReg paper reports, so papers' values in
+    that style (the ViT paper's 0.3 / 0.03 / 0.1 too) are already Keras values.
+    """
     if peak_learning_rate <= 0:
         raise ValueError(f"peak_learning_rate must be positive. Received: {peak_learning_rate}")
     return decoupled_wd / peak_learning_rate

@@ -1,16 +1,5 @@
-"""Who owns a workdir: its run id, the fingerprint a resume must match, the run's history, and the workdir lock.
-
-A run gets an id at its first start (`run.json` in the workdir). Every checkpoint carries that id, the run's
-fingerprint and its history in its header, which the checkpoint's SHA-256 covers (`training.checkpointing`). A
-resume compares this start's fingerprint with the checkpoint's (or, before the first checkpoint, with
-`run.json`'s), so the check holds when `config.json` or `run.json` is missing, and a checkpoint copied in from
-another run is refused by its id.
-
-The fingerprint is every `TrainConfig` field except those in `EXEMPT` (each with its reason), so a field added
-later is compared by default. A `folder:` dataset enters it by its content (relative file paths, sizes and a
-SHA-256 of the bytes), not by its path: the same folder moved elsewhere resumes, one that gained or changed an
-image is refused.
-"""
+"""Who owns a workdir: its run id, the fingerprint a resume must match (every option but `EXEMPT`, a folder by its
+content), the run's history, and the workdir lock."""
 
 import contextlib
 import dataclasses
@@ -41,6 +30,10 @@ EXEMPT = {
     "jit_compile": "how the same steps are compiled",
     "device_input": "where the same stream is scaled and mixed (host or device); 'auto' follows the hardware",
     "steps_per_execution": "steps per call into the compiled step; the resume keeps it a divisor of the epoch",
+}
+# Keys of a dict field a resume may change freely, and why.
+NESTED_EXEMPT = {
+    "model": {"remat": "recomputes activations in the backward pass: no variable, name or output changes"},
 }
 # Fields a resume may change when the named switch is on; the change is recorded in the run's history.
 ALLOWED_BY = {"extend_epochs": ("epochs",), "rescue": ("learning_rate", "global_clipnorm")}
@@ -119,7 +112,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     Args:
         workdir: the run's directory.
         config: this start's `TrainConfig`.
-        resume: the `training.checkpointing.Resume` the run continues from, or None.
+        resume: the `training.checkpoints.checkpointing.Resume` the run continues from, or None.
         dataset_files: a `folder:` dataset's files as the data scan kept them (`Source.files`).
 
     Raises:
@@ -129,7 +122,7 @@ def resolve(workdir, config, resume, dataset_files=None):
     record = json.loads(files.read_text(record_path)) if files.exists(record_path) else None
     header = resume.header if resume else None
     current = fingerprint(config, dataset_files)
-    if header is not None and header.get("run_id"):
+    if header is not None:
         if record is not None and record.get("run_id") != header["run_id"]:
             raise ValueError(
                 f"Checkpoint {resume.path} belongs to run {header['run_id']}, but {workdir} is run {record['run_id']} "
@@ -138,20 +131,12 @@ def resolve(workdir, config, resume, dataset_files=None):
             )
         run_id, previous, history = header["run_id"], header.get("fingerprint"), list(header.get("history", []))
         step = int(header["step"])
-    elif header is not None:  # written before checkpoints carried a run id
-        if record is not None:
-            raise ValueError(
-                f"Checkpoint {resume.path} carries no run id, but {workdir} is run {record['run_id']} "
-                f"({record_path}); it was not written by this run. Move it away, or use a new --workdir."
-            )
-        run_id, previous, step = _new_id(), _legacy_fingerprint(workdir), int(header["step"])
-        history = [{"event": "adopted", "step": step, "time": _now()}]
     elif record is not None:  # started before, no checkpoint yet
         run_id, previous, history, step = record["run_id"], record.get("fingerprint"), list(record["history"]), 0
     else:
-        run_id, previous, step = _new_id(), _legacy_fingerprint(workdir), 0
+        run_id, previous, step = _new_id(), None, 0
         history = [{"event": "start", "step": 0, "time": _now()}]
-    changed = {k: (previous[k], v) for k, v in current.items() if previous and k in previous and previous[k] != v}
+    changed = _changes(previous, current)
     allowed = {key for switch, keys in ALLOWED_BY.items() if getattr(config, switch, False) for key in keys}
     refused = [k for k in changed if k not in allowed]
     if refused:
@@ -165,19 +150,25 @@ def resolve(workdir, config, resume, dataset_files=None):
     return RunIdentity(run_id, current, history)
 
 
+def _changes(previous, current):
+    """{field: (old, new)} of the fingerprint fields that differ; a dict field (`model`) by its own keys, named
+    `model.KEY`, so a refusal shows only what changed, and without the keys `NESTED_EXEMPT` lets change."""
+    changed = {}
+    for key, value in current.items():
+        if not previous or key not in previous or previous[key] == value:
+            continue
+        old = previous[key]
+        if not (isinstance(old, dict) and isinstance(value, dict)):
+            changed[key] = (old, value)
+            continue
+        for sub in sorted(set(old) | set(value)):
+            if sub not in NESTED_EXEMPT.get(key, {}) and old.get(sub) != value.get(sub):
+                changed[f"{key}.{sub}"] = (old.get(sub), value.get(sub))
+    return changed
+
+
 def _new_id():
     return f"{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:8]}"
-
-
-def _legacy_fingerprint(workdir):
-    """The fingerprint fields of an older version's config.json (a folder dataset's path cannot be compared)."""
-    path = files.join(workdir, "config.json")
-    if not files.exists(path):
-        return None
-    previous = json.loads(files.read_text(path))
-    if str(previous.get("dataset", "")).startswith("folder:"):
-        previous.pop("dataset")
-    return {k: v for k, v in previous.items() if k not in EXEMPT}
 
 
 def _refusal(workdir, run_id, refused, changed):

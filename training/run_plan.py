@@ -1,10 +1,4 @@
-"""Stage 1 of `train`: the run resolved before anything is built, as one frozen `RunPlan`.
-
-Everything a run decides before its first step is here, in the order it is decided: the configuration (recipe,
-overrides, the settings left to the run), the placement, the data, the checkpoint it resumes from, its step
-counts, its learning-rate schedule and its identity. The later stages (`training.model_setup`, `training.trainer`)
-read the plan and decide nothing of this again.
-"""
+"""Stage 1 of `train`: the run resolved before anything is built, as one frozen `RunPlan`."""
 
 import dataclasses
 import json
@@ -18,16 +12,14 @@ import tensorflow as tf
 from keras_vit import files
 from keras_vit.models import flops
 
-from . import advice, processes, resolve, run_identity
-from .checkpointing import Resume, find_resume
-from .config import steps_per_execution_for
+from . import advice, run_identity
+from .checkpoints import Resume, find_resume, read_init
 from .configs import get_config
 from .data import load_source
 from .device_input import resolve_device_input
-from .distribution import select_placement, set_matmul_precision
-from .init_checkpoint import read_init
 from .optim import WarmupDecay, make_schedule
-from .placements import Placement
+from .options import from_record, model_config, resolve_run, steps_per_execution_for
+from .placement import Placement, processes, select_placement, set_matmul_precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +29,9 @@ class RunPlan:
     Attributes:
         config: the complete `TrainConfig` (recipe + overrides + resolved settings), as config.json records it.
         workdir: the run's directory or URL.
-        placement: the backend's placement (`training.placements.Placement`).
+        placement: the backend's placement (`training.placement.placements.Placement`).
         source: the data (`training.data.Source`).
-        resume: the checkpoint the run continues from (`training.checkpointing.Resume`), or None.
+        resume: the checkpoint the run continues from (`training.checkpoints.checkpointing.Resume`), or None.
         init: the `--init` checkpoint already read (a new run only), or None.
         steps_per_epoch, total_steps, steps_per_execution: optimiser-step counts.
         schedule: the learning-rate schedule (the checkpoint's on a resume, stretched if asked).
@@ -133,7 +125,7 @@ def _settings(config, source, placement, workdir, resume):
     if resume:
         recorded = files.join(workdir, "config.json")
         if files.exists(recorded):
-            config = resolve.from_record(config, json.loads(files.read_text(recorded)))
+            config = from_record(config, json.loads(files.read_text(recorded)))
     elif config.init:
         init = read_init(config.init)
     elif config.lora_rank:  # LoRA adapts trained weights: on fresh random ones it would train a frozen random net
@@ -141,12 +133,12 @@ def _settings(config, source, placement, workdir, resume):
             f"lora_rank={config.lora_rank} fine-tunes a trained model, but the run has no --init. Pass --init SOURCE "
             f"(e.g. runs/digits/model.keras), or --set lora_rank=None to train every weight."
         )
-    return resolve.resolve_run(config, init, source.num_train, placement.num_replicas_in_sync), init
+    return resolve_run(config, init, source.num_train, placement.num_replicas_in_sync), init
 
 
 def _jit_compile(config, placement, source):
     """(jit_compile, measured advice): XLA on or off for this device, printed with the reason."""
-    forward = flops.config_forward_flops(resolve.model_config(config, source.num_classes))
+    forward = flops.config_forward_flops(model_config(config, source.num_classes))
     measured = advice.lookup(placement.device_kind, config.precision, forward, device_name=placement.device_name)
     jit_compile, reason = placement.resolve_jit_compile(config.jit_compile, measured)
     print(f"[training] {placement.describe()}; {reason}", flush=True)
@@ -168,7 +160,9 @@ def _step_counts(config, source, placement, resume):
         accumulation = f" times accum_steps={config.accum_steps} (micro-batches of {micro_batch})"
         raise ValueError(
             f"The global batch_size={config.batch_size} must be divisible by the {replicas} replicas of "
-            f"{placement.name}" + (accumulation if config.accum_steps > 1 else "") + "."
+            f"{placement.name}"
+            + (accumulation if config.accum_steps > 1 else "")
+            + f". {_divisible_fix(config, replicas)}"
         )
     steps_per_epoch = config.steps_per_epoch or source.num_train // config.batch_size
     steps_per_execution, note = steps_per_execution_for(
@@ -176,19 +170,49 @@ def _step_counts(config, source, placement, resume):
     )
     if note:
         print(f"[training] note: {note}", flush=True)
+    ema = ema_note(config, steps_per_epoch * config.epochs)
+    if ema:
+        print(f"[training] note: {ema}", flush=True)
     return steps_per_epoch, steps_per_epoch * config.epochs, steps_per_execution
+
+
+def _divisible_fix(config, replicas):
+    """What would work for a batch the replicas do not divide: the nearest batch sizes, or a device count."""
+    multiple = replicas * config.accum_steps
+    lower = config.batch_size // multiple * multiple
+    sizes = " or ".join(f"--batch-size {b}" for b in (lower, lower + multiple) if b > 0)
+    micro_batch = config.batch_size // config.accum_steps
+    devices = max(d for d in range(1, replicas + 1) if micro_batch % d == 0)
+    return f"Use {sizes}, or run on {devices} device{'s' if devices > 1 else ''} (a divisor of {micro_batch})."
+
+
+def ema_note(config, total_steps):
+    """A start-up note when `ema_decay`'s horizon (about 1 / (1 - decay) steps) exceeds the run, or None."""
+    if not config.ema_decay or total_steps <= 0:
+        return None
+    horizon = 1.0 / (1.0 - config.ema_decay)
+    if horizon <= total_steps:
+        return None
+    kept = config.ema_decay**total_steps
+    return (
+        f"ema_decay={config.ema_decay:g} averages over about {horizon:,.0f} steps (1 / (1 - decay)), more than this "
+        f"run's {total_steps:,}: the exported average keeps {kept:.0%} of the initial weights. "
+        + (
+            f"For this length, --set ema_decay={1 - 10 / total_steps:.4g} or less (horizon a tenth of the run)."
+            if total_steps >= 100
+            else "A run this short gains nothing from an average: leave ema_decay out."
+        )
+    )
 
 
 def resume_schedule(config, total_steps, resume):
     """The learning-rate schedule of this run: the restored checkpoint's, stretched if the run's length changed.
 
-    A checkpoint carries the schedule that wrote it (with any earlier stretches). A file written before
-    checkpoints carried it gets this run's configured schedule (not stretched: extend such a run from a newer file).
+    A checkpoint carries the schedule that wrote it (with any earlier stretches).
     """
-    saved = resume.schedule if resume else None
-    if saved is None:  # a fresh run, or an older checkpoint (run_identity.resolve compared its config)
+    if resume is None:
         return make_schedule(config, total_steps)
-    schedule = WarmupDecay(**saved)
+    schedule = WarmupDecay(**resume.schedule)
     if schedule.total_steps != total_steps:
         if not config.extend_epochs:
             raise ValueError(

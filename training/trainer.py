@@ -1,12 +1,5 @@
-"""`train`, for the CLI and for notebooks alike (its counterpart `evaluate` is `training.evaluation`'s).
-
-`train` reads top to bottom in four stages: resolve the run (`training.run_plan`: configuration, placement, data,
-the checkpoint to resume from, step counts, schedule, identity), build it (`training.model_setup`: model,
-optimizer, checkpoint writer, restore), fit it (here: plain `keras.Model.fit` inside the placement's scope, in
-epoch-aligned segments), and finish it (here: evaluate, write metrics and outputs). Resuming is the callbacks' and
-the data pipeline's business (`training.checkpointing`, `training.data`): a run restores its newest checkpoint,
-reads the step counter, and starts the input stream at that step.
-"""
+"""`train`, for the CLI and notebooks alike: resolve the run (`run_plan`), build it (`model_setup`), fit it in
+epoch-aligned segments, finish it (evaluate, write metrics and outputs)."""
 
 import contextlib
 import dataclasses
@@ -17,10 +10,10 @@ import keras
 
 from keras_vit import files
 
-from . import ema, processes
+from . import ema
+from .checkpoints import FaultTolerance
 from .data import eval_dataset, train_dataset
-from .evals import evaluate_extra
-from .fault_tolerance import FaultTolerance
+from .evaluation import evaluate_extra
 from .model_setup import build_run
 from .outputs import (
     CsvLogger,
@@ -32,6 +25,7 @@ from .outputs import (
     write_labels,
     write_samples,
 )
+from .placement import processes
 from .run_plan import plan_run
 
 __all__ = ["TrainResult", "train"]

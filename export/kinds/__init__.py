@@ -12,5 +12,5 @@ def kind_of(model):
 
 
 def named(name):
-    """The kind module whose NAME is `name` (a report's "kind"; a classifier's report has none)."""
-    return next(kind for kind in KINDS if (name or classifier.NAME) == kind.NAME)
+    """The kind module whose NAME is `name` (a report's "kind")."""
+    return next(kind for kind in KINDS if name == kind.NAME)

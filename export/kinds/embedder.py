@@ -5,16 +5,16 @@ vectors by every image's cosine similarity and the difference of their norms, wi
 
 import numpy as np
 
-from .. import gpu, table_lines
 from ..errors import ExportError
 
 NAME = "embedder"
-TAG = {"kind": NAME}
 TITLE = " (image embedder)"
 STEM = "embedder"
 HEADER = ("dims", "min cos", "mean cos", "max|diff|", "norm diff")
 OUTPUT = "embedding"
 LABELLED = False
+OPEN_BATCH = False  # its files take one image at a time, as MediaPipe's ImageEmbedder feeds them
+INTEGER_IO = False  # its vectors stay float32 in every mode
 # The least cosine similarity between an image's TFLite and Keras vectors, and the largest difference of their
 # norms relative to the Keras norm, over the verification set (measured margins in docs/mobile.md).
 BUDGETS = {
@@ -28,9 +28,9 @@ BUDGETS = {
     "int8_matmul": {"min_cosine": 0.975, "max_rel_norm_diff": 0.05},
 }
 
-# An ONNX or OpenVINO file's checks beyond its figures (export/portable.py: `check`), as for a classifier
+# An ONNX or OpenVINO file's checks beyond its figures (export/interchange/portable.py: `check`), as for a classifier
 # (export/kinds/classifier.py); the entry repeats the file's output document.
-INTERCHANGE = {
+CHECKS = {
     "summary": ("min_cosine", min),
     "size_figures": ("min_cosine", "max_rel_norm_diff"),
     "precision_figures": ("min_cosine", "max_rel_norm_diff"),
@@ -56,6 +56,18 @@ def is_feature_model(model):
     except ValueError:
         return True
     return False
+
+
+def headless_model(model):
+    """The head-less copy of a keras_vit classifier: the same weights up to the pooled features (or `pre_logits`)."""
+    from keras_vit.models.vision_transformer import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise ExportError(f"headless_model takes a keras_vit model. Received: {type(model).__name__}.")
+    headless = VisionTransformer.from_config({**model.get_config(), "num_classes": 0, "class_names": None})
+    for layer in headless.layers:
+        layer.set_weights(model.get_layer(layer.name).get_weights())
+    return headless
 
 
 def cosine(a, b):
@@ -167,32 +179,7 @@ def preamble(report):
     return []
 
 
-def lines(a):
-    """An embedder file's lines below its budget line: what its format adds."""
-    if a["format"] != "tflite":
-        return _interchange_lines(a)
-    out = [f"  metadata: {a['metadata']['description']}", table_lines.ops(a), gpu.describe(a["gpu"])]
-    project = a.get("project_preprocessing")  # reports written before embedders were fed both ways have none
-    if project:
-        words = f"min cos {project['min_cosine']:.6f}, norm diff {project['max_rel_norm_diff']:.2e}"
-        out.insert(0, table_lines.fed(a, words))
-    return out
-
-
-def _interchange_lines(entry):
-    """The report table's lines for an ONNX or OpenVINO embedder."""
-    batch, size = entry.get("dynamic_batch"), entry.get("dynamic_image_size")
-    norm = "L2-normalised" if entry["l2_normalized"] else "not L2-normalised"
-    lines = [
-        f"  input {entry['input_shape']} float32 NHWC in [-1, 1]; output `embedding`: {entry['dimensions']} float32 "
-        f"values, {norm}; dynamic batch: "
-        + (f"batches {batch['batches']} min cosine {batch['min_cosine']:.6f}" if batch else "no")
-    ]
-    if size:
-        lines.append(f"  dynamic image size: {size['size'][0]}x{size['size'][1]} on {size['images']} images, min "
-                     f"cosine {size['min_cosine']:.6f}")  # fmt: skip
-    default = entry.get("default_precision") or {}
-    lines += [table_lines.interchange_runtime(entry, f"min cosine {default.get('min_cosine', 0):.6f}"),
-              table_lines.ops(entry)]  # fmt: skip
-    lines.append(f"  feature-vector contract in the file: {'yes' if entry['contract_in_file'] else 'NO'}")
-    return lines
+def words(f):
+    """Figures of `compare` (or any of them) in a few words, for the lines of the export table."""
+    out = [f"min cos {f['min_cosine']:.6f}"] if "min_cosine" in f else []
+    return ", ".join(out + ([f"norm diff {f['max_rel_norm_diff']:.2e}"] if "max_rel_norm_diff" in f else []))

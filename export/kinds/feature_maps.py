@@ -9,12 +9,13 @@ from ..errors import ExportError
 from .embedder import cosine
 
 NAME = "feature_maps"
-TAG = {"kind": NAME}
 TITLE = " (feature maps)"
 STEM = "feature_maps"
 HEADER = ("outputs", "min cos", "max rel diff")
 PREFIX_SUFFIX = "_prefix"
 LABELLED = False
+OPEN_BATCH = True  # its files may leave the batch open (--dynamic-batch)
+INTEGER_IO = False  # its outputs stay float32 in every mode
 
 # The TFLite modes offered for feature maps, and each one's budget on every output: the largest difference relative
 # to max(1, max |Keras value|) of that output, and the least cosine of a token's width vector with Keras'
@@ -234,5 +235,6 @@ def preamble(report):
     return [f"output {name}: {what}" for name, what in report["model"]["outputs"].items()]
 
 
-def lines(a):
-    return []
+def words(f):
+    """An output's figures (`compare`'s, or the worst of them) in a few words, for the lines of the export table."""
+    return f"min cos {f['min_cosine']:.6f}, max rel diff {f['max_rel_diff']:.2e}"

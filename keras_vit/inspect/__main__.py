@@ -1,10 +1,5 @@
-"""Command line: write the inspection figures of a model.
-
-python -m keras_vit.inspect model.keras cat.jpg dog.png --out plots/
-python -m keras_vit.inspect WORKDIR                       # WORKDIR/model.keras, held-out samples, WORKDIR/plots
-python -m keras_vit.inspect ViT-B_16.npz --variant B/16 --image-size 224 photo.jpg --out plots/
-python -m keras_vit.inspect B/16 --npz ViT-B_16.npz photo.jpg --out plots/
-"""
+"""Command line: write the inspection figures of a model (`python -m keras_vit.inspect model.keras cat.jpg --out
+plots/`; see `--help`)."""
 
 import argparse
 import sys
@@ -28,7 +23,7 @@ def main(argv=None):
     args = parser.parse_intermixed_args(argv)  # images may follow options: MODEL --npz X a.png b.png
 
     _startup.configure(sys.argv[1:] if argv is None else argv)
-    from keras_vit.inspect.inputs import load_model, workdir_class_names
+    from keras_vit.inspect.inputs import load_model
     from keras_vit.inspect.layout import token_layout
     from keras_vit.inspect.plots import save_figures
 
@@ -49,8 +44,7 @@ def main(argv=None):
         model = load_model(args.model, variant=args.variant, npz=args.npz, image_size=image_size)
         layout = token_layout(model)
         images, labels = _images(args, layout, workdir)
-        class_names = workdir_class_names(workdir) if workdir and getattr(model, "class_names", None) is None else None
-        paths = save_figures(model, images, out, labels=labels, class_names=class_names, max_images=args.max_images)
+        paths = save_figures(model, images, out, labels=labels, max_images=args.max_images)
     except (FileNotFoundError, ValueError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

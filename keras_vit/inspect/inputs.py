@@ -156,12 +156,6 @@ def heldout_labels(path, count):
         return data["labels"][:count].astype(np.int64) if "labels" in data.files else None
 
 
-def workdir_class_names(workdir):
-    """The class names in a training workdir's `labels.txt` (one per line), or None without one."""
-    path = files.join(workdir, "labels.txt")
-    return files.read_text(path).splitlines() if files.exists(path) else None
-
-
 def _read_picture(path, channels, background):
     if channels not in (1, 3):
         raise ValueError(f"Image files can be read for 1- or 3-channel models only; this model has {channels}.")

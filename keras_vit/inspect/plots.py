@@ -1,8 +1,5 @@
-"""The four inspection figures as PNG files. matplotlib is imported here only, when a figure is drawn.
-
-Figures are drawn on a `matplotlib.figure.Figure` with the Agg canvas directly, not through pyplot, so drawing
-never changes the process's matplotlib backend (a notebook keeps its own) and needs no display.
-"""
+"""The four inspection figures as PNG files, drawn on a `matplotlib.figure.Figure` (Agg, never pyplot: a notebook's
+backend is left alone). matplotlib is imported here only, when a figure is drawn."""
 
 import keras
 import numpy as np

@@ -12,11 +12,16 @@ from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.naflex_position_embedding import NaFlexPositionEmbedding
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding, resize_position_embedding, sincos_2d_table
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResidualUnit, ResNetStage, StdConv2D
+from keras_vit.layers.rms_norm import RMSNorm
+from keras_vit.layers.rotary_attention import RotaryAttention
+from keras_vit.layers.rotary_embedding import RotaryEmbedding, rotate
+from keras_vit.layers.swiglu import SwiGLU
 from keras_vit.layers.token_split import TokenSplit
 
 __all__ = [
@@ -28,14 +33,20 @@ __all__ = [
     "MAPHead",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "NaFlexPositionEmbedding",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RMSNorm",
     "RegisterTokens",
     "ResNetStage",
     "ResidualUnit",
+    "RotaryAttention",
+    "RotaryEmbedding",
     "StdConv2D",
+    "SwiGLU",
     "TokenPooling",
     "TokenSplit",
     "resize_position_embedding",
+    "rotate",
     "sincos_2d_table",
 ]

@@ -60,7 +60,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return_attention_scores: also return the softmax attention weights (B, H, T, T).
         context: (B, S, D) tokens to attend over instead of `tokens` (cross-attention: the queries come from
             `tokens`, keys and values from `context`; `MAPHead` uses it), or None.
+        key_mask: (B, S), nonzero where a key is a real token, or None: the other keys (NaFlex padding) get a large
+            negative bias added to their scores, so they take no weight.
     """
+
+    biases = PROJECTIONS  # the projections with a bias (`RotaryAttention` chooses)
 
     def __init__(
         self,
@@ -91,13 +95,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         heads = (self.num_heads, self.head_dim)
         for index, name in enumerate(("query", "key", "value")):
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk", name=name, **self._inits(index, width)
-            )
+                "btd,dhk->bthk", output_shape=(None, *heads), bias_axes="hk" if name in self.biases else None,
+                name=name, **self._inits(index, width),
+            )  # fmt: skip
             build_deferred(layer, (None, None, width))
             setattr(self, name, layer)
         self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d", name="out", **self._inits(3, width)
-        )
+            "bthk,hkd->btd", output_shape=(None, width), bias_axes="d" if "out" in self.biases else None, name="out",
+            **self._inits(3, width),
+        )  # fmt: skip
         build_deferred(self.out, (None, None, *heads))
 
     def _inits(self, index, width):
@@ -118,29 +124,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     out_kernel = property(lambda self: self.out.kernel)
     out_bias = property(lambda self: self.out.bias)
 
-    def call(self, tokens, training=None, return_attention_scores=False, context=None):
+    def call(self, tokens, training=None, return_attention_scores=False, context=None, key_mask=None):
         query, key, value = self.project(tokens, context)
-        return self.attend(query, key, value, training, return_attention_scores)
+        return self.attend(query, key, value, training, return_attention_scores, key_mask=key_mask)
 
     def project(self, tokens, context=None):
         """(Q scaled by 1/sqrt(D_h), K, V), each (B, T, H, D_h); keys and values from `context` when given."""
         context = tokens if context is None else context
         return self._scaled_query(tokens), self.key(context), self.value(context)
 
-    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False):
+    def attend(self, query, key, value, training=None, return_attention_scores=False, recompute=False, key_mask=None):
         """The attention product and the `out` projection on projected tokens. `recompute` (explicit route, no
         attention dropout in training): the softmax weights are recomputed from the scores in the backward pass
-        instead of kept (`EncoderBlock(remat="elementwise")` asks for it)."""
+        instead of kept (`EncoderBlock(remat="elementwise")` asks for it). `key_mask`: as in `call`."""
         dropout = self.dropout if training and self.dropout_rate else None
+        bias = None if key_mask is None else attention_kernel.key_bias(key_mask, query.dtype)
         if return_attention_scores or dropout is not None or not attention_kernel.use_fused(query):
             recompute = recompute and dropout is None and not return_attention_scores
-            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute)
+            attended, weights = attention_kernel.explicit(query, key, value, 1.0, dropout, training, recompute, bias)
         else:
-            attended, weights = attention_kernel.fused(query, key, value, 1.0), None
-        output = self.out(attended)
+            attended, weights = attention_kernel.fused(query, key, value, 1.0, bias=bias), None
+        output = self.out(self._before_out(attended))
         if return_attention_scores:
             return output, weights
         return output
+
+    def _before_out(self, attended):
+        """The attended (B, T, H, D_h) tokens as `out` takes them (a subclass may normalise them first)."""
+        return attended
 
     def _scaled_query(self, tokens):
         """Q / sqrt(D_h). A plain float projection takes the scale into its kernel and bias (D * H * D_h values, and
@@ -150,8 +161,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         layer = self.query
         if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
             return layer(tokens) * scale
-        kernel = ops.cast(layer.kernel, layer.compute_dtype) * scale
-        return ops.einsum("btd,dhk->bthk", tokens, kernel) + ops.cast(layer.bias, layer.compute_dtype) * scale
+        query = ops.einsum("btd,dhk->bthk", tokens, ops.cast(layer.kernel, layer.compute_dtype) * scale)
+        return query if layer.bias is None else query + ops.cast(layer.bias, layer.compute_dtype) * scale
 
     def load_own_variables(self, store):
         """Files of keras-vit before the projections were layers hold the eight variables here, in this order."""

@@ -1,18 +1,5 @@
-"""The attention product softmax(Q K^T * scale) V on (B, T, H, D_h) tokens: fused where a kernel exists.
-
-`fused` goes through `keras.ops.dot_product_attention`, which picks the backend's fused kernel (cuDNN flash
-attention on JAX GPUs, the Pallas splash kernel on TPUs, `scaled_dot_product_attention` on torch). cuDNN's
-training kernel refuses odd sequence lengths (197 for a /16 ViT at 224 px: "Unsupported sequence length"), and
-Keras then falls back to unfused attention without a word, so on a JAX GPU with half-precision tokens the
-sequence is padded to a multiple of `KERAS_VIT_ATTENTION_PAD` (default 2) and the padded keys are masked: the
-padded rows never reach the output, and every real row is what the unpadded product gives. Measured on one H200
-(ViT-B/16, batch 256, bfloat16; docs/performance.md): padding to 198 trained at 3,248 img/s, to 256 at 3,190,
-and the unfused fallback at 2,675. `explicit` is the plain
-formulation, kept for TensorFlow, CPUs, attention dropout and the attention weights `keras_vit.inspect` reads.
-
-`KERAS_VIT_FUSED_ATTENTION` chooses: `auto` (default: fused on JAX and torch when the device is a GPU or TPU),
-`always` (fused on any backend and device; what the CPU parity tests use) or `never`.
-"""
+"""The attention product softmax(Q K^T * scale) V on (B, T, H, D_h) tokens: `fused` (the backend's kernel; on a JAX
+GPU the sequence padded to keep cuDNN's, docs/models.md) or `explicit`; `KERAS_VIT_FUSED_ATTENTION` chooses."""
 
 import os
 
@@ -62,8 +49,22 @@ def padding_multiple(query):
     return multiple
 
 
-def fused(query, key, value, scale, multiple=None):
-    """softmax(Q K^T * scale) V through `keras.ops.dot_product_attention`, sequences padded to `multiple`."""
+def key_bias(key_mask, dtype):
+    """(B, S) key mask (nonzero: a real token) -> the additive (B, 1, 1, S) bias: 0 on real keys, -1e9 on the rest
+    (-6e4 in float16, its largest finite magnitude being 65504).
+
+    Finite rather than -inf: a row whose keys are all masked (a batch's empty padding image) stays finite.
+    """
+    large = 6e4 if keras.backend.standardize_dtype(dtype) == "float16" else 1e9
+    valid = ops.cast(ops.not_equal(key_mask, 0), "float32")
+    return ops.cast((valid - 1.0) * large, dtype)[:, None, None, :]
+
+
+def fused(query, key, value, scale, multiple=None, bias=None):
+    """softmax(Q K^T * scale + bias) V through `keras.ops.dot_product_attention`, sequences padded to `multiple`
+    (not with a `bias`: the padded keys would need their own)."""
+    if bias is not None:
+        return ops.dot_product_attention(query, key, value, bias=bias, scale=scale)
     multiple = padding_multiple(query) if multiple is None else multiple
     tokens, keys = query.shape[1], key.shape[1]
     if multiple == 1 or tokens is None or keys is None or not (tokens % multiple or keys % multiple):
@@ -78,13 +79,15 @@ def fused(query, key, value, scale, multiple=None):
     return attended[:, :tokens]
 
 
-def explicit(query, key, value, scale, dropout=None, training=None, recompute=False):
-    """(softmax(Q K^T * scale) V, the softmax weights (B, H, T, S)); dropout on the weights when given.
+def explicit(query, key, value, scale, dropout=None, training=None, recompute=False, bias=None):
+    """(softmax(Q K^T * scale + bias) V, the softmax weights (B, H, T, S)); dropout on the weights when given.
 
     `recompute` (no dropout): the weights, which the product with V needs for V's gradient, are recomputed from the
     scores (a matmul output, kept) in the backward pass instead of kept beside them (`keras.remat`); the weights
     returned are then None."""
     scores = ops.einsum("bqhk,bshk->bhqs", query if scale == 1.0 else query * scale, key)
+    if bias is not None:
+        scores = scores + bias
     if recompute and dropout is None:
         return keras.remat(lambda s, v: ops.einsum("bhqs,bshk->bqhk", _softmax(s), v))(scores, value), None
     weights = _softmax(scores)

@@ -1,13 +1,5 @@
-"""Creating weights that a checkpoint is about to overwrite without drawing their initial values first.
-
-`from_pretrained` builds a model and then assigns it every tensor of a checkpoint; drawing the initial values
-(Glorot, LeCun and normal draws: ~86 M numbers for B/16, ~300 M for L/16) is the largest part of the build on a
-CPU, and every one of them is overwritten. Inside `deferred()`, the layers that create the bulk of a ViT's weights
-(attention, MLP, patch and position embeddings) create them filled with zeros instead and note each with its
-initialiser; `draw_remaining` then draws, with that very initialiser, every noted weight the loader did not assign,
-so a model built this way starts from what a model built outside would have, wherever the checkpoint gives
-nothing. The layers keep their initialisers (their configs do not change); outside `deferred()` nothing changes.
-"""
+"""Creating weights that a checkpoint is about to overwrite as zeros (`deferred()`), then drawing with their own
+initialisers the ones the loader did not assign (`draw_remaining`): the build skips the draws it would discard."""
 
 import contextlib
 import threading

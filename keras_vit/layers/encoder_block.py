@@ -5,9 +5,16 @@ import keras
 from keras_vit._remat import remat_setting
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
-from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.rms_norm import make_norm
+from keras_vit.layers.rotary_attention import PARTS, RotaryAttention
+from keras_vit.layers.swiglu import SwiGLU
+
+# The options of the second generation (DINOv3, EVA-02, PE, AIMv2) and their first-generation values.
+EXTENDED_DEFAULTS = dict(
+    mlp_type="gelu", mlp_norm=False, attention_norm=False, biases=PARTS, mlp_bias=True, norm="layer", rope_layout=None
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -39,9 +46,19 @@ class EncoderBlock(keras.layers.Layer):
             recomputed, so any rates work. The fused attention route keeps what its kernel keeps.
             Inference and `return_attention_scores` never recompute; the forward values are the same either way.
 
+        mlp_type: "gelu" (`MlpBlock`) or "swiglu" (`SwiGLU`).
+        mlp_norm: a norm over the SwiGLU's hidden width before its last projection (EVA-02's `mlp.norm`).
+        attention_norm: a norm over the attended tokens before the attention's `out` (EVA-02 CLIP's `attn.norm`).
+        biases: the attention projections with a bias (`RotaryAttention`; DINOv3 and EVA-02 have no key bias).
+        mlp_bias: biases in the SwiGLU (AIMv2 has none).
+        norm: "layer" (LayerNorm) or "rms" (RMSNorm, AIMv2) for every norm of the block.
+        rope_layout: None, or the rotation layout ("half", "interleaved") of the rotary table given to `call`.
+
     Call arguments:
         tokens: (B, T, D).
         return_attention_scores: also return the attention weights (B, H, T, T).
+        rope: a `RotaryEmbedding` table (1, T, 2 * D_h) for the queries and keys, or None.
+        key_mask: (B, T), nonzero on real tokens, or None: padded keys take no attention (NaFlex).
     """
 
     def __init__(
@@ -55,6 +72,13 @@ class EncoderBlock(keras.layers.Layer):
         gelu="tanh",
         remat=False,
         layer_scale=None,
+        mlp_type="gelu",
+        mlp_norm=False,
+        attention_norm=False,
+        biases=PARTS,
+        mlp_bias=True,
+        norm="layer",
+        rope_layout=None,
         **kwargs,
     ):
         remat = remat_setting(remat)
@@ -75,17 +99,42 @@ class EncoderBlock(keras.layers.Layer):
         self.gelu = gelu
         self.remat = remat
         self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.extended = dict(
+            mlp_type=mlp_type, mlp_norm=bool(mlp_norm), attention_norm=bool(attention_norm),
+            biases=tuple(p for p in PARTS if p in biases), mlp_bias=bool(mlp_bias), norm=norm, rope_layout=rope_layout,
+        )  # fmt: skip
+        if mlp_type not in ("gelu", "swiglu"):
+            raise ValueError(f"mlp_type must be 'gelu' or 'swiglu'. Received: mlp_type={mlp_type!r}")
+        if mlp_type == "gelu" and (mlp_norm or not mlp_bias):
+            raise ValueError("mlp_norm=True and mlp_bias=False are SwiGLU options; use mlp_type='swiglu'.")
         policy = self.dtype_policy
         self.ls_1 = self.ls_2 = None
         if self.layer_scale is not None:
             self.ls_1 = LayerScale(self.layer_scale, name="LayerScale_1", dtype=policy)
             self.ls_2 = LayerScale(self.layer_scale, name="LayerScale_3", dtype=policy)
-        self.norm_1 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
-        self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, name="MultiHeadDotProductAttention_1", dtype=policy
-        )
-        self.norm_2 = LayerNorm(self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
-        self.mlp = MlpBlock(self.mlp_dim, gelu=gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy)
+        eps = self.layer_norm_epsilon
+        self.norm_1 = make_norm(norm, eps, name="LayerNorm_0", dtype=policy)
+        self.norm_2 = make_norm(norm, eps, name="LayerNorm_2", dtype=policy)
+        name = "MultiHeadDotProductAttention_1"
+        if rope_layout is None and not attention_norm and self.extended["biases"] == PARTS:
+            self.attention = MultiHeadSelfAttention(
+                self.num_heads, self.attention_dropout_rate, name=name, dtype=policy
+            )
+        else:
+            self.attention = RotaryAttention(
+                self.num_heads, biases=self.extended["biases"], rope_layout=rope_layout or "half",
+                inner_norm=norm if attention_norm else None, norm_epsilon=eps,
+                dropout_rate=self.attention_dropout_rate, name=name, dtype=policy,
+            )  # fmt: skip
+        if mlp_type == "swiglu":
+            self.mlp = SwiGLU(
+                self.mlp_dim, use_bias=mlp_bias, norm=norm if mlp_norm else None, norm_epsilon=eps,
+                dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy,
+            )  # fmt: skip
+        else:
+            self.mlp = MlpBlock(
+                self.mlp_dim, gelu=gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy
+            )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
 
@@ -94,14 +143,14 @@ class EncoderBlock(keras.layers.Layer):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, tokens, training=None, return_attention_scores=False):
+    def call(self, tokens, training=None, return_attention_scores=False, rope=None, key_mask=None):
         if self.remat is True and training and not return_attention_scores:
-            return keras.remat(lambda x: self._forward(x, training, False))(tokens)
-        return self._forward(tokens, training, return_attention_scores)
+            return keras.remat(lambda x: self._forward(x, training, False, rope, key_mask))(tokens)
+        return self._forward(tokens, training, return_attention_scores, rope, key_mask)
 
-    def _forward(self, tokens, training, return_attention_scores):
+    def _forward(self, tokens, training, return_attention_scores, rope=None, key_mask=None):
         recompute = self.remat == "elementwise" and bool(training) and not return_attention_scores
-        attended = self._attention(tokens, training, return_attention_scores, recompute)
+        attended = self._attention(tokens, training, return_attention_scores, recompute, rope, key_mask)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
@@ -116,23 +165,28 @@ class EncoderBlock(keras.layers.Layer):
             return x, scores
         return x
 
-    def _attention(self, tokens, training, return_attention_scores, recompute):
+    def _attention(self, tokens, training, return_attention_scores, recompute, rope=None, key_mask=None):
         """MSA(LN(z)). `recompute`: LN(z), which the Q/K/V projections need for their kernels' gradients, is
         recomputed from z in the backward pass: the `keras.remat` region ends at the projections' outputs, which
         are kept. JAX drops the projections from the recomputation (the region's output is not needed there: Ti/16's
         compiled step has 291 dots with and without it); `tf.recompute_grad` runs the region again, matmuls included,
         unless TensorFlow's graph optimiser prunes the unused outputs (not checked)."""
+        extra = {} if rope is None else {"rope": rope}
         if not recompute:
             return self.attention(
-                self.norm_1(tokens), training=training, return_attention_scores=return_attention_scores
+                self.norm_1(tokens),
+                training=training,
+                return_attention_scores=return_attention_scores,
+                key_mask=key_mask,
+                **extra,
             )
-        query, key, value = keras.remat(lambda z: self.attention.project(self.norm_1(z)))(tokens)
-        return self.attention.attend(query, key, value, training=training, recompute=True)
+        query, key, value = keras.remat(lambda z: self.attention.project(self.norm_1(z), **extra))(tokens)
+        return self.attention.attend(query, key, value, training=training, recompute=True, key_mask=key_mask)
 
     def _mlp(self, x, training, recompute):
         """MLP(LN(x)); `recompute`: LN(x) recomputed as in `_attention`, up to `Dense_0`'s output, and the GELU's
         output up to `Dense_1`'s (`MlpBlock.finish`)."""
-        if not recompute:
+        if not recompute or not isinstance(self.mlp, MlpBlock):
             return self.mlp(self.norm_2(x), training=training)
         hidden = keras.remat(lambda z: self.mlp.dense_0(self.norm_2(z)))(x)
         return self.mlp.finish(hidden, training=training, recompute=True)
@@ -155,4 +209,7 @@ class EncoderBlock(keras.layers.Layer):
             config["remat"] = self.remat
         if self.layer_scale is not None:
             config["layer_scale"] = self.layer_scale
+        for key, default in EXTENDED_DEFAULTS.items():  # absent at their defaults, as in first-generation files
+            if self.extended[key] != default:
+                config[key] = list(self.extended[key]) if key == "biases" else self.extended[key]
         return config

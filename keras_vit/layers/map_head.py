@@ -22,7 +22,8 @@ class MAPHead(keras.layers.Layer):
         gelu: the MLP's activation ("tanh", "exact" or "quick").
         layer_norm_epsilon: the LayerNorm's epsilon.
 
-    Input `(B, T, D)`; output `(B, D)`.
+    Input `(B, T, D)`, and optionally `key_mask` (B, T), nonzero on real tokens (NaFlex padding takes no
+    weight); output `(B, D)`.
     """
 
     def __init__(self, num_heads, mlp_dim, gelu="tanh", layer_norm_epsilon=1e-6, **kwargs):
@@ -42,10 +43,10 @@ class MAPHead(keras.layers.Layer):
         for layer in (self.attention, self.norm, self.mlp):
             layer.build((None, 1, width))
 
-    def call(self, tokens):
+    def call(self, tokens, key_mask=None):
         batch = ops.shape(tokens)[0]
         probe = ops.broadcast_to(ops.cast(self.probe, tokens.dtype), (batch, 1, tokens.shape[-1]))
-        x = self.attention(probe, context=tokens)
+        x = self.attention(probe, context=tokens, key_mask=key_mask)
         x = x + self.mlp(self.norm(x))
         return ops.reshape(x, (-1, tokens.shape[-1]))
 

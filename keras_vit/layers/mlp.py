@@ -9,6 +9,16 @@ from keras_vit.layers.device import platform
 GELU_FLAVOURS = ("tanh", "exact", "quick")
 
 
+def gelu(x, flavour):
+    """GELU in one of `GELU_FLAVOURS`. The exact form is written with erf, as PyTorch computes it: TensorFlow's own
+    (`erfc`) has no ONNX op, so a model using it could not be exported to ONNX or OpenVINO."""
+    if flavour == "quick":
+        return x * ops.sigmoid(1.702 * x)
+    if flavour == "tanh":
+        return ops.gelu(x, approximate=True)
+    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Two Dense layers (`Dense_0`, `Dense_1`, as in the checkpoints) with GELU between them.
@@ -71,8 +81,7 @@ class MlpBlock(keras.layers.Layer):
         dtype = keras.backend.standardize_dtype(x.dtype)
         upcast = dtype == "bfloat16" and keras.config.backend() != "torch" and platform(x) == "cpu"
         y = ops.cast(x, "float32") if upcast else x
-        y = y * ops.sigmoid(1.702 * y) if self.gelu == "quick" else ops.gelu(y, approximate=self.gelu == "tanh")
-        return ops.cast(y, dtype) if upcast else y
+        return ops.cast(gelu(y, self.gelu), dtype) if upcast else gelu(y, self.gelu)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

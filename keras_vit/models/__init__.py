@@ -11,5 +11,6 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "get_variant": "keras_vit.models.configs",
         "VisionTransformer": "keras_vit.models.vision_transformer",
         "create_model": "keras_vit.models.vision_transformer",
+        "NaFlexViT": "keras_vit.models.naflex",
     },
 )

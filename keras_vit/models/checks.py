@@ -92,13 +92,14 @@ def validate(config):
             f"recomputes no dropout) or remat=False."
         )
     validate_family(config)
+    validate_extended(config)
     if config.pooling == "token" and not config.class_token:
         raise ValueError("pooling='token' needs class_token=True; use pooling='gap' for a model without one.")
     if config.dynamic_resize_method not in RESIZE_METHODS:
         raise ValueError(
             f"dynamic_resize_method must be one of {RESIZE_METHODS}. Received: {config.dynamic_resize_method!r}"
         )
-    if config.dynamic_image_size and config.position_embedding != "learned":
+    if config.dynamic_image_size and config.position_embedding not in ("learned", "none"):
         raise ValueError(
             f"dynamic_image_size=True interpolates learned position embeddings; position_embedding="
             f"{config.position_embedding!r} is a fixed table. Build a model per image size "
@@ -151,3 +152,37 @@ def validate_family(config):
         )
     if not config.patch_bias and config.resnet_layers is not None:
         raise ValueError("patch_bias=False is for plain ViTs (CLIP); a hybrid's patch embedding has a bias.")
+
+
+def validate_extended(config):
+    """The second generation's options (rotary embeddings, SwiGLU, sub-LN, bias flags, RMSNorm, MAP heads)."""
+    from keras_vit.layers.rotary_embedding import VARIANTS
+
+    if config.position_embedding not in ("learned", "sincos2d", "none"):
+        raise ValueError(
+            f"position_embedding must be 'learned', 'sincos2d' or 'none'. Received: {config.position_embedding!r}"
+        )
+    if config.rope is not None and config.rope not in VARIANTS:
+        raise ValueError(f"rope must be None or one of {tuple(VARIANTS)}. Received: rope={config.rope!r}")
+    if config.rope is not None and (config.hidden_size // config.num_heads) % 4:
+        raise ValueError(
+            f"rope needs a head width (hidden_size / num_heads) divisible by 4. Received: hidden_size="
+            f"{config.hidden_size}, num_heads={config.num_heads}"
+        )
+    if config.position_embedding == "none" and config.no_embed_class:
+        raise ValueError("no_embed_class=True needs a position embedding; use position_embedding='learned'.")
+    choices = dict(mlp_type=("gelu", "swiglu"), qkv_bias=("qkv", "qv", "none"), norm=("layer", "rms"))
+    for name, allowed in choices.items():
+        if getattr(config, name) not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}. Received: {name}={getattr(config, name)!r}")
+    if config.mlp_type == "gelu" and (config.mlp_norm or not config.mlp_bias):
+        raise ValueError("mlp_norm=True and mlp_bias=False are SwiGLU options; set mlp_type='swiglu'.")
+    for name in ("map_heads", "map_mlp_dim"):
+        value = getattr(config, name)
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{name} must be a positive integer or None. Received: {name}={value!r}")
+    if config.map_heads and config.hidden_size % config.map_heads:
+        raise ValueError(
+            f"hidden_size must be divisible by map_heads. Received: hidden_size={config.hidden_size}, "
+            f"map_heads={config.map_heads}"
+        )

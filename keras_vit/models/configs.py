@@ -28,6 +28,21 @@ FAMILY_DEFAULTS = dict(
     patch_bias=True,
     fc_norm=False,
     resnet_norm="vit_jax",
+    rope=None,
+    rope_ref_grid=None,
+    rope_offset=None,
+    rope_base=None,
+    mlp_type="gelu",
+    mlp_norm=False,
+    attention_norm=False,
+    qkv_bias="qkv",
+    proj_bias=True,
+    mlp_bias=True,
+    norm="layer",
+    patch_norm=False,
+    encoder_norm=True,
+    map_heads=None,
+    map_mlp_dim=None,
 )
 
 
@@ -81,6 +96,19 @@ class ViTConfig:
         patch_bias: the patch embedding has a bias (CLIP's has none).
         fc_norm: normalise after pooling (a LayerNorm `fc_norm`) instead of the tokens before it (timm's
             `global_pool='avg'` default); the encoder then has no `encoder_norm`.
+        rope: rotary position embeddings on the patch tokens' queries and keys (`RotaryEmbedding`): None,
+            "dinov3", "eva" or "pe". Combine with position_embedding="none" (DINOv3) or "learned" (EVA-02, PE).
+        rope_ref_grid: EVA-02 / PE's reference grid (timm's `ref_feat_shape`, e.g. (16, 16)), or None.
+        rope_offset, rope_base: override the variant's grid offset (PE: 1) and frequency base (100 / 10000).
+        mlp_type: "gelu" or "swiglu" (silu(gate) * up).
+        mlp_norm: a norm before the SwiGLU's last projection (EVA-02 base/large: timm `scale_mlp`).
+        attention_norm: a norm before the attention's output projection (EVA-02 CLIP: `scale_attn_inner`).
+        qkv_bias: which of query, key, value have a bias: "qkv", "qv" (DINOv3 `_qkvb`, EVA-02) or "none".
+        proj_bias, mlp_bias: biases on the attention's output projection and in the SwiGLU (AIMv2: none).
+        norm: "layer" (LayerNorm) or "rms" (RMSNorm, AIMv2) for every norm of the model.
+        patch_norm: a norm right after the patch embedding (AIMv2).
+        encoder_norm: the final norm of the tokens (False with fc_norm=False: none, as PE Spatial).
+        map_heads, map_mlp_dim: the MAP head's heads and MLP width when they differ from the blocks' (PE Core).
     """
 
     image_size: tuple = (224, 224)
@@ -115,6 +143,21 @@ class ViTConfig:
     patch_bias: bool = True
     fc_norm: bool = False
     resnet_norm: str = "vit_jax"
+    rope: str | None = None
+    rope_ref_grid: tuple | None = None
+    rope_offset: float | None = None
+    rope_base: float | None = None
+    mlp_type: str = "gelu"
+    mlp_norm: bool = False
+    attention_norm: bool = False
+    qkv_bias: str = "qkv"
+    proj_bias: bool = True
+    mlp_bias: bool = True
+    norm: str = "layer"
+    patch_norm: bool = False
+    encoder_norm: bool = True
+    map_heads: int | None = None
+    map_mlp_dim: int | None = None
 
     def __post_init__(self):
         size = self.image_size
@@ -123,6 +166,11 @@ class ViTConfig:
         object.__setattr__(self, "remat", remat_setting(self.remat))
         if self.resnet_layers is not None:
             object.__setattr__(self, "resnet_layers", tuple(int(n) for n in self.resnet_layers))
+        if self.rope_ref_grid is not None:
+            ref = self.rope_ref_grid
+            object.__setattr__(
+                self, "rope_ref_grid", tuple(float(r) for r in ((ref, ref) if isinstance(ref, int | float) else ref))
+            )
 
     def replace(self, **overrides):
         """A copy with some fields changed; unknown field names raise a clear error."""
@@ -138,6 +186,12 @@ class ViTConfig:
         configs (and run identities) of plain ViTs read as they did before those options existed."""
         fields = dataclasses.asdict(self)
         return {k: v for k, v in fields.items() if k not in FAMILY_DEFAULTS or v != FAMILY_DEFAULTS[k]}
+
+    @property
+    def attention_biases(self):
+        """The attention projections with a bias, as `RotaryAttention` names them."""
+        parts = {"qkv": ("query", "key", "value"), "qv": ("query", "value"), "none": ()}[self.qkv_bias]
+        return (*parts, "out") if self.proj_bias else parts
 
     @property
     def num_prefix_tokens(self):

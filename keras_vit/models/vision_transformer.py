@@ -4,13 +4,14 @@ import keras
 
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.encoder_block import EncoderBlock
-from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import ResNetStage, group_norm, std_conv
+from keras_vit.layers.rms_norm import make_norm
+from keras_vit.layers.rotary_embedding import VARIANTS, RotaryEmbedding
 from keras_vit.models.checks import check_class_names, check_images, validate
 from keras_vit.models.configs import ViTConfig, get_variant
 
@@ -72,7 +73,14 @@ class VisionTransformer(keras.Model):
         name="vit",
         **kwargs,
     ):
+        # A DTypePolicyMap (how Keras builds a quantized model before loading it) reaches every layer, which takes
+        # its own entry by path; the config records its default, `quantized_layers` the rest (get_config).
+        policy = dtype if isinstance(dtype, keras.dtype_policies.DTypePolicyMap) else None
+        if policy is not None:
+            dtype = policy.default_policy.name
         dtype = dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype
+        # The second generation's options (ViTConfig documents them), absent from first-generation configs.
+        extended = {k: kwargs.pop(k) for k in _EXTENDED if k in kwargs}
         config = ViTConfig(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
             num_heads=num_heads, mlp_dim=mlp_dim, num_classes=num_classes, channels=channels, pooling=pooling,
@@ -84,12 +92,16 @@ class VisionTransformer(keras.Model):
             dynamic_image_size=bool(dynamic_image_size), dynamic_resize_method=dynamic_resize_method, remat=remat,
             layer_scale=layer_scale, num_registers=int(num_registers), distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), pre_norm=bool(pre_norm), patch_bias=bool(patch_bias),
-            fc_norm=bool(fc_norm), resnet_norm=resnet_norm,
+            fc_norm=bool(fc_norm), resnet_norm=resnet_norm, **extended,
         )  # fmt: skip
         validate(config)
         class_names = check_class_names(class_names, config.num_classes)
-        images, outputs = _graph(config)
+        policy = policy or (keras.dtype_policies.get(config.dtype) if config.dtype else keras.config.dtype_policy())
+        images, outputs = _graph(config, policy)
+        # The model reports the policy it was given (compute_dtype, dtype_policy), as its layers do.
         super().__init__(inputs=images, outputs=outputs, name=name, **kwargs)
+        if policy.quantization_mode is None:  # a functional model takes no dtype: its layers already have theirs
+            self.dtype_policy = policy
         self.config = config
         # The head's class names in output order (a pretrained checkpoint's label space), or None.
         self.class_names = class_names
@@ -107,6 +119,12 @@ class VisionTransformer(keras.Model):
         check_images(inputs, self.config, self.name)
         return super().call(inputs, training=training, mask=mask)
 
+    def compute_output_spec(self, inputs, training=None, mask=None):
+        # Arrays as symbolic tensors: the layers' compute_output_shape read the shape of a tensor argument only.
+        if not isinstance(inputs, keras.KerasTensor) and hasattr(inputs, "shape"):
+            inputs = keras.KerasTensor(tuple(inputs.shape), dtype=keras.backend.standardize_dtype(inputs.dtype))
+        return super().compute_output_spec(inputs, training=training, mask=mask)
+
     def get_config(self):
         config = self.config.to_dict()
         if not config["remat"]:  # absent when off, as in models saved before the option existed
@@ -123,21 +141,40 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         quantized = config.pop("quantized_layers", None) or {}
+        # int8 / float8 layers built quantized, as Keras builds a quantized model before loading it (the same
+        # variables in the same order); int4, whose quantize() takes options a policy name cannot state, after.
+        built = {path: mode for path, mode in quantized.items() if mode in ("int8", "float8")}
+        if built:
+            default = keras.dtype_policies.get(config.get("dtype") or keras.config.dtype_policy())
+            policy_map = keras.dtype_policies.DTypePolicyMap(default)
+            for path, mode in built.items():
+                policy_map[path] = keras.dtype_policies.get(f"{mode}_from_{default.name}")
+            config["dtype"] = policy_map
         model = cls(**config)
-        if quantized:
-            layers = {layer.path: layer for layer in model._flatten_layers()}
-            for path, mode in quantized.items():
+        layers = {layer.path: layer for layer in model._flatten_layers()}
+        for path, mode in quantized.items():
+            if path not in built:
                 layers[path].quantize(mode)
         return model
+
+
+_EXTENDED = (
+    "rope", "rope_ref_grid", "rope_offset", "rope_base", "mlp_type", "mlp_norm", "attention_norm", "qkv_bias",
+    "proj_bias", "mlp_bias", "norm", "patch_norm", "encoder_norm", "map_heads", "map_mlp_dim",
+)  # fmt: skip
+
+
+def _default(policy):
+    return policy.default_policy if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else policy
 
 
 def _quantized_leaf(layer):
     return getattr(layer, "quantization_mode", None) is not None and len(list(layer._flatten_layers())) == 1
 
 
-def _graph(config):
-    """(images input, output tensor) of the functional model `config` describes."""
-    policy = keras.dtype_policies.get(config.dtype) if config.dtype else keras.config.dtype_policy()
+def _graph(config, policy):
+    """(images input, output tensor) of the functional model `config` describes, its layers under `policy` (a
+    `DTypePolicy`, or a `DTypePolicyMap` from which each layer takes its own entry)."""
     spatial = (None, None) if config.dynamic_image_size else config.image_size
     images = keras.Input(shape=(*spatial, config.channels), name="images")
     x = images
@@ -146,16 +183,45 @@ def _graph(config):
     x = PatchEmbedding(
         config.hidden_size, config.patch_size, use_bias=config.patch_bias, name="embedding", dtype=policy
     )(x)
+    if config.patch_norm:
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="patch_norm", dtype=policy)(x)
     x = _tokens(x, images, config, policy)
     x = keras.layers.Dropout(config.dropout_rate, name="dropout", dtype=policy)(x)
     if config.pre_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
-    x = _encoder(x, config, policy)
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="norm_pre", dtype=policy)(x)
+    x = _encoder(x, config, policy, _rope(images, config, policy))
     return images, _head(x, config, policy)
 
 
-def _encoder(x, config, policy):
+def _rope(images, config, policy):
+    """The `RotaryEmbedding` table of the input's grid (None without rotary embeddings)."""
+    if config.rope is None:
+        return None
+    step = config.feature_stride * config.patch_size
+    return RotaryEmbedding(
+        config.rope, config.hidden_size // config.num_heads, config.grid_size, config.num_prefix_tokens,
+        ref_grid=config.rope_ref_grid, base=config.rope_base, offset=config.rope_offset,
+        patch_stride=step if config.dynamic_image_size else None, name="rope", dtype=policy,
+    )(images)  # fmt: skip
+
+
+def _block_options(config):
+    """`EncoderBlock`'s second-generation arguments, only where they differ from its defaults."""
+    options = dict(
+        mlp_type=config.mlp_type, mlp_norm=config.mlp_norm, attention_norm=config.attention_norm,
+        biases=config.attention_biases, mlp_bias=config.mlp_bias, norm=config.norm,
+        rope_layout=VARIANTS[config.rope][0] if config.rope else None,
+    )  # fmt: skip
+    defaults = dict(
+        mlp_type="gelu", mlp_norm=False, attention_norm=False, biases=("query", "key", "value", "out"),
+        mlp_bias=True, norm="layer", rope_layout=None,
+    )  # fmt: skip
+    return {k: v for k, v in options.items() if v != defaults[k]}
+
+
+def _encoder(x, config, policy, rope=None):
     """The `encoderblock_{i}` stack, its stochastic-depth rate rising linearly from 0 to the configured rate."""
+    extra = {} if rope is None else {"rope": rope}
     for i in range(config.num_layers):
         x = EncoderBlock(
             config.num_heads,
@@ -169,7 +235,8 @@ def _encoder(x, config, policy):
             layer_scale=config.layer_scale,
             name=f"encoderblock_{i}",
             dtype=policy,
-        )(x)
+            **_block_options(config),
+        )(x, **extra)
     return x
 
 
@@ -188,6 +255,8 @@ def _tokens(x, images, config, policy):
             resize_method=config.dynamic_resize_method, patch_stride=step,
         )(x, images=images)  # fmt: skip
 
+    if config.position_embedding == "none":  # DINOv3: rotary embeddings alone
+        position = lambda x, rows: x  # noqa: E731
     if config.no_embed_class:
         x = position(x, 0)
     if config.distillation_token:
@@ -203,10 +272,10 @@ def _tokens(x, images, config, policy):
 
 def _head(x, config, policy):
     """Encoded tokens -> pooled features -> logits (`encoder_norm`, `pool`, `pre_logits`, `head`)."""
-    if not config.fc_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
+    if not config.fc_norm and config.encoder_norm:
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="encoder_norm", dtype=policy)(x)
     # Logits in float32 even under a mixed policy, as Keras' mixed-precision guide asks of the last layer.
-    head_dtype = "float32" if policy.name.startswith("mixed") else policy
+    head_dtype = "float32" if _default(policy).name.startswith("mixed") else policy
 
     def head(name):
         return keras.layers.Dense(
@@ -226,13 +295,13 @@ def _head(x, config, policy):
         return average([cls, dist])
     if config.pooling == "map":
         x = MAPHead(
-            config.num_heads, config.mlp_dim, gelu=config.gelu, layer_norm_epsilon=config.layer_norm_epsilon,
-            name="MAPHead_0", dtype=policy,
+            config.map_heads or config.num_heads, config.map_mlp_dim or config.mlp_dim, gelu=config.gelu,
+            layer_norm_epsilon=config.layer_norm_epsilon, name="MAPHead_0", dtype=policy,
         )(x)  # fmt: skip
     else:
         x = TokenPooling(config.pooling, config.num_prefix_tokens, name="pool", dtype=policy)(x)
     if config.fc_norm:
-        x = LayerNorm(epsilon=config.layer_norm_epsilon, name="fc_norm", dtype=policy)(x)
+        x = make_norm(config.norm, config.layer_norm_epsilon, name="fc_norm", dtype=policy)(x)
     if config.representation_size:
         x = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits", dtype=policy)(x)
     if config.num_classes:

@@ -1,39 +1,5 @@
-"""The released ViT checkpoints by name: what each file is, where it lives, and what its publisher reports.
-
-Names follow timm's `variant.tag` convention (`vit_base_patch16_384.orig_in21k_ft_in1k`). Where timm publishes the
-same file under a name, that name is used (`hf_hub_id` is then timm's Hub copy); where timm has no such name the
-convention is followed all the same. Every AugReg checkpoint that the AugReg README recommends is also reachable as
-`VARIANT.augreg_rec_in21k` / `VARIANT.augreg_rec_in21k_ft_in1k`: for several models timm's `augreg_*` tag points to
-another run of the same sweep (another augmentation or fine-tuning learning rate), so both are listed.
-
-Sources of the figures (read late 2026; nothing here was downloaded):
-- [VT] google-research/vision_transformer README.md: the bucket layout (`gs://vit_models/imagenet21k`,
-  `.../imagenet21k+imagenet2012`, `.../augreg`), the "-224" fine-tunes and their expected top-1 (update 29.10.2020),
-  the table of recommended AugReg checkpoints (file names, pre-trained sizes in MiB, ImageNet top-1 at 384 px);
-  `vit_jax_augreg.ipynb` @ 62a446f: the same selection's output, with B/8's (fine-tuned at 224, not in the table).
-- [TIMM] huggingface/pytorch-image-models `timm/models/vision_transformer.py` default_cfgs (names, URLs, hf_hub_id,
-  crop_pct, num_classes; the `*.augreg_in1k` runs pre-trained on ImageNet-1k only and the R26+S/32 fine-tune at 224
-  are from there) and `results/results-imagenet.csv` (top-1 timm measured with those settings): the 24 figures
-  credited to it are those of its revision 049b1332 (2023-05-24; the current one, 4e5207c7 of 2025-10-30, differs by
-  up to 0.04 points), B/32-384's 81.652 and L/16-384's 85.158 are from its results of 2021-04-17 (af647c10); each
-  source names its line in that file. The in21k originals' pre_logits width (= hidden size) is from timm's older
-  `*_in21k` builders (`representation_size=768`...); their note that the original L/32 and H/14 files hold an
-  all-zero 21k head is in those builders' docstrings. timm's Hub copies of the six in21k originals
-  (`hf://timm/vit_*_224.orig_in21k`) hold neither that head nor `pre_logits` (default_cfgs: num_classes=0).
-- [BV] google-research/big_vision `big_vision/configs/vit_s16_i1k.py` (model: S/16, GAP, 2-D sin-cos position
-  embedding, rep_size=True; eval pre-processing resize_small(256)|central_crop(224)|value_range(-1,1); "reach 76.5%"
-  after 90 epochs) and the `i1k-s16-{90,150,300}ep` -> `gs://big_vision/vit_s16_i1k_*.npz` names of its loaders;
-  `big_vision/pp/ops_image.py`: `resize_small` resizes with `method="area"` by default.
-- [NB] vision_transformer `vit_jax.ipynb` @ fa9697fc: the output of its `gsutil ls -lh gs://vit_models/imagenet*`
-  cell gives every vit_jax file's size (MiB, GiB for the large ones) and lists `imagenet21k/ViT-B_8.npz`
-  (catalogue_extra.py holds those figures).
-- [SAM] timm's default_cfgs name two SAM checkpoints (`vit_base_patch{16,32}_224.sam_in1k`,
-  `gs://vit_models/sam/ViT-B_{16,32}.npz`); vision_transformer's README names the bucket only; two papers' READMEs
-  name three more files in it (S/16, L/16, L/32; catalogue_extra.SAM gives each source).
-No publisher gives file sizes in bytes or sha256 sums for these files: `size_bytes` and `sha256` are None, and the
-download records both on first use (keras_vit/weights/download.py). `size_mib` is a publisher's rounded MiB;
-where there is none, `catalogue_params` computes the float32 size from the architecture (not checked on download).
-"""
+"""The released ViT checkpoints by name (timm's `variant.tag` convention): what each file is, where it lives, and
+what its publisher reports. docs/pretrained_catalogue.md#sources names the source of every figure."""
 
 import dataclasses
 import difflib
@@ -52,8 +18,8 @@ LABEL_SPACES = {IMAGENET21K: 21843, IMAGENET1K: 1000}
 
 
 @dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """One released checkpoint file.
+class Entry:
+    """A catalogue entry: one released checkpoint file.
 
     Attributes:
         name: the catalogue name (`vit_base_patch16_224.orig_in21k`).
@@ -199,7 +165,7 @@ def _vit_jax_in21k():
         note = (zeroed if stem in ("ViT-H_14", "ViT-L_32") else "") + (_HUB_HEADLESS if hub else extra.B8_NOTE)
         mib, size_source = extra.listed_size(f"imagenet21k/{stem}.npz")
         out.append(
-            Checkpoint(
+            Entry(
                 name=_name(variant, 224, "orig_in21k"),
                 variant=variant,
                 image_size=224,
@@ -240,7 +206,7 @@ def _vit_jax_fine_tunes():
         aliases = (f"{folder}/{stem}", f"{folder}/{stem}.npz") + ((stem, f"{stem}.npz") if "-224" in stem else ())
         mib, size_source = extra.listed_size(f"{folder}/{stem}.npz")
         out.append(
-            Checkpoint(
+            Entry(
                 name=_name(variant, size, "orig_in21k_ft_in1k"),
                 variant=variant,
                 image_size=size,
@@ -271,7 +237,7 @@ def _sam():
         stem = obj.rsplit("/", 1)[-1][: -len(".npz")]
         note = extra.SAM_NOTE + ("" if in_timm else f"; {extra.SAM_NOT_TIMM}") + f" [{source}]"
         out.append(
-            Checkpoint(
+            Entry(
                 name=name, variant=variant, image_size=224, label_space=IMAGENET1K, num_classes=1000,
                 representation_size=None, bucket="vit_models", object=obj, top1=top1,
                 top1_source=_csv(line) if top1 else None,
@@ -285,7 +251,7 @@ def _sam():
 def _augreg(name, variant, size, stem, *, top1=None, source=None, mib=None, hub=False):
     fine_tuned = "--imagenet2012" in stem
     aliases = (f"augreg/{stem}", f"augreg/{stem}.npz", stem, f"{stem}.npz")
-    return Checkpoint(
+    return Entry(
         name=name,
         variant=variant,
         image_size=size,
@@ -350,7 +316,7 @@ def _big_vision():
     for epochs, top1 in [(90, 76.5), (150, None), (300, None)]:
         stem = f"vit_s16_i1k_{epochs}ep"
         out.append(
-            Checkpoint(
+            Entry(
                 name=f"vit_small_patch16_224.big_vision_in1k_{epochs}ep",
                 variant="S/16",
                 image_size=224,
@@ -383,7 +349,7 @@ def names():
 
 
 def find(name):
-    """The `Checkpoint` of a name, alias (file name, bucket path) or gs:// URL; None when nothing matches."""
+    """The `Entry` of a name, alias (file name, bucket path) or gs:// URL; None when nothing matches."""
     key = str(name).strip()
     if key.startswith("gs://"):
         key = key[len("gs://") :]
@@ -395,7 +361,7 @@ def find(name):
 
 
 def get(name):
-    """The `Checkpoint` of a name or alias; a `KeyError` naming the closest names otherwise."""
+    """The `Entry` of a name or alias; a `KeyError` naming the closest names otherwise."""
     entry = find(name)
     if entry is None:
         close = difflib.get_close_matches(str(name), [*CATALOGUE, *_ALIASES], n=3, cutoff=0.5)

@@ -1,9 +1,5 @@
-"""What every format reader returns, and the file helpers the format modules share.
-
-A reader turns a folder of another library's layout into a `Checkpoint`: the tensors in the original vit_jax
-key layout (`loading.py`'s table), the model options the folder states (`ViTConfig` fields), the class names
-and the preprocessing the weights were trained with. A writer takes the same pieces from a model.
-"""
+"""What every format reader returns, `Checkpoint` (tensors in the original vit_jax layout, the model options, class
+names and preprocessing), and the file helpers the format modules share."""
 
 import dataclasses
 import json
@@ -31,6 +27,8 @@ class Checkpoint:
         mean, std: per-channel normalisation of 0..1 pixels the weights expect.
         format: "npz", "timm", "transformers" or "keras_hub".
         source: the path it was read from.
+        naflex: for a NaFlex folder (weights/naflex.py), {"max_num_patches": N, "style": its library's
+            preprocessing}; None otherwise.
     """
 
     params: dict
@@ -40,6 +38,7 @@ class Checkpoint:
     std: tuple = CONTRACT_STD
     format: str = "npz"
     source: str = ""
+    naflex: dict | None = None
 
 
 def read_json(path):

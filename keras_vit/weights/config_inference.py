@@ -1,10 +1,5 @@
-"""The model a checkpoint describes, read from its tensors' shapes (original vit_jax layout).
-
-A bare `.npz` carries no configuration: the variant, image size, head, representation layer, class token, a
-hybrid's ResNet stages and the kind of position embedding (none stored: big_vision's fixed sin-cos table) all follow
-from which tensors exist and how they are shaped. The other formats call this
-too and then add what only their config files say (GELU form, LayerNorm epsilon, class names).
-"""
+"""The model a checkpoint describes, read from its tensors' shapes (original vit_jax layout): all a bare `.npz` says;
+the other formats add what only their config files say."""
 
 import re
 

@@ -1,14 +1,5 @@
-"""Is a downloaded file what it claims to be? Checks run before a download is hashed or moved into the cache.
-
-A server can answer `200` with something else than the file: a captive portal's or a proxy's HTML page, a file
-cut short that still matched its Content-Length, another file under the same name. Each check reads only
-headers and directories (and, for a zip, its CRC-32s), never the arrays into memory:
-- `.npz`: a zip archive whose members are all `.npy` arrays (no pickled objects), every member's CRC-32 right;
-  for a catalogue entry, the tensors every file of its kind holds, with the head as wide as the entry says;
-- `.safetensors`: a header that parses and whose tensors end exactly at the end of the file;
-- a catalogue entry with a published size: the file's size within the precision the size was published with.
-`ContentError` says what is wrong in a few words; the caller names the URL or the path around it.
-"""
+"""Is a downloaded file what it claims to be (not a portal's HTML page, a cut file or another file)? Checks of an
+`.npz`, a `.safetensors` file and a catalogue entry's size, reading headers only, before a download is cached."""
 
 import json
 import os

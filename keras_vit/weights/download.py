@@ -1,17 +1,5 @@
-"""HTTP(S) downloads into a local cache, the way `keras.utils.get_file` does them, with resumption and checksums.
-
-A file is fetched once into the cache (`KERAS_VIT_CACHE`, else `$KERAS_HOME/keras_vit`, else `~/.cache/keras_vit`)
-and every later call is answered from disk without a request. The bytes go to `NAME.part` beside the final path and
-are renamed to it only once complete and checked, so the final path never holds half a file; a download that
-stopped early keeps its `.part`, and the next call resumes it with an HTTP Range request (or starts again when the
-server ignores the range). The sha256 is checked against the publisher's when one is known, else recorded in
-`NAME.sha256` on first download and checked on every later use, so a file corrupted or replaced on disk is found
-before its weights are loaded. Before a download is hashed or renamed into place its content is checked
-(keras_vit/weights/content.py: an `.npz` is a zip of arrays, a `.safetensors` file has a valid header, a catalogue
-entry's file holds its tensors and has its published size): a server that answers with a portal's HTML page or
-another file leaves nothing in the cache. Only the standard library and numpy are used, so this imports without
-TensorFlow or Keras.
-"""
+"""HTTP(S) downloads into a local cache as `keras.utils.get_file` does them, resumable, checked (content.py, sha256)
+before they are renamed into place (docs/pretrained_catalogue.md). Standard library and numpy only."""
 
 import contextlib
 import hashlib

@@ -1,5 +1,5 @@
 """The error every weights reader raises, and its wording for a file that cannot be read. Imports no Keras: a
-file is refused before the framework loads (keras_vit/weights/precheck.py)."""
+file is refused before the framework loads (keras_vit/weights/pretrained.py)."""
 
 import os
 
@@ -21,6 +21,13 @@ def unreadable_npz(path, err):
     return CheckpointError(
         f"Cannot read {os.fspath(path)!r} as an .npz checkpoint ({_error_name(err)}: {err}). The file is truncated, "
         f"corrupt or not an .npz; {sources.unreadable_advice(path)}."
+    )
+
+
+def unreadable_keras(path, err):
+    return CheckpointError(
+        f"Cannot read {os.fspath(path)!r} as a .keras model ({_error_name(err)}: {err}): the file is truncated or "
+        f"corrupt (a .keras file is a zip archive); save the model again or {sources.unreadable_advice(path)}."
     )
 
 

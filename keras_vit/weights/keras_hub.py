@@ -1,11 +1,5 @@
-"""keras-hub ViT preset folders (`config.json`, `model.weights.h5`, `metadata.json`, `task.json`,
-`task.weights.h5`), read and written with h5py: no keras-hub needed.
-
-A Keras 3 `.weights.h5` file stores each layer's variables under the path of attribute names from the model
-down (`layers/vi_t_encoder/encoder_layers/vi_t_encoder_block_1/mha/query_dense/vars/0`), numbered in creation
-order. keras-hub's kernels already have the original layout ((D, H, Dh) attention kernels, HWIO patches); the
-position embedding is (N + 1, D) without the batch axis and the class token lives on the embedding layer itself.
-"""
+"""keras-hub ViT preset folders (`config.json`, `model.weights.h5`, ...), read and written with h5py: no keras-hub
+needed."""
 
 import os
 import re
@@ -13,6 +7,7 @@ import re
 import numpy as np
 
 from keras_vit import files
+from keras_vit.weights import keras_hub_dinov3
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -22,6 +17,7 @@ from keras_vit.weights.checkpoint import (
     write_json,
 )
 from keras_vit.weights.config_inference import infer_options
+from keras_vit.weights.keras_hub_h5 import read_h5, write_h5, write_metadata
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError
 
 ATT = "MultiHeadDotProductAttention_1"
@@ -48,6 +44,8 @@ def is_keras_hub_folder(folder):
 def read(folder):
     """A keras-hub ViT preset folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
+    if cfg.get("class_name") == "DINOV3Backbone":
+        return keras_hub_dinov3.read(folder, cfg, read_h5(os.path.join(folder, "model.weights.h5")))
     if cfg.get("class_name") != "ViTBackbone":
         raise CheckpointError(
             f"{folder!r} is a keras-hub {cfg.get('class_name')!r} preset; keras-vit reads ViTBackbone presets only."
@@ -55,7 +53,7 @@ def read(folder):
     backbone = cfg["config"]
     if not backbone.get("use_mlp_bias", True):
         raise CheckpointError(f"{folder!r}: use_mlp_bias=False; keras-vit's MLP has biases.")
-    state = _read_h5(os.path.join(folder, "model.weights.h5"))
+    state = read_h5(os.path.join(folder, "model.weights.h5"))
     params = to_original(state, source=folder)
     task = {}
     if files.exists(os.path.join(folder, "task.json")):
@@ -68,7 +66,7 @@ def read(folder):
         if task.get("pooling", "token") not in ("token", "first"):
             raise CheckpointError(f"{folder!r}: pooling={task['pooling']!r}; keras-vit reads token pooling only.")
         if files.exists(os.path.join(folder, "task.weights.h5")):
-            head = _read_h5(os.path.join(folder, "task.weights.h5"))
+            head = read_h5(os.path.join(folder, "task.weights.h5"))
             dense = sorted(k for k in head if re.fullmatch(r"layers/dense(_\d+)?/vars/0", k))
             if len(dense) != 1:
                 raise CheckpointError(f"{folder!r}: task.weights.h5 has {len(dense)} Dense layers; expected one head.")
@@ -81,20 +79,6 @@ def read(folder):
     options.update(gelu="exact", layer_norm_epsilon=float(backbone.get("layer_norm_epsilon", 1e-6)))
     mean, std = _normalisation(folder)
     return Checkpoint(params=params, options=options, mean=mean, std=std, format="keras_hub", source=folder)
-
-
-def _read_h5(path):
-    """{variable path: array} of a Keras 3 `.weights.h5` file."""
-    import h5py
-
-    out = {}
-    try:
-        with h5py.File(files.absolute(path), "r") as f:
-            f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-    except OSError as err:
-        message = f"Cannot read {path!r} as a Keras weights file ({err}); it is truncated or corrupt."
-        raise CheckpointError(message) from err
-    return out
 
 
 def to_original(state, *, source):
@@ -177,7 +161,6 @@ def _find(tree, key):
 
 # ----- writing a preset -----
 
-KERAS_HUB_LAYOUT_VERSION = "0.32.0"  # the keras-hub release whose preset layout `write` reproduces
 _BLOCK_NAMES = {
     "layer_norm_1": "ln_1",
     "layer_norm_2": "ln_2",
@@ -198,8 +181,8 @@ def write(folder, params, config, class_names=None):
     layout `keras_hub.models.ViTImageClassifier.from_preset(folder)` reads (keras-hub 0.32's `save_to_preset`)."""
     import warnings
 
-    import keras
-
+    if getattr(config, "rope", None) == "dinov3":  # keras-hub's DINOV3Backbone
+        return keras_hub_dinov3.write(folder, params, config)
     _check_writable(config)
     if config.gelu != "exact":
         warnings.warn(
@@ -209,13 +192,11 @@ def write(folder, params, config, class_names=None):
         )
     backbone = _backbone_config(config)
     files.makedirs(folder)
-    _write_h5(os.path.join(folder, "model.weights.h5"), *_backbone_tree(params, config))
+    write_h5(os.path.join(folder, "model.weights.h5"), *_backbone_tree(params, config))
     write_json(os.path.join(folder, "config.json"), backbone)
     count = sum(int(np.prod(v.shape)) for k, v in params.items() if not k.startswith("head/"))  # the backbone's
     tasks = _write_task(folder, params, config, backbone) if config.num_classes else []
-    metadata = dict(keras_version=keras.__version__, keras_hub_version=KERAS_HUB_LAYOUT_VERSION,
-                    parameter_count=count, tasks=tasks)  # fmt: skip
-    write_json(os.path.join(folder, "metadata.json"), metadata)
+    write_metadata(folder, count, tasks)
     return folder
 
 
@@ -266,7 +247,7 @@ def _write_task(folder, params, config, backbone):
     # keras-hub saves with every task and expects back.
     data = {"layers/dense/vars/0": params["head/kernel"], "layers/dense/vars/1": params["head/bias"],
             "optimizer/vars/0": np.array(0, np.int64), "optimizer/vars/1": np.array(5e-5, np.float32)}  # fmt: skip
-    _write_h5(os.path.join(folder, "task.weights.h5"), groups, data)
+    write_h5(os.path.join(folder, "task.weights.h5"), groups, data)
     write_json(os.path.join(folder, "task.json"), task)
     return ["ImageClassifier"]
 
@@ -303,17 +284,3 @@ def _backbone_tree(params, config):
             data[f"{block}/{src}/vars/0"] = params[f"Transformer/encoderblock_{i}/{dst}/{first}"]
             data[f"{block}/{src}/vars/1"] = params[f"Transformer/encoderblock_{i}/{dst}/{second}"]
     return groups, data
-
-
-def _write_h5(path, groups, data):
-    import h5py
-
-    def write(f):
-        with h5py.File(f, "w") as h5:
-            for group, name in groups.items():
-                h5.require_group(group).attrs["name"] = name
-            for key, value in data.items():
-                value = np.asarray(value)
-                h5.create_dataset(key, data=value if value.dtype.kind == "i" else value.astype(np.float32))
-
-    files.atomic_write(path, write)

@@ -1,13 +1,5 @@
-"""The one table every weight format loads through: original vit_jax checkpoint key -> the model's variable.
-
-Loading is a table from checkpoint keys to the model's variables (`checkpoint_variables`): every tensor of the
-checkpoint must find its variable and every variable its tensor, or nothing is loaded and the error lists
-what is missing, unexpected, or of the wrong shape. Three differences are bridged on purpose:
-the position embedding is interpolated when the patch grid differs, a head of another class count is skipped
-(the zero-initialised head is kept, as when fine-tuning), and a `pre_logits` layer the model does not have is
-dropped (the paper replaces it by the new head when fine-tuning). The other formats (`npz.py` for big_vision's
-layouts, and one module per foreign library) convert their keys to this layout before they call `load_params`.
-"""
+"""The one table every weight format loads through: original vit_jax checkpoint key -> the model's variable; all or
+nothing, with a new head, an interpolated position embedding or a dropped `pre_logits` bridged on purpose."""
 
 import dataclasses
 import logging
@@ -44,7 +36,8 @@ def checkpoint_variables(model):
 
     def norm(prefix, layer):
         add(f"{prefix}/scale", layer.gamma)
-        add(f"{prefix}/bias", layer.beta)
+        if getattr(layer, "beta", None) is not None:  # RMSNorm has none
+            add(f"{prefix}/bias", layer.beta)
 
     names = {layer.name for layer in model.layers}
     if "conv_root" in names:
@@ -58,7 +51,10 @@ def checkpoint_variables(model):
             add(key, model.get_layer(name).cls)
     if "registers" in names:
         add("registers", model.get_layer("registers").tokens)
-    add(POSEMB_KEY, model.get_layer("posembed_input").pos_embedding)
+    if "patch_norm" in names:
+        norm("patch_norm", model.get_layer("patch_norm"))
+    if "posembed_input" in names:  # none with rotary embeddings alone (DINOv3)
+        add(POSEMB_KEY, model.get_layer("posembed_input").pos_embedding)
     if "norm_pre" in names:
         norm("Transformer/norm_pre", model.get_layer("norm_pre"))
     i = 0
@@ -97,11 +93,19 @@ def _encoder_block_variables(block, prefix, add, norm):
     attention = block.attention
     for part in ("query", "key", "value", "out"):
         add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/kernel", getattr(attention, f"{part}_kernel"))
-        add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/bias", getattr(attention, f"{part}_bias"))
+        if getattr(attention, f"{part}_bias") is not None:  # RotaryAttention's bias flags
+            add(f"{prefix}/MultiHeadDotProductAttention_1/{part}/bias", getattr(attention, f"{part}_bias"))
+    if getattr(attention, "norm", None) is not None:
+        norm(f"{prefix}/MultiHeadDotProductAttention_1/norm", attention.norm)
     norm(f"{prefix}/LayerNorm_2", block.norm_2)
-    for dense in (block.mlp.dense_0, block.mlp.dense_1):
+    mlp = block.mlp
+    denses = (mlp.gate, mlp.up, mlp.dense_1) if hasattr(mlp, "gate") else (mlp.dense_0, mlp.dense_1)
+    for dense in denses:
         add(f"{prefix}/MlpBlock_3/{dense.name}/kernel", dense.kernel)
-        add(f"{prefix}/MlpBlock_3/{dense.name}/bias", dense.bias)
+        if dense.bias is not None:
+            add(f"{prefix}/MlpBlock_3/{dense.name}/bias", dense.bias)
+    if getattr(mlp, "norm", None) is not None:
+        norm(f"{prefix}/MlpBlock_3/norm", mlp.norm)
     for scale in (block.ls_1, block.ls_2):
         if scale is not None:
             add(f"{prefix}/{scale.name}/scale", scale.scale)
@@ -192,7 +196,8 @@ def _skipped(model, params, table, asked):
             skipped[key] = "the model has no head (num_classes=0)"
         elif key in table and key not in params:
             skipped[key] = "the checkpoint has no head; kept the zero-initialised head"
-    if POSEMB_KEY not in params and model.get_layer("posembed_input").kind == "sincos2d":
+    names = {layer.name for layer in model.layers}
+    if POSEMB_KEY not in params and "posembed_input" in names and model.get_layer("posembed_input").kind == "sincos2d":
         skipped[POSEMB_KEY] = "a fixed sin-cos table, computed by the model (big_vision stores none)"
     for key in ("pre_logits/kernel", "pre_logits/bias"):
         if key in params and key not in table:

@@ -1,248 +1,98 @@
-"""One entry point for pretrained weights of every format: `from_pretrained` (its first, Keras-free step in
-precheck.py), `load_weights`, `save_pretrained`.
-
-A source is read into a `Checkpoint` (original layout + the options its config states), the model it describes
-is built, and `load_params` loads it, so overrides (`image_size=384`, `num_classes=10`) behave exactly as
-`load_npz`'s fine-tuning path does.
-
-Preprocessing: keras-vit models take images in [-1, 1] ((pixels - 127.5) / 127.5, i.e. mean 0.5 and std 0.5 on
-0..1 pixels), everywhere (training, export, MediaPipe metadata). A checkpoint trained with other statistics (say
-ImageNet's mean/std) is made to fit that contract when it is loaded: the change of normalisation is an affine map
-of the input, which a VALID patch embedding absorbs exactly, into its kernel (per input channel) and its bias.
-"""
+"""`from_pretrained`, whose first step needs no Keras: a local weights file that is not what its name says (a
+`.safetensors` header, an `.npz` zip directory) is refused before the framework is imported."""
 
 import os
-import warnings
+import zipfile
 
-import numpy as np
+from keras_vit import files
+from keras_vit.weights import config_precheck, content, sources
+from keras_vit.weights.errors import unknown_folder, unreadable_keras, unreadable_npz, unreadable_safetensors
 
-from keras_vit import files, labels
-from keras_vit.layers import deferred_init
-from keras_vit.models import VisionTransformer, ViTConfig
-from keras_vit.weights import keras_hub, sources, timm, transformers
-from keras_vit.weights.checkpoint import CONTRACT_MEAN, Checkpoint, is_contract_normalisation
-from keras_vit.weights.config_inference import infer_options
-from keras_vit.weights.errors import unknown_folder
-from keras_vit.weights.loading import POSEMB_KEY, CheckpointError, checkpoint_variables, load_params
-from keras_vit.weights.npz import read_npz, to_original_layout
-
-FORMATS = ("timm", "transformers", "keras_hub", "npz")
-_LOAD_OPTIONS = ("resize_method",)
+NPY_MAGIC = b"\x93NUMPY"
+# The weights file of the folder layouts that hold safetensors (timm, transformers).
+FOLDER_WEIGHTS = "model.safetensors"
 
 
-def read_checkpoint(source):
-    """Reads any supported source into a `Checkpoint` (original layout, options, names, mean/std).
-
-    `source` is a catalogue name, a URL (`https://`, `gs://`), a Hub id (`hf://ORG/NAME`), a local path (an
-    `.npz`, a `.keras` model, a folder of another library's layout) or another `tf.io.gfile` URL; the
-    first three are downloaded once into their caches (`keras_vit/weights/sources.py`). A catalogue entry adds
-    what its file does not state: its label space's class names and its preprocessing. A `Checkpoint` already
-    read is returned as it is.
-    """
-    if isinstance(source, Checkpoint):
-        return source
-    fetched = sources.fetch(source)
-    ckpt = _read_local(fetched.path)
-    entry = fetched.entry
-    if entry is not None:
-        ckpt.source = f"{entry.name} ({fetched.path})"
-        ckpt.mean, ckpt.std = entry.mean, entry.std
-        if ckpt.class_names is None and ckpt.options["num_classes"] == entry.num_classes:
-            ckpt.class_names = labels.class_names_for(entry.num_classes)
-    return ckpt
-
-
-def _read_local(path):
-    if files.is_remote(path) or os.path.isfile(path):  # a tf.io.gfile URL (ram://, s3://...) is read as a file
-        if path.endswith(".npz"):
-            return _read_npz(path)
-        if path.endswith(".keras"):
-            return _read_keras(path)
-        raise CheckpointError(
-            f"{path!r} is a file keras-vit does not read on its own; pass a .npz checkpoint, or the folder that "
-            f"holds this file with its config.json (timm, transformers or keras-hub layout)."
-        )
-    if keras_hub.is_keras_hub_folder(path):
-        return keras_hub.read(path)
-    if timm.is_timm_folder(path):
-        return timm.read(path)
-    if transformers.is_transformers_folder(path):
-        return transformers.read(path)
-    npz = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
-    if len(npz) == 1:
-        return _read_npz(os.path.join(path, npz[0]))
-    raise unknown_folder(path)
+def check_local(source):
+    """Raises `CheckpointError` for a local `.safetensors` / `.npz` file, or a folder's `model.safetensors`, that
+    cannot be what its name says. Anything else (a catalogue name, a Hub id, a URL, a missing path) is left to
+    the readers, which word those cases."""
+    if not isinstance(source, str | os.PathLike) or files.is_remote(source):
+        return
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, FOLDER_WEIGHTS)
+    if not os.path.isfile(path):
+        return
+    if path.endswith(".safetensors"):
+        try:
+            content.safetensors_header(path)
+        except content.ContentError as err:
+            raise unreadable_safetensors(path, err) from None
+    elif path.endswith(".keras"):
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as err:
+            raise unreadable_keras(path, err) from None
+    elif path.endswith(".npz"):
+        with open(path, "rb") as f:
+            if f.read(len(NPY_MAGIC)) == NPY_MAGIC:
+                return  # a lone .npy array under an .npz name: read_npz says what it is
+        try:
+            zipfile.ZipFile(path).close()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as err:
+            raise unreadable_npz(path, err) from None
 
 
-def _read_keras(path):
-    """A keras-vit model saved as `.keras` (safe mode: no Lambda layers, no pickles) as a `Checkpoint`."""
-    import keras
-
-    from keras_vit.models import VisionTransformer
-
-    model = keras.saving.load_model(path, compile=False, safe_mode=True)
-    if not isinstance(model, VisionTransformer):
-        raise CheckpointError(f"{path!r} holds a {type(model).__name__}, not a keras_vit VisionTransformer.")
-    options = model.config.to_dict()
-    return Checkpoint(
-        params=model_params(model), options=options, class_names=model.class_names, format="keras", source=path
-    )
-
-
-def _read_npz(path):
-    params = to_original_layout(read_npz(path))
-    return Checkpoint(params=params, options=infer_options(params, source=path), format="npz", source=path)
+def check_source(source):
+    """`check_local`, and a local source no reader could take, still without Keras: a path that does not exist
+    and is no catalogue name (`FileNotFoundError`, the closest names in it), a folder with neither a config.json
+    nor a single `.npz` (`CheckpointError`). The messages are the readers' own. Nothing is downloaded."""
+    check_local(source)
+    if not isinstance(source, str | os.PathLike) or files.is_remote(source):
+        return
+    path = os.fspath(source)
+    if not os.path.exists(path):
+        sources.catalogue_entry(path)
+        return
+    if os.path.isdir(path):
+        config_precheck.check_folder(path)
+    if os.path.isdir(path) and not _may_hold_a_checkpoint(path):
+        raise unknown_folder(path)
 
 
-def load_pretrained(source, **overrides):
-    """`keras_vit.from_pretrained` once its source has passed the check that needs no Keras
-    (keras_vit/weights/precheck.py, which holds the public function and its documentation)."""
-    ckpt = read_checkpoint(source)
-    load_kwargs = {k: overrides.pop(k) for k in _LOAD_OPTIONS if k in overrides}
-    name = overrides.pop("name", "vit")
-    class_names = overrides.pop("class_names", None)
-    if class_names is None and overrides.get("num_classes", ckpt.options["num_classes"]) == ckpt.options["num_classes"]:
-        class_names = ckpt.class_names
-    config = ViTConfig(**ckpt.options).replace(**overrides)
-    with deferred_init.deferred() as notes:  # the checkpoint overwrites them: no random draw first
-        model = VisionTransformer(**config.to_dict(), class_names=class_names, name=name)
-    report = _load(model, ckpt, caller="from_pretrained", **load_kwargs)
-    table = checkpoint_variables(model)
-    deferred_init.draw_remaining(notes, [table[key] for key in report.loaded])  # a new head, a sin-cos table
-    return model
+def _may_hold_a_checkpoint(folder):
+    """What `model_io._read_local` reads from a folder: a config.json (each layout's own file) or one `.npz`."""
+    names = os.listdir(folder)
+    return "config.json" in names or sum(name.endswith(".npz") for name in names) == 1
 
 
-def load_weights(model, source, *, resize_method="zoom", new_head=False):
-    """Loads any supported checkpoint into a model the caller built (`create_model` / `VisionTransformer`).
-
-    Warns when the model's GELU form or LayerNorm epsilon differ from what the checkpoint's config states (the
-    outputs then differ slightly from the original library's); an `.npz` states neither. `new_head=True` leaves
-    the model's own head in place of the checkpoint's, without the warning a head of another class count gets
-    otherwise (fine-tuning asks for one). Returns the `LoadReport` of `load_params`.
-    """
-    ckpt = read_checkpoint(source)
-    config = model.config
-    for field in ("gelu", "layer_norm_epsilon") if ckpt.format != "npz" else ():
-        want = ckpt.options[field]
-        if getattr(config, field) != want:
-            warnings.warn(
-                f"load_weights: {ckpt.source!r} was trained with {field}={want!r} but the model has "
-                f"{field}={getattr(config, field)!r}; outputs will differ slightly. Build the model with "
-                f"{field}={want!r}, or use from_pretrained.",
-                stacklevel=2,
-            )
-    return _load(model, ckpt, caller="load_weights", resize_method=resize_method, new_head=new_head)
-
-
-def _load(model, ckpt, *, caller, resize_method="zoom", new_head=False):
-    grid = ViTConfig(**ckpt.options).grid_size  # the checkpoint's own grid, which may not be square
-    params = fold_normalisation(ckpt.params, ckpt.mean, ckpt.std, source=ckpt.source, num_patches=grid[0] * grid[1])
-    return load_params(
-        model,
-        params,
-        source=ckpt.source,
-        resize_method=resize_method,
-        checkpoint_grid=grid,
-        caller=caller,
-        new_head=new_head,
-    )
-
-
-def fold_normalisation(params, mean, std, *, source="checkpoint", num_patches=None):
-    """Makes weights trained on `(p - mean) / std` (p in 0..1) take keras-vit's `(p - 0.5) / 0.5` instead.
-
-    With x = (p - 0.5) / 0.5 the checkpoint's input is x * (0.5 / std) + (0.5 - mean) / std per channel; a VALID
-    patch embedding (a linear map of each patch plus a bias) absorbs that exactly: its kernel is scaled per input
-    channel, and the constant term, summed over the patch, moves into its bias. A patch embedding without a bias
-    (CLIP's) adds that constant to every patch token, as the patch rows of the learned position embedding do: it
-    moves there instead (`num_patches`, the last rows of the table), and the model keeps no patch bias.
-    """
-    mean = np.asarray(mean, np.float64)
-    std = np.asarray(std, np.float64)
-    if is_contract_normalisation(mean, std):
-        return params
-    if "conv_root/kernel" in params:
-        raise CheckpointError(
-            f"{source!r} is a hybrid ViT trained with mean={mean.tolist()}, std={std.tolist()}: its ResNet stem "
-            f"(SAME padding, weight standardisation) cannot absorb the change to keras-vit's [-1, 1] inputs. "
-            f"Normalise its inputs as it was trained instead."
-        )
-    kernel = np.asarray(params["embedding/kernel"], np.float64)  # (P, P, C, D)
-    gain = np.asarray(CONTRACT_MEAN) / std  # 0.5 / std
-    shift = (np.asarray(CONTRACT_MEAN) - mean) / std
-    out = dict(params)
-    out["embedding/kernel"] = (kernel * gain[None, None, :, None]).astype(np.float32)
-    constant = np.einsum("hwcd,c->d", kernel, shift)
-    if "embedding/bias" in params:
-        out["embedding/bias"] = (np.asarray(params["embedding/bias"], np.float64) + constant).astype(np.float32)
-        return out
-    if POSEMB_KEY not in params or not num_patches:
-        raise CheckpointError(
-            f"{source!r} has no patch-embedding bias and no learned position embedding to absorb the change from "
-            f"mean={mean.tolist()}, std={std.tolist()} to keras-vit's [-1, 1] inputs; normalise its inputs instead."
-        )
-    posemb = np.array(params[POSEMB_KEY], np.float64)
-    posemb[:, -num_patches:] += constant
-    out[POSEMB_KEY] = posemb.astype(np.float32)
-    return out
-
-
-def model_params(model):
-    """The model's weights as {original key: numpy array}."""
-    # float32 whatever the dtype policy: every format here stores float32 (bfloat16 has no numpy/.npz type).
-    return {key: np.asarray(variable.numpy(), np.float32) for key, variable in checkpoint_variables(model).items()}
-
-
-def save_pretrained(model, folder, format="timm"):
-    """Writes the model in another library's published layout.
+def from_pretrained(source, **overrides):
+    """Builds the model a checkpoint describes and loads it.
 
     Args:
-        model: a `VisionTransformer`.
-        folder: the output folder (created); for "npz", a path ending in `.npz` is the file itself, else the
-            file is `folder/model.npz`.
-        format: "timm" (config.json + model.safetensors), "transformers" (config.json + model.safetensors +
-            preprocessor_config.json), "keras_hub" (a preset folder: config.json, model.weights.h5, metadata.json,
-            and task.json + task.weights.h5 with a head) or "npz" (the original vit_jax layout, which `load_npz`
-            reads).
-
-    The written configs state mean = std = 0.5, keras-vit's contract, which the weights already fit.
+        source: a catalogue name (`python -m keras_vit.weights list`), a Hub id (`hf://timm/NAME`,
+            `hf://google/vit-...`, a keras-hub preset repo), a URL (`https://`, `gs://`), or a local `.npz` file or
+            folder in timm, transformers or keras-hub layout. Downloads happen once, into the caches.
+        **overrides: any `ViTConfig` field (`image_size=384` interpolates the position embeddings;
+            `num_classes=10` starts a zero-initialised head, with a warning, as `load_npz` does), `name`,
+            `class_names`, and `resize_method` ("zoom", "bilinear", "bicubic") for the position embeddings.
+            `naflex=True` builds a `NaFlexViT` (SigLIP 2 NaFlex: patch sequences of any aspect ratio) from a
+            SigLIP-style checkpoint, with `max_num_patches` (N); a transformers `siglip2` or timm `naflexvit_*`
+            folder builds one by default (`naflex=False`: the fixed-resolution `VisionTransformer` instead).
 
     Returns:
-        The path written (the folder, or the `.npz` file).
+        A `VisionTransformer` (or `NaFlexViT`) taking images in [-1, 1], with `model.class_names` when the
+        checkpoint names its classes. The checkpoint's own normalisation is folded into the patch embedding
+        (module docstring of keras_vit/weights/model_io.py).
 
     Raises:
-        CheckpointError: a model the chosen layout cannot hold (e.g. "npz" for a hybrid with resnet_norm="timm").
+        FileNotFoundError: a source that is no path, URL, Hub id or catalogue name (with the closest names).
+        keras_vit.weights.download.DownloadError: a failed download (names the URL and where to place the file).
+        CheckpointError: unreadable source, unknown folder layout, or weights that do not fit the overrides; a
+            local file that cannot be what its name says is refused before Keras is imported.
     """
-    if format not in FORMATS:
-        raise ValueError(f"Unknown format {format!r}; use one of {FORMATS}.")
-    config = getattr(model, "config", None)
-    if config is None:
-        raise TypeError(f"save_pretrained needs a keras_vit VisionTransformer; received {type(model).__name__}.")
-    if format == "npz":
-        _check_npz_writable(config)
-    params = model_params(model)
-    folder = os.fspath(folder)
-    class_names = getattr(model, "class_names", None)
-    if format == "timm":
-        return timm.write(folder, params, config, class_names)
-    if format == "transformers":
-        return transformers.write(folder, params, config, class_names)
-    if format == "keras_hub":
-        return keras_hub.write(folder, params, config, class_names)
-    path = folder if folder.endswith(".npz") else os.path.join(folder, "model.npz")
+    check_source(source)
+    from keras_vit.weights import model_io
 
-    def write(f):
-        np.savez(f, **params)
-
-    return files.atomic_write(path, write)
-
-
-def _check_npz_writable(config):
-    """One line for a model whose options the original `.npz` layout cannot record."""
-    if config.resnet_layers is not None and config.resnet_norm == "timm":
-        # The file holds arrays only: load_npz (and vit_jax itself) would build the stem with vit_jax's constants.
-        raise CheckpointError(
-            "The .npz layout cannot record resnet_norm='timm': read back (by load_npz or vit_jax), its ResNet stem "
-            "would use vit_jax's constants (kernels / (std + 1e-5), GroupNorm epsilon 1e-6) instead of timm's "
-            "(sqrt(var + 1e-8), 1e-5). Save it in timm's layout: save_pretrained(model, folder, format='timm')."
-        )
+    return model_io.load_pretrained(source, **overrides)

@@ -1,16 +1,5 @@
-"""`fetch(source)`: a catalogue name, URL, Hub id or local path -> a local file or folder, downloading if needed.
-
-- a catalogue name or alias (`vit_base_patch16_224.orig_in21k`, `ViT-B_16`, `imagenet21k/ViT-B_16.npz`) -> its
-  `.npz`, from the public bucket over https into the cache (keras_vit/weights/download.py);
-- `https://...` / `http://...` -> that file, into the cache;
-- `gs://BUCKET/OBJECT` -> over `https://storage.googleapis.com/BUCKET/OBJECT` into the cache (public buckets need no
-  credentials and no TensorFlow); a private object (HTTP 401/403) is read through `tf.io.gfile` when TensorFlow is
-  installed;
-- `hf://ORG/NAME[@REVISION]` -> the repo's files through `huggingface_hub` into the Hub's own cache (HF_HOME,
-  HF_HUB_CACHE, HF_ENDPOINT and HF_HUB_OFFLINE are read at call time) -> the local snapshot folder;
-- an existing local file or folder, or another `tf.io.gfile` URL (`ram://`, `s3://`) -> itself.
-Nothing here imports TensorFlow or Keras.
-"""
+"""`fetch(source)`: a catalogue name, `https://`, `gs://`, `hf://ORG/NAME[@REVISION]` or a local path -> a local file
+or folder, downloading into a cache if needed. Imports no TensorFlow or Keras."""
 
 import dataclasses
 import importlib.util
@@ -35,7 +24,7 @@ class Fetched:
     """A fetched source: `path` (a local file or folder) and its catalogue `entry` (None when not a catalogue name)."""
 
     path: str
-    entry: catalogue.Checkpoint | None = None
+    entry: catalogue.Entry | None = None
     source: str = ""
 
 

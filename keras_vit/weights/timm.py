@@ -1,12 +1,5 @@
-"""timm's ViT folders (`config.json` + `model.safetensors`, as on the Hub's `timm/` repos), in and out.
-
-timm's `VisionTransformer` differs from the original layout in names, in PyTorch's (out, in) Linear and OIHW conv
-layouts and in one fused `attn.qkv` Linear whose rows are q, k, v (`timm_layout.py` converts the tensors). Its
-relatives (DeiT's `VisionTransformerDistilled`, DeiT-III, DINOv2 with or without registers, CLIP and SigLIP image
-towers, `global_pool='avg'` with `fc_norm`) map to `ViTConfig` options; what the tensors do not show comes from
-`model_args`, else from the architecture name as `timm.create_model` would: the number of heads, the activation
-(`*_quickgelu_*`: QuickGELU) and CLIP's LayerNorm epsilon (`*_clip_*`: 1e-5, PyTorch's default).
-"""
+"""timm's ViT folders (`config.json` + `model.safetensors`) and their relatives (DeiT, DINOv2, CLIP and SigLIP towers),
+in and out; what the tensors do not show comes from `model_args` or the architecture name."""
 
 import os
 import re
@@ -16,7 +9,7 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.models import ViTConfig
-from keras_vit.weights import timm_hybrid, timm_layout
+from keras_vit.weights import timm_architectures, timm_eva, timm_hybrid, timm_layout
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -62,7 +55,15 @@ def read(folder):
     args = cfg.get("model_args") or {}
     pretrained = cfg.get("pretrained_cfg") or {}
     arch = str(cfg.get("architecture", ""))
-    act = args.get("act_layer", "quick_gelu" if "quickgelu" in arch else None)
+    try:
+        family = timm_architectures.family(arch)
+    except ValueError as err:
+        raise CheckpointError(f"{folder!r}: {err}; it cannot be loaded.") from None
+    if family in ("eva", "aimv2"):  # DINOv3, EVA-02, Perception Encoder, AIMv2: the architecture table's options
+        params, options = timm_eva.read(folder, cfg, state, arch)
+        return _checkpoint(cfg, params, options, folder)
+    siglip = timm_architectures.SIGLIP.get(arch, (None, None))
+    act = args.get("act_layer", siglip[1] or ("quick_gelu" if "quickgelu" in arch else None))
     if act not in _ACT:
         raise CheckpointError(
             f"{folder!r} uses act_layer={act!r}; keras-vit has {sorted(a for a in _ACT if a)} (GELU and QuickGELU)."
@@ -70,7 +71,8 @@ def read(folder):
     if "patch_embed.proj.weight" not in state:
         raise CheckpointError(f"{folder!r} ({arch}) is not a timm ViT: it has no patch_embed.proj.weight.")
     hidden = int(state["patch_embed.proj.weight"].shape[0])
-    params = timm_layout.to_original(state, _num_heads(args, arch, hidden, folder), source=folder)
+    heads = _num_heads({"num_heads": siglip[0], **args} if siglip[0] else args, arch, hidden, folder)
+    params = timm_layout.to_original(state, heads, source=folder)
     grid = _grid(args, pretrained, params, state, folder)
     options = infer_options(params, source=folder, grid=grid)
     if "conv_root/kernel" in params:
@@ -84,6 +86,12 @@ def read(folder):
             f"{folder!r}: global_pool={pool!r} but attn_pool tensors are {'absent' if pool == 'map' else 'present'}."
         )
     options.update(pooling=_POOLS[pool], gelu=_ACT[act], layer_norm_epsilon=1e-5 if "_clip_" in arch else 1e-6)
+    return _checkpoint(cfg, params, options, folder)
+
+
+def _checkpoint(cfg, params, options, folder):
+    """The `Checkpoint` of a timm folder: its class names when they fit the head, its mean and std."""
+    pretrained = cfg.get("pretrained_cfg") or {}
     names = cfg.get("label_names")
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names, key=int)]
@@ -153,6 +161,8 @@ def _grid(args, pretrained, params, state, folder):
 def write(folder, params, config, class_names=None):
     """Writes a timm folder that `timm.create_model(cfg["architecture"], pretrained=True, **cfg["model_args"],
     pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=folder + "/model.safetensors"))` loads."""
+    if timm_architectures.is_extended(config):  # DINOv3, EVA-02, PE, AIMv2: timm's Eva / AIMv2 layouts
+        return _write_eva(folder, params, config, class_names)
     _check_writable(config)
     architecture, epsilon = _architecture(config)
     if abs(config.layer_norm_epsilon - epsilon) > 1e-9:
@@ -172,6 +182,28 @@ def write(folder, params, config, class_names=None):
     files.makedirs(folder)
     state = timm_layout.from_original(params, config.num_heads)
     write_safetensors(os.path.join(folder, "model.safetensors"), state)
+    write_json(os.path.join(folder, "config.json"), cfg)
+    return folder
+
+
+def _write_eva(folder, params, config, class_names=None):
+    """Writes a timm folder (config.json + model.safetensors) that `timm.create_model(cfg["architecture"],
+    **cfg["model_args"])` builds and loads."""
+    name, args = timm_architectures.architecture(config)
+    kw = timm_architectures.kwargs_for(name, args)
+    if abs(config.layer_norm_epsilon - kw["norm_eps"]) > 1e-12:
+        raise CheckpointError(
+            f"timm's {name} uses norm epsilon {kw['norm_eps']:g}; this model uses {config.layer_norm_epsilon:g}, "
+            f"which its timm layout cannot state. Save it as 'npz' (or with model.save)."
+        )
+    cfg = dict(
+        architecture=name, num_classes=config.num_classes, num_features=config.hidden_size,
+        global_pool=args["global_pool"], model_args=args, pretrained_cfg=_pretrained_cfg(config),
+    )  # fmt: skip
+    if class_names:
+        cfg["label_names"] = list(class_names)
+    files.makedirs(folder)
+    write_safetensors(os.path.join(folder, "model.safetensors"), timm_eva.from_original(params, config, kw))
     write_json(os.path.join(folder, "config.json"), cfg)
     return folder
 

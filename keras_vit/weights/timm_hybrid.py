@@ -1,11 +1,5 @@
-"""timm's hybrid layout (`timm/models/vision_transformer_hybrid.py`) <-> the original vit_jax stem keys.
-
-timm builds the hybrids' CNN as `patch_embed.backbone`: a `ResNetV2(preact=False, stem_type='same')` whose root is
-`stem.conv` / `stem.norm` and whose bottleneck units are `stages.{s}.blocks.{u}.{conv,norm}{1,2,3}` with the
-projection shortcut `downsample.{conv,norm}` on a stage's first unit; with no stages (`vit_tiny_r_s16_p8_*`) the
-backbone is the root alone, `conv` / `norm`. `patch_embed.proj` is the patch embedding on the feature map (1x1 for
-the R50 and R26 models, 8x8 for the root-only ones). The names and the stage tables below are timm's (1.0).
-"""
+"""timm's hybrid layout (`timm/models/vision_transformer_hybrid.py`: a ResNetV2 as `patch_embed.backbone`) <-> the
+original vit_jax stem keys; names and stage tables as timm 1.0 has them."""
 
 import re
 

@@ -1,10 +1,5 @@
-"""timm's `VisionTransformer` / `VisionTransformerDistilled` tensors <-> the original vit_jax key layout.
-
-Beyond the paper's ViT: LayerScale (`blocks.{i}.ls1.gamma`, `ls2.gamma`), register tokens (`reg_token`), DeiT's
-distillation token and head (`dist_token`, `head_dist`), CLIP's pre-norm (`norm_pre`) and bias-free patch
-embedding, the norm after pooling (`fc_norm`) and the attention-pooling head (`attn_pool.*`, big_vision's
-`MAPHead`). The position embedding is kept as stored: without a class row when `no_embed_class` (a model option).
-"""
+"""timm's `VisionTransformer` / `VisionTransformerDistilled` tensors <-> the original vit_jax key layout, with
+LayerScale, register and distillation tokens, CLIP's pre-norm, `fc_norm` and the attention-pooling head."""
 
 import os
 

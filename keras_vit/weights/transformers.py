@@ -1,13 +1,5 @@
-"""Hugging Face transformers' ViT folders (`config.json`, `model.safetensors`, `preprocessor_config.json`), in and out.
-
-The ViT relatives (Dinov2, Dinov2 with registers, CLIP and SigLIP image towers, DeiT with its distillation head)
-are converted by `transformers_families.py`; this module reads their configs and writes their folders too.
-
-Two ViT layouts: `ViTForImageClassification` (a `vit.` prefix and a `classifier` head on the class token) and
-`ViTModel` (no prefix; the `google/vit-*-in21k` repos), whose `pooler.dense` + tanh on the class token is the
-paper's `pre_logits`. Query, key and value are separate (out, in) Linears; the config states the LayerNorm
-epsilon (default 1e-12) and the GELU form (default exact).
-"""
+"""Hugging Face transformers' ViT folders (`ViTForImageClassification`, `ViTModel`), in and out; the relatives'
+keys are `transformers_families.py`'s."""
 
 import os
 import re
@@ -16,6 +8,7 @@ import numpy as np
 
 from keras_vit import files
 from keras_vit.weights import transformers_families as families
+from keras_vit.weights import transformers_families2 as families2
 from keras_vit.weights.checkpoint import (
     CONTRACT_MEAN,
     CONTRACT_STD,
@@ -56,19 +49,22 @@ _BLOCK = {
 
 
 def is_transformers_folder(folder):
+    """A config.json naming a `model_type`: transformers' mark, so `read` refuses a type it does not know by name
+    (before anything else the folder holds, a stray `.npz` say, is taken for the checkpoint)."""
     path = os.path.join(folder, "config.json")
-    known = ("vit", "vit-hybrid", *families.FAMILIES, *families.DUAL_ENCODERS)
-    return files.exists(path) and read_json(path).get("model_type") in known
+    return files.exists(path) and "model_type" in read_json(path)
 
 
 def read(folder):
     """A transformers ViT folder -> `Checkpoint`."""
     cfg = read_json(os.path.join(folder, "config.json"))
     model_type = cfg.get("model_type")
-    if model_type != "vit" and model_type not in families.FAMILIES and model_type not in families.DUAL_ENCODERS:
+    known = (*families.FAMILIES, *families2.FAMILIES2)
+    if model_type != "vit" and model_type not in known and model_type not in families.DUAL_ENCODERS:
         raise CheckpointError(
             f"{folder!r} is a transformers {model_type!r} model; keras-vit reads model_type 'vit', "
-            f"{', '.join(repr(k) for k in families.FAMILIES)} and the image towers of 'clip' and 'siglip'."
+            f"{', '.join(repr(k) for k in known)} and the image towers of "
+            f"{', '.join(repr(k) for k in families.DUAL_ENCODERS)}."
         )
     weights = os.path.join(folder, "model.safetensors")
     if not files.exists(weights):
@@ -80,6 +76,9 @@ def read(folder):
     if model_type in families.DUAL_ENCODERS:
         cfg, state = families.vision_tower(cfg, state)
         model_type = cfg["model_type"]
+    if model_type in families2.FAMILIES2:
+        params = families2.to_original(state, model_type, int(cfg["num_attention_heads"]), source=folder)
+        return _checkpoint(folder, params, families2.read_options(folder, cfg, params), cfg)
     act = cfg.get("hidden_act", "gelu")
     if act not in _ACT:
         raise CheckpointError(f"{folder!r} uses hidden_act={act!r}; keras-vit has GELU only ({sorted(_ACT)}).")
@@ -217,10 +216,17 @@ def write(folder, params, config, class_names=None):
     `ViTModel.from_pretrained(folder)` (without one; its pooler is the model's `pre_logits`, if any); a ViT
     relative goes to its family's layout (`Dinov2Model`, `CLIPVisionModel`, `SiglipVisionModel`,
     `DeiTForImageClassificationWithTeacher`)."""
+    model_type = families2.model_type_for(config)
+    if model_type is not None:
+        families2.check_writable(model_type, config)
+        state = families2.from_original(params, model_type, config)
+        return _write_folder(
+            folder, state, families2.hf_config(model_type, config), config, families2.PROCESSORS2[model_type]
+        )
     model_type = families.model_type_for(config)
     if model_type is not None:
         families.check_writable(model_type, config)
-        state = families.from_original(params, model_type, config.num_heads)
+        state = families.from_original(params, model_type, config)
         cfg = families.hf_config(model_type, config, class_names)
         return _write_folder(folder, state, cfg, config, families.PROCESSORS[model_type])
     if config.resnet_layers is not None or not config.class_token or config.pooling != "token":

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from keras_vit.weights import timm_layout
+from keras_vit.weights import timm_layout, transformers_families2
 from keras_vit.weights.loading import CheckpointError
 
 _VIT_BLOCK = {
@@ -30,6 +30,8 @@ _DINO_BLOCK = {
     "attention.output.dense": "attn.proj",
     "layer_scale1.lambda1": "ls1.gamma",
     "layer_scale2.lambda1": "ls2.gamma",
+    "mlp.fc1_g": "mlp.fc1_g",  # SwiGLU (use_swiglu_ffn=True), once `transformers_families2.unpack_swiglu` split it
+    "mlp.fc1_x": "mlp.fc1_x",
 }
 _CLIP_BLOCK = {
     "layer_norm1": "norm1",
@@ -44,6 +46,13 @@ _DINO_TOP = {
     "embeddings.patch_embeddings.projection": "patch_embed.proj",
     "embeddings.position_embeddings": "pos_embed",
     "layernorm": "norm",
+}
+_CLIP_TOP = {
+    "embeddings.class_embedding": "cls_token",
+    "embeddings.patch_embedding": "patch_embed.proj",
+    "embeddings.position_embedding.weight": "pos_embed",
+    "pre_layrnorm": "norm_pre",
+    "post_layernorm": "norm",
 }
 _SIGLIP_HEAD = {
     "head.probe": "attn_pool.latent",
@@ -72,15 +81,10 @@ FAMILIES = {
         "encoder.layer", _VIT_BLOCK, "attention.attention.{}", "DeiTForImageClassificationWithTeacher",
     ),
     "clip_vision_model": (
-        "vision_model.",
-        {
-            "embeddings.class_embedding": "cls_token",
-            "embeddings.patch_embedding": "patch_embed.proj",
-            "embeddings.position_embedding.weight": "pos_embed",
-            "pre_layrnorm": "norm_pre",
-            "post_layernorm": "norm",
-        },
-        "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "CLIPVisionModel",
+        "vision_model.", _CLIP_TOP, "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "CLIPVisionModel",
+    ),
+    "metaclip_2_vision_model": (
+        "vision_model.", _CLIP_TOP, "encoder.layers", _CLIP_BLOCK, "self_attn.{}_proj", "MetaClip2VisionModel",
     ),
     "siglip_vision_model": (
         "vision_model.",
@@ -113,6 +117,8 @@ def to_timm(state, model_type, *, source):
     state = {k[len(prefix) :] if prefix and k.startswith(prefix) else k: np.asarray(v) for k, v in state.items()}
     for key in _UNUSED:
         state.pop(key, None)
+    if model_type.startswith("dinov2"):
+        state = transformers_families2.unpack_swiglu(state, block_prefix)
     out = {}
     _rename(state, top, "", "", out)
     if "cls_token" in out and out["cls_token"].ndim == 1:  # CLIP's class_embedding (D,)
@@ -176,31 +182,45 @@ def from_timm(state, model_type):
         )
     if state:
         raise CheckpointError(f"No {model_type} counterpart for {sorted(state)[:8]}; save the model in another format.")
-    return out
+    return transformers_families2.pack_swiglu(out) if model_type.startswith("dinov2") else out
 
 
 def to_original(state, model_type, num_heads, *, source):
-    """A family's state dict -> original-layout params (through timm's names)."""
+    """A family's state dict -> original-layout params (through timm's names; Dinov2's SwiGLU through timm_eva's
+    reader, which knows timm's split `fc1_g` / `fc1_x`)."""
     timm_layout.refuse_unsupported(state, source, library="transformers")
-    return timm_layout.to_original(to_timm(state, model_type, source=source), num_heads, source=source)
+    timm_state = to_timm(state, model_type, source=source)
+    if any(".mlp.fc1_g." in key for key in timm_state):
+        from keras_vit.weights import timm_eva
+
+        return timm_eva.to_original(timm_state, num_heads, num_heads, source=source)
+    return timm_layout.to_original(timm_state, num_heads, source=source)
 
 
-def from_original(params, model_type, num_heads):
-    return from_timm(timm_layout.from_original(params, num_heads), model_type)
+def from_original(params, model_type, config):
+    if config.mlp_type == "swiglu":  # Dinov2's SwiGLU: timm's VisionTransformer names (`ls1.gamma`, `qkv.bias`)
+        from keras_vit.weights import timm_eva
+
+        kw = dict(transformers_families2.TIMM_KW, aimv2=True)
+        return from_timm(timm_eva.from_original(params, config, kw), model_type)
+    return from_timm(timm_layout.from_original(params, config.num_heads), model_type)
 
 
-# The dual-encoder repos (openai/clip-*, google/siglip-*): their image tower, under `vision_config` and the
-# `vision_model.` prefix; the text tower and the projections are left out (`pooler_output` is what comes back).
-# Defaults: transformers' CLIPVisionConfig / SiglipVisionConfig, for fields a saved config leaves out.
+# The dual-encoder repos (openai/clip-*, facebook/metaclip-2-*, google/siglip-*): their image tower, under
+# `vision_config` and the `vision_model.` prefix; the text tower and the projections are left out (`pooler_output`
+# is what comes back). Defaults: transformers' CLIPVisionConfig (MetaClip2VisionConfig inherits it) /
+# SiglipVisionConfig, for fields a saved config leaves out.
 DUAL_ENCODERS = {
     "clip": ("clip_vision_model", dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, patch_size=32)),
+    "metaclip_2": ("metaclip_2_vision_model", dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, patch_size=32)),
     "siglip": ("siglip_vision_model", dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, patch_size=16)),
 }
 _TOWER_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
 
 
 def vision_tower(cfg, state):
-    """A CLIPModel / SiglipModel config and state dict -> its image tower's (the families' vision models)."""
+    """A CLIPModel / MetaClip2Model / SiglipModel config and state dict -> its image tower's (the families' vision
+    models)."""
     model_type, defaults = DUAL_ENCODERS[cfg["model_type"]]
     vision = {**_TOWER_DEFAULTS, "image_size": 224, **defaults, **(cfg.get("vision_config") or {})}
     vision["model_type"] = model_type
@@ -208,13 +228,17 @@ def vision_tower(cfg, state):
     return vision, {k: v for k, v in state.items() if k.startswith("vision_model.")}
 
 
-_EPSILON = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "deit": 1e-12, "clip_vision_model": 1e-5}
+_EPSILON = {
+    "dinov2": 1e-6, "dinov2_with_registers": 1e-6, "deit": 1e-12, "clip_vision_model": 1e-5,
+    "metaclip_2_vision_model": 1e-5,
+}  # fmt: skip
 _DINO_HEAD = "a classifier on the class token concatenated with the mean patch token"
 _REFUSED_ARCHITECTURES = {
     "Dinov2ForImageClassification": _DINO_HEAD,
     "Dinov2WithRegistersForImageClassification": _DINO_HEAD,
     "DeiTForImageClassification": "DeiT's class-token-only classifier over a distillation-token model",
     "CLIPVisionModelWithProjection": "CLIP's bias-free visual projection",
+    "MetaClip2VisionModelWithProjection": "CLIP's bias-free visual projection",
 }
 
 
@@ -229,12 +253,20 @@ def read_options(folder, cfg, params):
                 f"{folder!r} is a {name}: {_REFUSED_ARCHITECTURES[name]}, which keras-vit does not build; load the "
                 f"backbone ({FAMILIES[model_type][5]}) instead."
             )
-    if cfg.get("use_swiglu_ffn"):
-        raise CheckpointError(f"{folder!r} uses a SwiGLU MLP (use_swiglu_ffn=True); keras-vit builds GELU MLPs only.")
     size = cfg.get("image_size", 224)
     size = (size, size) if isinstance(size, int) else tuple(size)
     patch = int(cfg.get("patch_size", 16))
+    gate = params.get("Transformer/encoderblock_0/MlpBlock_3/gate/kernel")
+    if bool(cfg.get("use_swiglu_ffn")) != (gate is not None):
+        raise CheckpointError(
+            f"{folder!r}: its config says use_swiglu_ffn={bool(cfg.get('use_swiglu_ffn'))} but its MLP tensors are "
+            f"{'a SwiGLU' if gate is not None else 'a GELU'} MLP's; fix the config or the weights."
+        )
+    if gate is not None:  # SiLU whatever hidden_act says; infer_options reads the width from Dense_0's place
+        params = {**params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": gate}
     options = infer_options(params, source=folder, grid=(size[0] // patch, size[1] // patch))
+    if gate is not None:
+        options["mlp_type"] = "swiglu"
     if model_type == "siglip_vision_model" and "MAPHead_0/probe" not in params:
         options["pooling"] = "gap"  # vision_use_head=False: no pooled output of its own
     options["layer_norm_epsilon"] = float(cfg.get("layer_norm_eps", _EPSILON.get(model_type, 1e-6)))
@@ -269,6 +301,7 @@ def check_writable(model_type, config):
         "dinov2_with_registers": dict(class_token=True, pooling="token", no_embed_class=False, pre_norm=False),
     }[model_type]
     wrong = {k: getattr(config, k) for k, v in expected.items() if getattr(config, k) != v}
+    wrong.update(transformers_families2.newer_options(config, ("mlp_type",) if model_type.startswith("dinov2") else ()))
     if config.gelu not in _GELU_NAMES:
         wrong["gelu"] = config.gelu
     if wrong or config.fc_norm or (model_type != "deit") == bool(config.num_classes):
@@ -307,7 +340,15 @@ def hf_config(model_type, config, class_names):
     )
     if model_type.startswith("dinov2"):
         cfg.update(mlp_ratio=config.mlp_dim / config.hidden_size, layerscale_value=1.0, qkv_bias=True)
-        cfg.update(use_swiglu_ffn=False, drop_path_rate=0.0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        swiglu = getattr(config, "mlp_type", "gelu") == "swiglu"
+        if swiglu:
+            cfg["mlp_ratio"] = transformers_families2.swiglu_mlp_ratio(config.hidden_size, config.mlp_dim)
+        cfg.update(
+            use_swiglu_ffn=swiglu,
+            drop_path_rate=0.0,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         if config.num_registers:
             cfg["num_register_tokens"] = config.num_registers
     else:

@@ -11,6 +11,7 @@ import pytest
 from benchmarks import coordinator, provenance, report, summary
 from keras_vit.models import flops
 from tests import support
+from tests.support.reports import fake_report
 
 ROOT = str(support.ROOT)
 
@@ -23,15 +24,6 @@ def test_forward_flops_match_a_hand_count_of_vit_ti16():
     assert flops.vit_forward_flops(224, 16, 192, 12, 768, 1000) == expected
     assert abs(expected / 1e9 - 2.51) < 0.01  # the figure the issue quotes
     assert flops.training_flops(expected) == 3 * expected
-
-
-def _fake_report(rounds):
-    return {
-        "spec": {"batch": 32},
-        "flops": {"forward_per_image": 2.5e9, "train_per_image": 7.5e9},
-        "implementations": {"keras-vit": {"tflite": {"full_int8": {"top1_agreement": 1.0}}}},
-        "rounds": rounds,
-    }
 
 
 def test_ratios_are_taken_per_round_and_targets_use_the_fastest_keras_vit_form():
@@ -57,7 +49,7 @@ def test_ratios_are_taken_per_round_and_targets_use_the_fastest_keras_vit_form()
          "tflite/float32": {"keras-vit": 28.0, "keras-hub": 30.0},
          "tflite/int8_matmul": {"keras-vit": 12.0, "keras-hub": 80.0}},
     ]  # fmt: skip
-    rep = _fake_report(rounds)
+    rep = fake_report(rounds)
     summary.summarise(rep)
     assert rep["ratios"]["train/float32"]["keras-vit/keras-hub"] == {"median": 1.5, "min": 1.5, "max": 1.5,
                                                                      "rounds": [1.5, 1.5]}  # fmt: skip
@@ -167,7 +159,7 @@ def test_readme_table_is_rewritten_between_the_markers_only(tmp_path):
                "train/float32+xla": {"keras-vit-jax": 29.0}},
               {"train/float32": {"keras-vit": 31.0, "keras-hub": 18.0, "timm": 40.0},
                "train/float32+xla": {"keras-vit-jax": 36.0}}]  # fmt: skip
-    rep = _fake_report(rounds)
+    rep = fake_report(rounds)
     summary.summarise(rep)
     rep.update(settings={"variant": "Ti/16", "image_size": 224, "rounds": 3}, wall_seconds=600.0,
                command="python -m benchmarks --readme docs/performance.md",
@@ -392,11 +384,12 @@ def _dense_model():
 
 def test_the_benchmark_converts_through_the_exporters_converter(monkeypatch):
     """benchmarks/tflite.py times the conversion `python -m export` ships: every mode it times goes through
-    export.tflite.convert_frozen (under the exporter's name for the mode), with the model-space calibration."""
+    export.tflite.converter.convert_frozen (under the exporter's name for the mode), with the model-space
+    calibration."""
     import numpy as np
 
     from benchmarks import tflite
-    from export import tflite as export_tflite
+    from export.tflite import converter as export_tflite
 
     calls = []
 
@@ -422,7 +415,7 @@ def test_the_benchmarks_float32_file_is_the_exporters():
     import numpy as np
 
     from benchmarks import tflite
-    from export import tflite as export_tflite
+    from export.tflite import converter as export_tflite
 
     model = _dense_model()
     flatbuffer = tflite.convert(model, (4, 4, 3), "float32")

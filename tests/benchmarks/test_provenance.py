@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from benchmarks import provenance, readme, report, summary
-from tests.benchmarks.test_benchmarks import _fake_report
+from tests.support.reports import fake_report
 
 
 def _git(root, *args):
@@ -45,7 +45,7 @@ def test_outside_a_checkout_or_without_git_the_commit_is_unknown(tmp_path, monke
 
 
 def test_the_tables_print_one_commit_or_each_phases():
-    rep = _fake_report([{"train/float32": {"keras-vit": 30.0, "keras-hub": 20.0}}])
+    rep = fake_report([{"train/float32": {"keras-vit": 30.0, "keras-hub": 20.0}}])
     summary.summarise(rep)
     rep["implementations"] = {"keras-vit": {"available": True}, "keras-hub": {"available": True}}
     rep.update(settings={"variant": "Ti/16", "image_size": 224, "rounds": 1, "threads": 2}, wall_seconds=60.0,

@@ -7,7 +7,7 @@ import pytest
 import export
 import keras_vit
 from export.__main__ import main as cli
-from export.verify import BUDGETS, check_budget, compare
+from export.kinds.classifier import BUDGETS, check_budget, compare
 from tests.support import export_fixtures as fx
 
 
@@ -42,9 +42,9 @@ def test_probability_budget_uses_the_logit_scale():
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 30, (200, 10))
     delta = rng.uniform(-1e-3, 1e-3, logits.shape)
-    moved = np.abs(export.verify.softmax(logits + delta) - export.verify.softmax(logits)).max(-1)
+    moved = np.abs(export.kinds.classifier.softmax(logits + delta) - export.kinds.classifier.softmax(logits)).max(-1)
     assert np.all(moved <= 0.5 * np.abs(delta).max(-1) + 1e-12)
-    figures = compare(export.verify.softmax(logits + delta), logits, output="probabilities")
+    figures = compare(export.kinds.classifier.softmax(logits + delta), logits, output="probabilities")
     assert figures["logit_scale"] == pytest.approx(np.abs(logits).max())
     assert figures["max_rel_probability_diff"] == pytest.approx(
         figures["max_abs_probability_diff"] / np.abs(logits).max()

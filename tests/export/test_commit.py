@@ -5,8 +5,6 @@ itself at the Nth point when KERAS_VIT_EXPORT_KILL_AT=N, so the points are deter
 check what is in view at that moment, then run the export again and compare with an uninterrupted run.
 """
 
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -19,37 +17,13 @@ import numpy as np
 import pytest
 
 import export
-from export import commit, kinds
-from export.formats import owned_names
+from export import commit
 from keras_vit import files
 from tests import support
 from tests.support import export_fixtures as fx
+from tests.support.export_sets import check_complete, expected, stage_and_commit, tree
 
 ROOT = support.ROOT
-
-
-def tree(folder):
-    """{relative path with "/": sha256} of every file under a local directory or URL."""
-    folder = os.fspath(folder)
-    if not files.exists(folder):
-        return {}
-    return {
-        files.relpath(p, folder).replace(os.sep, "/"): hashlib.sha256(files.read_bytes(p)).hexdigest()
-        for p in files.walk(folder)
-    }
-
-
-def check_complete(folder):
-    """Asserts `folder` holds exactly report.json and the files it lists, with the listed checksums; returns
-    {name: sha256} of the listed files."""
-    found = tree(folder)
-    report = json.loads(files.read_text(files.join(folder, "report.json")))
-    listed = {name: entry["sha256"] for name, entry in report["files"].items()}
-    assert set(found) == set(listed) | {"report.json"}, (sorted(found), sorted(listed))
-    assert {name: found[name] for name in listed} == listed
-    for name, entry in report["files"].items():
-        assert files.size(files.join(folder, *name.split("/"))) == entry["bytes"]
-    return listed
 
 
 @pytest.fixture(scope="module")
@@ -111,35 +85,9 @@ def test_an_output_directory_with_other_files_is_refused(tiny, tmp_path, capsys)
 
 # --- The commit protocol on its own, killed at every point, on all three paths ----------------------------------
 
-# Two complete exports as the pipeline stages them: B has fewer files than A and different bytes where both
-# have a file, so any mix of the two is visible.
-SETS = {
-    "A": {"saved_model/saved_model.pb": b"A graph", "saved_model/variables/variables.index": b"A index",
-          "model_int8.tflite": b"A int8" * 50, "model_float32.tflite": b"A float32" * 50},
-    "B": {"saved_model/saved_model.pb": b"B graph", "model_float32.tflite": b"B float32" * 50},
-}  # fmt: skip
-
-
-def stage_and_commit(out, name, exchange=True):
-    """What export_model does around its artifacts: recover, check, stage (with the report last), commit."""
-    commit.use_exchange = exchange
-    with commit.claim(out) as target:
-        commit.check_target(target, owned_names(kinds.KINDS))
-        staging = commit.staging_dir(target)
-        for rel, data in SETS[name].items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            commit.write_staged(staging / rel, data)
-        report = {"set": name, "files": commit.manifest(staging)}
-        commit.write_staged(staging / "report.json", json.dumps(report).encode())
-        commit.commit(staging, target)
-
-
-def expected(name):
-    return {rel: hashlib.sha256(data).hexdigest() for rel, data in SETS[name].items()}
-
 
 def run_child(out, name, exchange, env):
-    code = f"from tests.export.test_commit import stage_and_commit; stage_and_commit({out!r}, {name!r}, {exchange})"
+    code = f"from tests.support.export_sets import stage_and_commit; stage_and_commit({out!r}, {name!r}, {exchange})"
     # Local paths never import TensorFlow on the numpy backend: a child starts in about a second.
     backend = {} if files.is_remote(out) else {"KERAS_BACKEND": "numpy"}
     return subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env={**os.environ, **backend, **env},
@@ -147,6 +95,7 @@ def run_child(out, name, exchange, env):
 
 
 @pytest.mark.slow  # 2, 3 and 8 killed children of 2-5 s each
+@pytest.mark.process
 @pytest.mark.parametrize("path", ["exchange", "two renames", "url"])
 def test_commit_killed_at_every_point(path, tmp_path, monkeypatch):
     exchange = path == "exchange"
@@ -242,6 +191,7 @@ def test_claim_puts_back_a_set_moved_aside(tmp_path):
 
 
 @pytest.mark.slow  # five killed exports in subprocesses (~8 s each) and their reruns: ~60 s
+@pytest.mark.process
 def test_export_killed_at_every_point_then_rerun(tiny, tmp_path):
     root, _ = tiny
     out = tmp_path / "work" / "export"

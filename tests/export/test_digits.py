@@ -16,7 +16,7 @@ import pytest
 
 import export
 from export.__main__ import main as cli
-from tests.support.numerics import assert_top1_matches
+from tests.support.numerics import UINT8_ROUNDING_RTOL, assert_top1_matches
 
 pytestmark = pytest.mark.slow  # uses the main job's training run (~2 min on 2 cores)
 
@@ -113,8 +113,8 @@ def flatbuffer_ops(path):
 
 def test_the_digits_model_learned(digits):
     assert digits.metrics["top1"] >= 0.93
-    # The trainer's evaluation and this predict are two float32 code paths: an image on the decision boundary may flip.
-    assert_top1_matches(digits.keras_logits, digits.labels, digits.metrics["top1"])
+    # The trainer evaluated the float images these uint8 samples round: an image near the decision boundary may flip.
+    assert_top1_matches(digits.keras_logits, digits.labels, digits.metrics["top1"], rtol=UINT8_ROUNDING_RTOL)
 
 
 def test_export_wrote_every_artifact_and_passed(digits):

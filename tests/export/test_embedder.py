@@ -1,4 +1,5 @@
-"""Image embedders on device (export/embedder.py): head-less models exported as TFLite feature vectors that
+"""Image embedders on device (export/tflite/converter.py: `convert_embedder`): head-less models exported as TFLite
+feature vectors that
 MediaPipe Tasks' `ImageEmbedder` loads unchanged.
 
 References are independent of export/: the Keras model's own features, numpy for cosines and norms, and MediaPipe
@@ -13,8 +14,10 @@ from mediapipe.tasks.python.vision import ImageEmbedder, ImageEmbedderOptions
 from PIL import Image as PILImage
 
 import export
-from export import embedder, metadata
 from export.__main__ import main as cli
+from export.kinds import embedder
+from export.tflite import metadata
+from export.tflite.converter import convert_embedder
 
 # The fast module's modes. Full-integer int8 of a random network calibrated on noise keeps a cosine of only ~0.89
 # (measured), below its budget; int8 is checked on the trained digits model (the slow test below).
@@ -146,7 +149,7 @@ def test_l2_normalised_embedder_and_pre_logits(tiny, tmp_path):
 
     model, pixels, _, _ = tiny
     path = tmp_path / "unit.tflite"
-    path.write_bytes(embedder.convert(model, "float32", l2_normalize=True))
+    path.write_bytes(convert_embedder(model, "float32", l2_normalize=True))
     vectors = mediapipe_embed(path, pixels[:6])
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-5)
     reference = keras_features(model, pixels[:6])
@@ -155,7 +158,7 @@ def test_l2_normalised_embedder_and_pre_logits(tiny, tmp_path):
     # A head-less model with a pre_logits layer: its 16 tanh outputs are the vector.
     keras.utils.set_random_seed(1)
     with_pre_logits = keras_vit.create_model("testing", num_classes=0, representation_size=16)
-    path.write_bytes(embedder.convert(with_pre_logits, "float32"))
+    path.write_bytes(convert_embedder(with_pre_logits, "float32"))
     vectors = mediapipe_embed(path, pixels[:6])
     assert vectors.shape == (6, 16) and np.abs(vectors).max() <= 1.0
     assert cosine(vectors, keras_features(with_pre_logits, pixels[:6])).min() >= 0.9999
@@ -168,7 +171,7 @@ def test_feature_model_cuts_the_head_off_a_classifier():
 
     keras.utils.set_random_seed(2)
     classifier = keras_vit.create_model("testing", num_classes=5)
-    headless = embedder.feature_model(classifier)
+    headless = embedder.headless_model(classifier)
     assert headless.config.num_classes == 0 and embedder.is_feature_model(headless)
     assert not embedder.is_feature_model(classifier)
     x = np.random.default_rng(3).uniform(-1, 1, (4, 32, 32, 3)).astype(np.float32)
@@ -207,7 +210,7 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
 
     workdir = digits_main_job.workdir
     classifier = keras.saving.load_model(workdir / "model.keras", compile=False)
-    model = embedder.feature_model(classifier)
+    model = embedder.headless_model(classifier)
     with np.load(workdir / "samples" / "heldout.npz") as held, np.load(workdir / "samples" / "calibration.npz") as c:
         pixels, calibration = held["images"], c["images"]
     source = export.ExportSource(model, representative_images=calibration, heldout=(pixels, None))
@@ -220,6 +223,6 @@ def test_digits_embedder_in_every_mode(digits_main_job, tmp_path):
         figures[mode] = (similarity.min(), similarity.mean(), entry["gpu"]["figures"]["min_cosine"])
         assert similarity.min() >= (0.9999 if mode == "float32" else embedder.BUDGETS[mode]["min_cosine"]), mode
         assert entry["gpu"]["verdict"] == "fully accelerated" and entry["gpu"]["within_budget"], entry["gpu"]
-    assert sorted(figures) == sorted(export.tflite.DEFAULT_MODES)  # the opt-in ai-edge-quantizer modes aside
+    assert sorted(figures) == sorted(export.tflite.converter.DEFAULT_MODES)  # the opt-in ai-edge-quantizer modes aside
     assert cosine(reference[:-1], reference[1:]).mean() < 0.5  # trained features tell the digits apart
     print("digits embedder: MediaPipe min / mean cosine with Keras, GPU min cosine:", figures)

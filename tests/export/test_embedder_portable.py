@@ -1,4 +1,5 @@
-"""ONNX and OpenVINO image embedders (export/portable.py `check`, the classifiers' check with the embedder's figures):
+"""ONNX and OpenVINO image embedders (export/interchange/portable.py `check`, the classifiers' check with the
+embedder's figures):
 a head-less model exported once for the module through `export.export_model`, then run with onnxruntime's and
 OpenVINO's own APIs and compared with the Keras features computed here (numpy cosines and norms); the L2-normalised,
 pre_logits and dynamic-image-size forms on one more small conversion."""
@@ -11,13 +12,14 @@ import pytest
 from PIL import Image
 
 import export
-from export import interchange, portable
+from export import interchange
 from export.__main__ import main as cli
+from export.interchange import portable
 
 pytestmark = pytest.mark.slow  # one export of the two formats, one more ONNX conversion (~30 s on 2 cores)
 
 FILES = ("embedder.onnx", "embedder.xml")
-FLOOR = 0.9999  # the float32 cosine budget (export.embedder.BUDGETS["float32"])
+FLOOR = 0.9999  # the float32 cosine budget (export.kinds.embedder.BUDGETS["float32"])
 
 
 @pytest.fixture(scope="module")

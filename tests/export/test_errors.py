@@ -7,18 +7,19 @@ import pytest
 
 import export
 from export.__main__ import main as cli
-from export.runners import KerasRunner, TFLiteRunner
+from export.keras_runner import KerasRunner
+from export.tflite.runner import TFLiteRunner
 from keras_vit import files
+from tests import support
 from tests.support import export_fixtures as fx
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A random "testing"-variant classifier (32 px) saved as .keras with labels beside it."""
+    """A random "testing"-variant classifier (32 px) saved as .keras."""
     root = tmp_path_factory.mktemp("tiny")
     model = fx.random_classifier("testing", head_scale=4.0)
     model.save(root / "model.keras")
-    (root / "labels.txt").write_text("\n".join(f"class_{i}" for i in range(10)) + "\n")
     return root, model
 
 
@@ -46,6 +47,17 @@ def test_a_file_that_is_not_a_model(tmp_path, capsys):
         export.export_path(tmp_path / "missing.keras")
     assert cli([str(junk)]) == 2
     assert "not a .keras archive" in capsys.readouterr().err
+
+
+def test_a_naflex_model_is_refused_in_one_line_with_its_fixed_resolution_form(tmp_path):
+    import keras_vit
+
+    folder = str(support.FIXTURES / "interop_families2" / "hf_siglip2_naflex")
+    with pytest.raises(export.ExportError, match=r"takes patches, mask, grid, not one batch of images.*naflex=False"):
+        export.export_model(keras_vit.from_pretrained(folder), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    fixed = keras_vit.from_pretrained(folder, naflex=False)  # the fix the line names: one NHWC image input
+    assert len(fixed.input_shape) == 4 and fixed.input_shape[-1] == 3
 
 
 def test_a_truncated_keras_file(tiny, tmp_path):
@@ -142,7 +154,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
     assert {"report.json", "model_float32.tflite", "saved_model/saved_model.pb"} <= set(before)
 
     # 1. A verification failure: an impossible budget for float32.
-    monkeypatch.setitem(export.verify.BUDGETS, "float32", {"max_abs_logit_diff": -1.0})
+    monkeypatch.setitem(export.kinds.classifier.BUDGETS, "float32", {"max_abs_logit_diff": -1.0})
     with pytest.raises(export.VerificationError, match="max abs probability diff") as caught:
         export.export_path(root / "model.keras", **options)
     assert "nothing in the output directory was changed" in str(caught.value)
@@ -154,7 +166,7 @@ def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch)
     def explode(*args, **kwargs):
         raise RuntimeError("simulated crash during conversion")
 
-    monkeypatch.setattr(export.tflite, "convert", explode)
+    monkeypatch.setattr(export.tflite.converter, "convert_described", explode)
     with pytest.raises(RuntimeError, match="simulated crash"):
         export.export_path(root / "model.keras", **options)
     assert tree_digest(out) == before

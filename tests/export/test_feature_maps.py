@@ -1,4 +1,5 @@
-"""Feature maps on export (export/kinds/feature_maps.py, export/feature_maps_artifacts.py): a several-output
+"""Feature maps on export (export/kinds/feature_maps.py, export/tflite/converter.py, export/saved_model.py): a
+several-output
 keras_vit.feature_model to SavedModel and TFLite.
 
 Each output is read back by name from the runtime that runs it (LiteRT's interpreter through the file's signature,
@@ -16,10 +17,12 @@ import pytest
 
 import export
 import keras_vit
-from export import feature_maps_artifacts as artifacts
 from export.__main__ import main as cli
+from export.description import describe
 from export.kinds import feature_maps
-from export.runners import SavedModelRunner, TFLiteRunner
+from export.saved_model import SavedModelRunner
+from export.tflite.converter import convert_described
+from export.tflite.runner import TFLiteRunner
 
 GRID = (3, 5)  # 24 x 40 pixels, patch 8: a non-square grid
 BLOCKS = (2, 0)  # out of order: the model's order is not the names' sorted order
@@ -183,7 +186,8 @@ def test_full_integer_int8_misses_what_int8_matmul_keeps(exported):
     calibration = rng.integers(0, 256, (16, 24, 40, 3), dtype=np.uint8)  # the fixture's, drawn again
     x = (pixels.astype(np.float32) - 127.5) / 127.5
     worst = {}
-    for mode, flatbuffer in (("int8", artifacts.convert(features, "int8", calibration)),
+    described = describe(feature_maps, features)
+    for mode, flatbuffer in (("int8", convert_described(features, described, "int8", calibration)),
                              ("int8_matmul", (out / "feature_maps_int8_matmul.tflite").read_bytes())):  # fmt: skip
         figures = feature_maps.compare(TFLiteRunner(flatbuffer, by_signature=True).outputs(x), ref)
         worst[mode] = min(f["min_cosine"] for f in figures.values())

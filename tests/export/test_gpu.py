@@ -1,4 +1,4 @@
-"""The GPU check (export/gpu.py): LiteRT's GPU accelerator run on a Vulkan driver, in a child process.
+"""The GPU check (export/tflite/gpu.py): LiteRT's GPU accelerator run on a Vulkan driver, in a child process.
 
 The driver is SwiftShader from Debian's chromium package, which .ci/run installs (`apt-get install chromium
 libvulkan1`); these tests need it and fail, not skip, without it. References are independent of export/: the Keras
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import export
-from export import gpu, kinds
+from export import kinds
 from export.__main__ import main as cli
+from export.tflite import gpu
 from tests.support import export_fixtures as fx
 
 SWIFTSHADER = "/usr/lib/chromium/vk_swiftshader_icd.json"

@@ -1,5 +1,5 @@
 """A model's own class_names are the labels of its export (TFLite metadata, sidecar, SavedModel assets, report) and
-of `python -m export predict`; a labels.txt beside an older model still works."""
+of `python -m export predict`."""
 
 import json
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import export
-from export import pipeline
+from export import sources
 from export.__main__ import main as cli
-from export.metadata_reader import read_metadata
+from export.tflite.metadata_reader import read_metadata
 from tests.support import export_fixtures as fx
 
 NAMES = [
@@ -80,19 +80,19 @@ def test_predict_without_names_prints_no_name_column(tmp_path):
 
 
 def test_label_sources_in_order(tmp_path):
-    """--labels, else the model's class_names, else labels.txt beside the model (a workdir from before)."""
+    """--labels, else the model's class_names, else none ("0", "1", ...): a labels.txt beside the model is not read."""
     old = tmp_path / "old_workdir"
     old.mkdir()
     fx.random_classifier("testing").save(old / "model.keras")
     (old / "labels.txt").write_text("".join(f"old {i}\n" for i in range(10)))
-    assert pipeline.load_source(old).labels == [f"old {i}" for i in range(10)]
+    assert sources.load_source(old).labels is None
     new = tmp_path / "new_workdir"
     new.mkdir()
     fx.random_classifier("testing", class_names=NAMES).save(new / "model.keras")
     (new / "labels.txt").write_text("".join(f"stale {i}\n" for i in range(10)))
-    assert pipeline.load_source(new).labels == NAMES
+    assert sources.load_source(new).labels == NAMES
     (tmp_path / "given.txt").write_text("".join(f"given {i}\n" for i in range(10)))
-    assert pipeline.load_source(new, labels=tmp_path / "given.txt").labels == [f"given {i}" for i in range(10)]
+    assert sources.load_source(new, labels=tmp_path / "given.txt").labels == [f"given {i}" for i in range(10)]
 
 
 @pytest.mark.parametrize(

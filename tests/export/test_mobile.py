@@ -16,8 +16,8 @@ from mediapipe.tasks.python.core.base_options import BaseOptions
 from mediapipe.tasks.python.vision import ImageClassifier, ImageClassifierOptions
 
 import export
-from export import metadata
 from export.__main__ import main as cli
+from export.tflite import metadata
 from tests.support import export_fixtures as fx
 
 LABELS = [f"class {i}" for i in range(10)]
@@ -156,7 +156,7 @@ def test_predict_reads_labels_and_probabilities_from_metadata(tiny, tmp_path, ca
 def test_uint8_io_model_is_verified_on_raw_pixels(tmp_path, monkeypatch):
     # A random model's full-int8 version disagrees with it on noise (the digits model is checked below);
     # this test is about which figures are reported, so the budget is opened.
-    from export import verify
+    from export.kinds import classifier as verify
 
     monkeypatch.setitem(verify.BUDGETS, "int8", {"max_accuracy_drop": 100.0})
     model = fx.random_classifier("testing", head_scale=4.0)
@@ -190,7 +190,7 @@ def test_mediapipe_classifies_the_main_jobs_models(digits_main_job):
     keras_top1 = model.predict((pixels.astype(np.float32) - 127.5) / 127.5, verbose=0).argmax(-1)
     paths = sorted((workdir / "export").glob("*.tflite"))
     # The default modes (int8_int16 and int4_weights are asked for by name; MediaPipe cannot feed int16 inputs).
-    assert [p.name for p in paths] == [f"model_{m}.tflite" for m in sorted(export.tflite.DEFAULT_MODES)]
+    assert [p.name for p in paths] == [f"model_{m}.tflite" for m in sorted(export.tflite.converter.DEFAULT_MODES)]
     # The uint8-I/O integer model is not part of the main job; apps on integer-only hardware use it.
     with np.load(workdir / "samples" / "calibration.npz") as calibration:
         uint8_io = export.convert_tflite(model, "int8", calibration["images"], int8_io="uint8", labels=labels)
@@ -215,7 +215,7 @@ def test_mediapipe_classifies_the_main_jobs_models(digits_main_job):
 
 
 def test_runner_takes_the_normalisation_from_the_metadata(tiny, monkeypatch):
-    from export.runners import TFLiteRunner
+    from export.tflite.runner import TFLiteRunner
 
     _, raw, _ = tiny
     # A model whose metadata says x / 255 (mean 0, std 255) instead of the project's (x - 127.5) / 127.5.

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import export
-from export import gpu as export_gpu
-from export.runners import KerasRunner, TFLiteRunner
+from export.keras_runner import KerasRunner
+from export.tflite import gpu as export_gpu
+from export.tflite.runner import TFLiteRunner
 from tests.support import export_fixtures as fx
 
 
@@ -37,14 +38,14 @@ def check_report(report, expected_names):
 def test_testing_variant_float32_and_dynamic_int8(tmp_path, capfd, monkeypatch):
     model = fx.random_classifier("testing", head_scale=4.0)
     images = random_images(64, 32)
-    convert = export.tflite.convert
+    convert = export.tflite.converter.convert_described
 
     def convert_printing(*args, **kwargs):  # prints from below Python, as the C++ converter does
         os.write(2, b"converter line on fd 2\n")
         os.write(1, b"converter line on fd 1\n")
         return convert(*args, **kwargs)
 
-    monkeypatch.setattr(export.tflite, "convert", convert_printing)
+    monkeypatch.setattr(export.tflite.converter, "convert_described", convert_printing)
     capfd.readouterr()
     report = export.export_model(
         export.ExportSource(model, heldout=(images, None)), tmp_path,
@@ -153,7 +154,8 @@ def test_tflite_signatures_name_their_outputs():
     `probabilities` / `logits` for a classifier, `embedding` for an embedder, not the frozen graph's output_0."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from export import embedder
+    from export.kinds.embedder import headless_model
+    from export.tflite.converter import convert_embedder
 
     model = fx.random_classifier("testing", head_scale=4.0)
     x = export.to_model_space(random_images(2, 32), (32, 32))
@@ -164,8 +166,8 @@ def test_tflite_signatures_name_their_outputs():
         got = runner(images=x[:1])[output]
         expected = model.predict(x[:1], verbose=0)
         np.testing.assert_allclose(got, softmax(expected) if output == "probabilities" else expected, atol=1e-5)
-    features = embedder.feature_model(model)
-    interpreter = Interpreter(model_content=embedder.convert(features))
+    features = headless_model(model)
+    interpreter = Interpreter(model_content=convert_embedder(features))
     runner = interpreter.get_signature_runner("serving_default")
     assert list(runner.get_output_details()) == ["embedding"]
     np.testing.assert_allclose(runner(images=x[:1])["embedding"], features.predict(x[:1], verbose=0), atol=1e-5)

@@ -16,7 +16,7 @@ import pytest
 
 from export import commit
 from export.errors import ExportError
-from tests.export.test_commit import check_complete, expected, stage_and_commit, tree
+from tests.support.export_sets import check_complete, expected, stage_and_commit, tree
 
 FIXED_PID = 2
 

@@ -12,7 +12,7 @@ import numpy as np
 import keras_vit
 from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, PositionEmbedding, deferred_init
 from keras_vit.weights.loading import POSEMB_KEY
-from keras_vit.weights.pretrained import model_params
+from keras_vit.weights.model_io import model_params
 
 
 def _config(layer):

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 (the loopback fixtures, imported from test_downloads.py, are parameters here)
 """A download is cached only when its content is what its name and catalogue entry say (keras_vit/weights/content.py).
 
 The loopback server of test_downloads.py answers as a captive portal would (200 and an HTML page under the
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from keras_vit.weights import catalogue, download, npz, sources
-from tests.keras_vit.test_downloads import TIMEOUT, _npz_bytes, env, server  # noqa: F401 (the fixtures)
+from tests.support.hosts import TIMEOUT, npz_bytes
 
 PORTAL = b"<!DOCTYPE html>\n<html><head><title>Sign in to the network</title></head><body>Accept</body></html>\n"
 OBJ = "/vit_models/imagenet21k/ViT-B_16.npz"
@@ -44,7 +43,7 @@ def test_a_portal_page_answered_with_200_is_refused_then_the_real_file_is_accept
     assert f"Downloaded {server.url}{OBJ} but it is not the file asked for" in message
     assert "The server answered text/html; charset=utf-8, starting b'<!DOCTYPE html>\\n<html><head>" in message
     # The connection is fixed: the next call downloads afresh (no Range from a kept part) and caches the file.
-    good = _npz_bytes()
+    good = npz_bytes()
     server.state.files[OBJ] = good
     del server.state.types[OBJ]
     path = sources.fetch("ViT-B_16", timeout=TIMEOUT).path
@@ -57,7 +56,7 @@ def test_a_portal_page_answered_with_200_is_refused_then_the_real_file_is_accept
 
 
 def test_a_file_cut_short_with_an_honest_length_is_refused(server, env):
-    good = _npz_bytes(1)
+    good = npz_bytes(1)
     server.state.files[OBJ] = good[: len(good) // 2]
     _refused(server, env, "ViT-B_16", r"not a readable zip archive.*application/octet-stream, starting b'PK")
     server.state.files[OBJ] = good[:-10]  # the directory's end cut off
@@ -65,7 +64,7 @@ def test_a_file_cut_short_with_an_honest_length_is_refused(server, env):
 
 
 def test_a_corrupt_member_is_refused(server, env):
-    good = bytearray(_npz_bytes(2))
+    good = bytearray(npz_bytes(2))
     good[len(good) // 3] ^= 0xFF  # inside the head's data: the zip's directory still reads
     server.state.files[OBJ] = bytes(good)
     _refused(server, env, "ViT-B_16", "fails its CRC-32")
@@ -77,7 +76,7 @@ def test_another_file_under_the_name_is_refused(server, env):
     server.state.files[OBJ] = buffer.getvalue()
     message = _refused(server, env, "ViT-B_16", "an .npz without embedding/kernel")
     assert "it holds weights" in message
-    server.state.files[OBJ] = _npz_bytes(3, classes=1000)  # a fine-tune under the 21k file's name
+    server.state.files[OBJ] = npz_bytes(3, classes=1000)  # a fine-tune under the 21k file's name
     _refused(server, env, "ViT-B_16", r"head is \(4, 1000\), not 21843 classes wide")
     buffer = io.BytesIO()
     np.savez(buffer, **{"embedding/kernel": np.array([object()], dtype=object)})
@@ -89,7 +88,7 @@ def test_a_file_of_the_wrong_size_is_refused_and_the_published_size_is_accepted(
     real = PUBLISHED["vit_base_patch16_224.orig_in21k"]  # the catalogue's own entry, its published size kept
     assert real.size_mib == 393.69 and "vit_jax.ipynb" in real.size_source
     monkeypatch.setitem(catalogue.CATALOGUE, real.name, real)
-    server.state.files[OBJ] = _npz_bytes(4)
+    server.state.files[OBJ] = npz_bytes(4)
     _refused(
         server,
         env,
@@ -97,7 +96,7 @@ def test_a_file_of_the_wrong_size_is_refused_and_the_published_size_is_accepted(
         r"0\.\d\d MiB \(\d+ bytes\), not the published 393\.69 MiB \(vision_transformer vit_jax",
     )
     # A file within the published figure's precision (1 %) is taken.
-    size = len(_npz_bytes(4))
+    size = len(npz_bytes(4))
     monkeypatch.setitem(catalogue.CATALOGUE, real.name, dataclasses.replace(real, size_mib=size / 2**20 * 1.005))
     assert os.path.getsize(sources.fetch("ViT-B_16", timeout=TIMEOUT).path) == size
 

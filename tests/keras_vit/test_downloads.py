@@ -7,10 +7,7 @@ missing file). It counts every request, so a cache hit is shown to make none. Fi
 here, never real weights; every socket has a time-out.
 """
 
-import dataclasses
 import hashlib
-import http.server
-import io
 import json
 import os
 import socket
@@ -24,115 +21,7 @@ import pytest
 
 from keras_vit.weights import catalogue, download, sources
 from tests.conftest import ROOT
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-TIMEOUT = 5.0
-
-
-def _npz_bytes(seed=0, classes=21843, **extra):
-    """A tiny stand-in for a catalogue file: the tensors every ViT .npz holds, a head `classes` wide."""
-    buffer = io.BytesIO()
-    rng = np.random.default_rng(seed)
-    arrays = {
-        "embedding/kernel": rng.normal(size=(2, 2, 3, 4)),
-        "cls": rng.normal(size=(1, 1, 4)),
-        "Transformer/encoder_norm/scale": rng.normal(size=(4,)),
-        "head/kernel": rng.normal(size=(4, classes)).astype("float16"),
-    }
-    np.savez(buffer, **arrays, **extra)
-    return buffer.getvalue()
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    timeout = TIMEOUT  # a client that stops talking cannot hold a server thread
-
-    def log_message(self, *args):  # keep pytest's output clean
-        pass
-
-    def do_HEAD(self):
-        self._answer(body=False)
-
-    def do_GET(self):
-        self._answer(body=True)
-
-    def _answer(self, body):
-        state = self.server.state
-        raw = self.path.split("?", 1)[0]
-        path = urllib.parse.unquote(raw)
-        state.requests.append((self.command, raw, dict(self.headers)))
-        hub = "/resolve/" in path
-        data = state.files.get(path)
-        if data is None:
-            self.send_response(404)
-            if hub:
-                self.send_header("X-Error-Code", "EntryNotFound")
-                self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        start = 0
-        ranged = self.headers.get("Range", "")
-        if ranged.startswith("bytes=") and state.honour_range:
-            start = int(ranged[len("bytes=") :].split("-")[0])
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        else:
-            self.send_response(200)
-        if hub:
-            self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
-        self.send_header("Content-Length", str(len(data) - start))
-        self.send_header("Content-Type", state.types.get(path, "application/octet-stream"))
-        self.end_headers()
-        if not body:
-            return
-        payload = data[start:]
-        if state.delay:  # a slow transfer, so that concurrent clients overlap
-            import time
-
-            time.sleep(state.delay)
-        if path in state.truncate:  # promise the whole file, send half, hang up
-            state.truncate.discard(path)
-            self.wfile.write(payload[: len(payload) // 2])
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        self.wfile.write(payload)
-
-
-class _State:
-    def __init__(self):
-        self.files, self.requests, self.truncate, self.honour_range, self.delay = {}, [], set(), True, 0.0
-        self.types = {}  # path -> Content-Type (default application/octet-stream)
-
-
-@pytest.fixture
-def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.state = _State()
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(TIMEOUT)
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch, server):
-    # The files served here are tiny stand-ins, so the catalogue's published sizes are set aside (a test that
-    # checks sizes puts its entry's back).
-    sizeless = {n: dataclasses.replace(e, size_mib=None, size_source=None) for n, e in catalogue.CATALOGUE.items()}
-    monkeypatch.setattr(catalogue, "CATALOGUE", sizeless)
-    monkeypatch.setenv("KERAS_VIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(catalogue.GCS_ENDPOINT_ENV, server.url)
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    return tmp_path
+from tests.support.hosts import COMMIT, TIMEOUT, hub_files, npz_bytes
 
 
 def _closed_port_url():
@@ -146,7 +35,7 @@ def _closed_port_url():
 
 
 def test_cold_download_then_cache_hit_without_a_request(server, env):
-    data = _npz_bytes()
+    data = npz_bytes()
     server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = data
     fetched = sources.fetch("ViT-B_16", timeout=TIMEOUT)
     expected_path = env / "cache" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
@@ -170,7 +59,7 @@ def test_cold_download_then_cache_hit_without_a_request(server, env):
 
 
 def test_reserved_characters_in_object_names_are_percent_encoded(server, env):
-    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = _npz_bytes(1, classes=1000)
+    server.state.files["/vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz"] = npz_bytes(1, classes=1000)
     path = sources.fetch("vit_base_patch16_224.orig_in21k_ft_in1k", timeout=TIMEOUT).path
     assert path.endswith(os.path.join("vit_models", "imagenet21k+imagenet2012", "ViT-B_16-224.npz"))
     # A raw '+' in a URL path may be read as a space; the bucket's documented form encodes it.
@@ -178,7 +67,7 @@ def test_reserved_characters_in_object_names_are_percent_encoded(server, env):
 
 
 def test_truncated_download_leaves_nothing_at_the_final_path_and_resumes(server, env):
-    data = _npz_bytes(2) * 3
+    data = npz_bytes(2) * 3
     obj = "/vit_models/imagenet21k/ViT-L_16.npz"
     server.state.files[obj] = data
     server.state.truncate.add(obj)
@@ -197,7 +86,7 @@ def test_truncated_download_leaves_nothing_at_the_final_path_and_resumes(server,
 
 
 def test_a_server_that_ignores_range_gets_a_fresh_start(server, env):
-    data = _npz_bytes(3) * 2
+    data = npz_bytes(3) * 2
     obj = "/vit_models/imagenet21k/ViT-B_32.npz"
     server.state.files[obj] = data
     server.state.truncate.add(obj)
@@ -210,7 +99,7 @@ def test_a_server_that_ignores_range_gets_a_fresh_start(server, env):
 
 
 def test_concurrent_fetches_download_once(server, env):
-    server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = _npz_bytes(10)
+    server.state.files["/vit_models/imagenet21k/ViT-B_16.npz"] = npz_bytes(10)
     server.state.delay = 0.5
     results = []
 
@@ -227,18 +116,18 @@ def test_concurrent_fetches_download_once(server, env):
 
 
 def test_wrong_publisher_checksum_is_an_error_and_leaves_nothing(server, env):
-    server.state.files["/files/x.npz"] = _npz_bytes(4)
+    server.state.files["/files/x.npz"] = npz_bytes(4)
     target = env / "x.npz"
     with pytest.raises(download.DownloadError, match="not the publisher's") as err:
         download.download(f"{server.url}/files/x.npz", str(target), sha256="0" * 64, timeout=TIMEOUT)
     assert "\n" not in str(err.value)
     assert not target.exists() and not target.with_name("x.npz.part").exists()
-    right = hashlib.sha256(_npz_bytes(4)).hexdigest()
+    right = hashlib.sha256(npz_bytes(4)).hexdigest()
     assert download.download(f"{server.url}/files/x.npz", str(target), sha256=right, timeout=TIMEOUT) == str(target)
 
 
 def test_recorded_checksum_catches_a_file_changed_in_the_cache(server, env):
-    server.state.files["/vit_models/imagenet21k/ViT-H_14.npz"] = _npz_bytes(5)
+    server.state.files["/vit_models/imagenet21k/ViT-H_14.npz"] = npz_bytes(5)
     path = sources.fetch("ViT-H_14", timeout=TIMEOUT).path
     with open(path, "r+b") as f:
         f.seek(100)
@@ -253,11 +142,11 @@ def test_a_file_placed_by_hand_is_used_without_a_request(server, env):
     path = sources.entry_cache_path(entry)
     os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
-        f.write(_npz_bytes(6))
+        f.write(npz_bytes(6))
     assert sources.fetch("ViT-L_32", timeout=TIMEOUT).path == path
     assert server.state.requests == []
     with open(path + ".sha256") as f:
-        assert f.read().split()[0] == hashlib.sha256(_npz_bytes(6)).hexdigest()
+        assert f.read().split()[0] == hashlib.sha256(npz_bytes(6)).hexdigest()
 
 
 def test_offline_names_the_file_the_url_and_where_to_place_it(env, monkeypatch):
@@ -275,8 +164,8 @@ def test_offline_names_the_file_the_url_and_where_to_place_it(env, monkeypatch):
 
 
 def test_any_url_and_gs_url_land_in_the_cache(server, env):
-    server.state.files["/some/dir/model.npz"] = _npz_bytes(7)
-    server.state.files["/my-bucket/run/ckpt.npz"] = _npz_bytes(8)
+    server.state.files["/some/dir/model.npz"] = npz_bytes(7)
+    server.state.files["/my-bucket/run/ckpt.npz"] = npz_bytes(8)
     path = sources.fetch(f"{server.url}/some/dir/model.npz", timeout=TIMEOUT).path
     assert path == str(env / "cache" / "urls" / f"127.0.0.1_{server.server_address[1]}" / "some" / "dir" / "model.npz")
     gs = sources.fetch("gs://my-bucket/run/ckpt.npz", timeout=TIMEOUT)
@@ -295,17 +184,12 @@ def test_local_paths_and_unknown_names(env, tmp_path):
 # --- the Hub -------------------------------------------------------------------------------------------------------
 
 
-def _hub_files(server, repo, revision, files):
-    for name, data in files.items():
-        server.state.files[f"/{repo}/resolve/{revision}/{name}"] = data
-
-
 def test_hub_download_then_offline(server, env, monkeypatch):
     files = {
         "config.json": json.dumps({"architecture": "vit_tiny_patch16_224"}).encode(),
         "model.safetensors": b"s" * 300,
     }
-    _hub_files(server, "timm/tiny", "main", files)
+    hub_files(server, "timm/tiny", "main", files)
     folder = sources.fetch("hf://timm/tiny", timeout=TIMEOUT).path
     for name, data in files.items():
         with open(os.path.join(folder, name), "rb") as f:
@@ -328,14 +212,14 @@ def test_hub_download_then_offline(server, env, monkeypatch):
 
 def test_hub_keras_hub_preset_and_revision(server, env):
     files = {name: name.encode() * 10 for name in ["config.json", "metadata.json", "model.weights.h5", "task.json"]}
-    _hub_files(server, "keras/vit_tiny", "v1", files)
+    hub_files(server, "keras/vit_tiny", "v1", files)
     folder = sources.fetch("hf://keras/vit_tiny@v1", timeout=TIMEOUT).path
     assert sorted(n for n in os.listdir(folder)) == sorted(files)
     assert ("GET", "/keras/vit_tiny/resolve/v1/model.weights.h5") in [(m, p) for m, p, _ in server.state.requests]
 
 
 def test_hub_repo_without_weights_and_bad_ids(server, env):
-    _hub_files(server, "someone/notes", "main", {"config.json": b"{}"})
+    hub_files(server, "someone/notes", "main", {"config.json": b"{}"})
     with pytest.raises(FileNotFoundError, match="has no model.safetensors"):
         sources.fetch("hf://someone/notes", timeout=TIMEOUT)
     with pytest.raises(ValueError, match="hf://ORG/NAME"):
@@ -525,7 +409,7 @@ def test_cli_mode_still_offers_every_public_name():
 
 
 def test_cli_download_prints_the_path(server, env):
-    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = _npz_bytes(9, classes=1000)
+    server.state.files["/big_vision/vit_s16_i1k_90ep.npz"] = npz_bytes(9, classes=1000)
     result = _cli(
         "download", "i1k-s16-90ep", env={k: os.environ[k] for k in ("KERAS_VIT_CACHE", catalogue.GCS_ENDPOINT_ENV)}
     )
@@ -583,7 +467,7 @@ def test_from_pretrained_of_a_hub_repo_gives_the_library_outputs(server, env, re
     import keras_vit
 
     folder = INTEROP / fixture
-    _hub_files(server, repo, "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"})
+    hub_files(server, repo, "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"})
     model = keras_vit.from_pretrained(f"hf://{repo}")
     io_npz = np.load(folder / "io.npz")
     np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)
@@ -649,7 +533,7 @@ def _folder_repo(fixture):
 def test_from_pretrained_of_a_family_hub_repo_gives_the_library_outputs(server, env, repo, fixture, output, files):
     import keras_vit
 
-    _hub_files(server, repo, "main", files())
+    hub_files(server, repo, "main", files())
     model = keras_vit.from_pretrained(f"hf://{repo}")
     io_npz = np.load(FAMILIES / fixture / "io.npz")
     np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)

@@ -234,8 +234,8 @@ def test_inspection_runs_on_the_stored_grid():
 
 def test_tflite_export_is_at_the_stored_size(tmp_path):
     import export
-    from export.runners import TFLiteRunner
     from export.saved_model import build_serving_module
+    from export.tflite.runner import TFLiteRunner
 
     model = dynamic_model()
     report = export.export_model(model, tmp_path, export.ExportOptions(

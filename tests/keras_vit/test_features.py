@@ -207,7 +207,7 @@ def test_keras_file_round_trip(tiny, tmp_path):
 def test_tflite_through_the_exporters_conversion(tiny):
     from ai_edge_litert.interpreter import Interpreter
 
-    from export.tflite import convert
+    from export.tflite.converter import convert
 
     model, _, images = tiny
     features = keras_vit.feature_model(model, blocks=(-1,), output="NHWC", norm=True)

@@ -225,7 +225,7 @@ def _zoo(root):
 
 def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
     from training import data
-    from training.config import TrainConfig
+    from training.options.config import TrainConfig
 
     expected = _zoo(tmp_path / "zoo")
     source = data.load_source(f"folder:{tmp_path / 'zoo'}", holdout_fraction=0.5)
@@ -257,7 +257,7 @@ def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
 def test_folder_scan_names_bad_files_before_training_or_skips_them(tmp_path):
     import training
     from training import data
-    from training.config import TrainConfig
+    from training.options.config import TrainConfig
 
     _zoo(tmp_path / "zoo")
     png = _encode(Image.fromarray(np.zeros((64, 64, 3), np.uint8)), "PNG", compress_level=0)
@@ -422,7 +422,7 @@ def test_the_training_stream_is_the_same_with_and_without_window_decoding(tmp_pa
     import dataclasses
 
     from training import data
-    from training.config import TrainConfig
+    from training.options.config import TrainConfig
 
     _jpeg_zoo(tmp_path)
     source = data.load_source(f"folder:{tmp_path}", holdout_fraction=0.3)

@@ -13,7 +13,7 @@ import scipy.ndimage
 from safetensors.numpy import load_file, save_file
 
 import keras_vit
-from keras_vit.weights.pretrained import fold_normalisation
+from keras_vit.weights.model_io import fold_normalisation
 from tests import support
 from tests.support import numpy_vit
 from tests.support.checkpoints import resnet_checkpoint, vit_checkpoint

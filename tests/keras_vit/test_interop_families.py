@@ -11,6 +11,7 @@ from safetensors.numpy import load_file
 
 import keras_vit
 from tests import support
+from tests.support.numerics import scaled_diff
 
 FAMILIES = os.path.join(str(support.FIXTURES), "interop_families")
 TOL = 1e-5
@@ -22,13 +23,6 @@ def io(name):
 
 def layer_output(model, images, layer):
     return keras.Model(model.input, model.get_layer(layer).output).predict(images, verbose=0)
-
-
-def scaled_diff(actual, expected):
-    """Max |difference| over max(1, max |expected|): 1e-5 absolute for outputs of order 1, relative for larger ones
-    (CLIP's un-normed last hidden state reaches 15, where float32's spacing is already 1e-6)."""
-    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64)).max()
-    return float(diff / max(1.0, float(np.abs(expected).max())))
 
 
 def _pre_logits(model, images):
@@ -134,7 +128,7 @@ def _copy(name, tmp_path, **config_changes):
 @pytest.mark.parametrize(
     "name, changes, message",
     [
-        ("hf_dinov2_small", dict(use_swiglu_ffn=True), "uses a SwiGLU MLP"),
+        ("hf_dinov2_small", dict(use_swiglu_ffn=True), "says use_swiglu_ffn=True but its MLP tensors are a GELU"),
         ("hf_dinov2_small", dict(architectures=["Dinov2ForImageClassification"]), "class token concatenated"),
         ("hf_clip_vision", dict(architectures=["CLIPVisionModelWithProjection"]), "visual projection"),
         ("hf_deit_distilled", dict(architectures=["DeiTForImageClassification"]), "class-token-only classifier"),

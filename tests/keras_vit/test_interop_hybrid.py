@@ -20,6 +20,7 @@ from scipy.special import erf
 import keras_vit
 from tests.support import numpy_vit
 from tests.support.checkpoints import resnet_checkpoint, vit_checkpoint
+from tests.support.numerics import scaled_diff
 
 TOL = 1e-5
 BB = "patch_embed.backbone."
@@ -218,10 +219,6 @@ def case(request, tmp_path_factory):
     folder = _folder(tmp_path_factory.mktemp(name), name, state, architecture, size, heads, 5)
     images = rng.uniform(-1, 1, (2, *size, 3)).astype("float32")
     return name, folder, keras_vit.from_pretrained(folder), images, timm_hybrid_logits(images, state, heads)
-
-
-def scaled_diff(actual, expected):
-    return float(np.abs(np.asarray(actual, np.float64) - expected).max() / max(1.0, np.abs(expected).max()))
 
 
 def test_timm_hybrid_matches_timm_maths(case):

@@ -12,7 +12,17 @@ import pytest
 from keras_vit import _lazy
 from tests.conftest import ROOT
 
-PACKAGES = ("keras_vit", "keras_vit.models", "keras_vit.weights", "keras_vit.inspect", "training", "export")
+PACKAGES = (
+    "keras_vit",
+    "keras_vit.models",
+    "keras_vit.weights",
+    "keras_vit.inspect",
+    "training",
+    "training.options",
+    "training.placement",
+    "training.checkpoints",
+    "export",
+)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -34,12 +44,12 @@ def test_public_names_are_the_objects_of_their_modules():
     import export
     import keras_vit
     import training
-    from export import tflite
     from export.predict import predict
-    from keras_vit.weights import precheck
+    from export.tflite import converter as tflite
+    from keras_vit.weights import pretrained
 
     assert keras_vit.load_npz is keras_vit.weights.load_npz
-    assert keras_vit.from_pretrained is precheck.from_pretrained
+    assert keras_vit.from_pretrained is pretrained.from_pretrained
     assert keras_vit.layers.__name__ == "keras_vit.layers"
     assert export.convert_tflite is tflite.convert
     # `export.predict` is the function although its module of the same name is imported.

@@ -3,10 +3,6 @@ matmul outputs): the same outputs and gradients as without, on TensorFlow and JA
 the backward pass; kept in the model's config and .keras files; whole blocks refused with dropout."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -14,25 +10,20 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.encoder_block import EncoderBlock
-from tests import support
 
-ROOT = str(support.ROOT)
 
-GRADIENTS = textwrap.dedent("""
-    import json
-    import keras
-    import numpy as np
-    import keras_vit
-    from keras_vit.layers.encoder_block import EncoderBlock
-
+def _gradients(monkeypatch):
+    """Outputs and gradients without remat and under each setting, and how much each recomputes, on this backend."""
     from keras_vit.layers.mlp import MlpBlock
 
     calls = []
     activate = MlpBlock._activate
+
     def counted(self, *args):
         calls.append(self.name)
         return activate(self, *args)
-    MlpBlock._activate = counted
+
+    monkeypatch.setattr(MlpBlock, "_activate", counted)
 
     def gradients(remat):
         model = keras_vit.create_model("testing", image_size=16, num_classes=3, remat=remat)
@@ -44,6 +35,7 @@ GRADIENTS = textwrap.dedent("""
         calls.clear()
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
+
             with tf.GradientTape() as tape:
                 outputs = model(images, training=True)
                 value = loss(labels, outputs)
@@ -51,9 +43,12 @@ GRADIENTS = textwrap.dedent("""
             recomputed = len(calls) - 2  # eager: one GELU per block forward, one more per block if recomputed
         else:
             import jax
+
             non_trainable = [v.value for v in model.non_trainable_variables]
+
             def f(trainable):
                 return loss(labels, model.stateless_call(trainable, non_trainable, images, training=True)[0])
+
             trainable = [v.value for v in model.trainable_variables]
             outputs = model.stateless_call(trainable, non_trainable, images, training=True)[0]
             grads = jax.grad(f)(trainable)
@@ -70,20 +65,14 @@ GRADIENTS = textwrap.dedent("""
             "forward_diff": float(np.abs(out - plain_out).max()),
             "diff": max(float(np.abs(a - b).max()) for a, b in zip(plain, grads)),
         }
-    print("RESULT" + json.dumps(result))
-""")
+    return result
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_remat_gives_the_same_gradients_and_recomputes(backend):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "XLA_FLAGS")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, KERAS_BACKEND=backend)
-    result = subprocess.run(
-        [sys.executable, "-c", GRADIENTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    out = json.loads(result.stdout.split("RESULT", 1)[1])
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.jax)])  # in each session
+def test_remat_gives_the_same_gradients_and_recomputes(backend, monkeypatch):
+    assert keras.backend.backend() == backend
+    out = json.loads(json.dumps(_gradients(monkeypatch)))
     print(backend, "remat:", out)
     assert out["scale"] > 1e-2  # non-trivial gradients
     for setting in ("block", "elementwise"):

@@ -1,4 +1,4 @@
-"""A broken local weights file is refused before Keras or TensorFlow is imported (keras_vit/weights/precheck.py),
+"""A broken local weights file is refused before Keras or TensorFlow is imported (keras_vit/weights/pretrained.py),
 with the message the readers give for it after the import; good files pass the check untouched."""
 
 import os
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.weights import precheck
+from keras_vit.weights import pretrained
 from keras_vit.weights.checkpoint import read_safetensors
 from keras_vit.weights.npz import read_npz
 from tests.conftest import FIXTURES, ROOT
@@ -79,31 +79,31 @@ def test_tensors_that_end_before_the_file_does_are_refused_early(tmp_path):
     with open(folder / "model.safetensors", "ab") as f:
         f.write(b"\0" * 16)  # 16 bytes no tensor accounts for
     with pytest.raises(keras_vit.CheckpointError, match="whose tensors end at byte .* of "):
-        precheck.check_local(folder)
+        pretrained.check_local(folder)
 
 
 @pytest.mark.parametrize("name", ["timm_vit_tiny", "hf_vit_for_image_classification", "keras_hub_vit_image_classifier"])
 def test_good_sources_pass_untouched(name, tmp_path):
-    precheck.check_local(FIXTURES / "interop" / name)
-    precheck.check_local(FIXTURES / "vit_tiny_official.npz")
+    pretrained.check_local(FIXTURES / "interop" / name)
+    pretrained.check_local(FIXTURES / "vit_tiny_official.npz")
     np.save(tmp_path / "one.npy", np.zeros(3))
     os.replace(tmp_path / "one.npy", tmp_path / "one.npz")  # read_npz words this one itself
-    precheck.check_local(tmp_path / "one.npz")
+    pretrained.check_local(tmp_path / "one.npz")
     for not_local in ("vit_tiny_patch16_224.augreg_in21k_ft_in1k", "hf://timm/x", "https://x/y.npz", "missing/"):
-        precheck.check_local(not_local)
+        pretrained.check_local(not_local)
     for source in (FIXTURES / "interop" / name, "vit_tiny_patch16_224.augreg_in21k_ft_in1k", "hf://timm/x"):
-        precheck.check_source(source)  # names and URLs are left to the readers; nothing is downloaded
+        pretrained.check_source(source)  # names and URLs are left to the readers; nothing is downloaded
 
 
 def test_a_missing_path_and_a_folder_no_reader_takes_are_refused_with_the_readers_words(tmp_path):
-    from keras_vit.weights.pretrained import read_checkpoint
+    from keras_vit.weights.model_io import read_checkpoint
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "README.md").write_text("no weights here")
     for source in (tmp_path / "missing", tmp_path / "empty", tmp_path / "notes"):
         with pytest.raises((FileNotFoundError, keras_vit.CheckpointError)) as early:
-            precheck.check_source(source)
+            pretrained.check_source(source)
         with pytest.raises(type(early.value)) as late:
             read_checkpoint(str(source))
         assert str(early.value) == str(late.value)

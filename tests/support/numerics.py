@@ -6,6 +6,9 @@ import numpy as np
 # for the tiny models here their logits agree to a few 1e-6 of the logits' scale. An image whose top two logits are
 # closer than this bound may rank them either way, so it proves nothing about which path is right.
 LOGIT_RTOL = 1e-4
+# A run's samples/heldout.npz holds the evaluated images rounded to uint8 (what an app feeds): up to half a step of
+# 255 per pixel, which moves the digits model's logits by about 1% of their scale. Images within 5% may flip.
+UINT8_ROUNDING_RTOL = 0.05
 
 
 def ambiguous(logits, rtol=LOGIT_RTOL):
@@ -27,3 +30,13 @@ def assert_top1_matches(logits, labels, top1, rtol=LOGIT_RTOL):
         f"{correct} of {len(labels)} correct from these logits, {reported} reported; only {loose} image(s) have a "
         f"top-2 margin within {rtol} of the logits' scale"
     )
+
+
+def scaled_diff(actual, expected, rows=None):
+    """Max |difference| over max(1, max |expected|): absolute for outputs of order 1, relative for larger ones
+    (float32 round-off grows with the values' scale). `rows`: a mask of the rows compared (NaFlex's valid tokens)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    diff = np.abs(actual - expected)
+    if rows is not None:
+        diff = diff[rows]
+    return float(diff.max() / max(1.0, float(np.abs(expected).max())))

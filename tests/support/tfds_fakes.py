@@ -39,3 +39,47 @@ def prepare_fake_cifar10(data_dir, num_train=64, num_test=24, seed=0):
         download_config=tfds.download.DownloadConfig(try_download_gcs=False)
     )
     return data_dir
+
+
+_BUILDER = []
+
+
+def tiny_shapes(data_dir):
+    """Prepares a 3-class TFDS dataset of 12x12 images generated here (no download) in `data_dir`."""
+    import tensorflow_datasets as tfds
+
+    if not _BUILDER:  # tfds registers builder classes by name: define it once per process
+
+        class TinyShapes(tfds.core.GeneratorBasedBuilder):
+            VERSION = tfds.core.Version("1.0.0")
+            # A one-part module name keeps tfds from resolving the builder's source file, which needs the optional
+            # importlib_resources package.
+            __module__ = "tiny_shapes"
+
+            def _info(self):
+                return tfds.core.DatasetInfo(
+                    builder=self,
+                    features=tfds.features.FeaturesDict(
+                        {
+                            "image": tfds.features.Image(shape=(12, 12, 3)),
+                            "label": tfds.features.ClassLabel(names=["red", "green", "blue"]),
+                        }
+                    ),
+                    supervised_keys=("image", "label"),
+                )
+
+            def _split_generators(self, dl_manager):
+                return {"train": self._generate_examples(30, 0), "test": self._generate_examples(9, 1)}
+
+            def _generate_examples(self, count, seed):
+                rng = np.random.default_rng(seed)
+                for i in range(count):
+                    label = i % 3
+                    image = rng.integers(0, 60, (12, 12, 3), dtype=np.uint8)
+                    image[..., label] = 200
+                    yield i, {"image": image, "label": label}
+
+        _BUILDER.append(TinyShapes)
+    builder = _BUILDER[0](data_dir=str(data_dir))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    return "tiny_shapes"

@@ -18,7 +18,7 @@ import pytest
 
 import training
 from tests import support
-from training.checkpointing import CheckpointManager
+from training.checkpoints.checkpointing import CheckpointManager
 from training.optim import PerUpdate, WarmupDecay
 
 ROOT = str(support.ROOT)
@@ -28,8 +28,8 @@ ACCUMS = (4,)
 
 def updates(accum_steps, strategy="default"):
     """Trains the tiny model for UPDATES optimiser steps of BATCH images; returns (start, end weights, lr, steps)."""
-    from training.distribution import select_placement
     from training.optim import make_optimizer
+    from training.placement.distribution import select_placement
 
     keras.utils.set_random_seed(0)
     placement = select_placement(strategy)
@@ -104,10 +104,11 @@ def test_micro_batches_update_as_one_batch_on_tensorflow():
     _check(json.loads(json.dumps(compare())))
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 def test_micro_batches_update_as_one_batch_on_jax():
-    code = "import json; from tests.training.test_accum import compare; print('RESULT' + json.dumps(compare()))"
-    _check(_subprocess(code, "jax"))
+    assert keras.backend.backend() == "jax"
+    _check(json.loads(json.dumps(compare())))
 
 
 MIRRORED = textwrap.dedent("""
@@ -116,7 +117,7 @@ MIRRORED = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from tests.training.test_accum import compare, updates
-    from training import workarounds
+    from training.placement import workarounds
     out = compare("mirrored")
     workarounds.accumulate_across_replicas = lambda optimizer, strategy: optimizer  # Keras' own accumulation
     try:
@@ -129,6 +130,7 @@ MIRRORED = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.process  # logical devices are set before TensorFlow starts
 def test_micro_batches_update_as_one_batch_under_mirrored_strategy():
     out = _subprocess(MIRRORED, "tensorflow")
     _check(out)
@@ -174,7 +176,7 @@ def test_a_run_killed_mid_update_resumes_exactly(tmp_path, monkeypatch):
     reference = training.train(training.TrainConfig(**RUN), tmp_path / "uninterrupted", verbose=0)
     # One micro-batch per execution, as under MirroredStrategy: callbacks (the crash, the checkpoints) then see
     # every micro-batch, and checkpoint_every must still wait for the update boundary.
-    monkeypatch.setattr("training.placements.TensorFlowPlacement.fit_steps_per_execution", lambda *args: 1)
+    monkeypatch.setattr("training.placement.placements.TensorFlowPlacement.fit_steps_per_execution", lambda *args: 1)
     with pytest.raises(RuntimeError, match="crash mid-update"):
         training.train(training.TrainConfig(**RUN), tmp_path / "crashed", callbacks=[_Crash()], verbose=0)
     manager = CheckpointManager(str(tmp_path / "crashed" / "checkpoints"), None, None)

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_vit.models import flops, get_variant
 from training import advice
-from training.strategy import resolve_jit_compile
+from training.placement.strategy import resolve_jit_compile
 
 TI16 = flops.vit_forward_flops(224, 16, 192, 12, 768, 1000)
 B16 = flops.vit_forward_flops(224, 16, 768, 12, 3072, 1000)
@@ -164,8 +164,9 @@ def test_the_placement_names_its_gpu_and_the_trainer_reads_that_gpus_advice(tmp_
     import jax
 
     import training
-    from training import distribution, run_plan
-    from training.placements import TensorFlowPlacement
+    from training import run_plan
+    from training.placement import distribution
+    from training.placement.placements import TensorFlowPlacement
 
     # What TensorFlow and JAX answer on a GPU machine; on this CPU machine there is no GPU to name.
     details = {"device_name": "NVIDIA H200", "compute_capability": (9, 0)}
@@ -239,7 +240,7 @@ def test_the_shipped_advice_file_is_well_formed():
 
 def test_the_trainer_prints_the_advice_and_follows_it_for_auto_jit(tmp_path, monkeypatch, capsys):
     import training
-    from training.resolve import model_config
+    from training.options.resolve import model_config
 
     config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=2,
                                   strategy="default", jit_compile="auto")  # fmt: skip

@@ -8,8 +8,8 @@ from PIL import Image, ImageEnhance, ImageOps
 from scipy import stats
 
 from training import augment, data
-from training.config import TrainConfig
 from training.data import loaders
+from training.options.config import TrainConfig
 
 # big_vision/pp/autoaugment.py at level 10 (its _MAX_LEVEL): the strengths the recipes' randaug(2, 10) means.
 REFERENCE_AT_10 = {

@@ -11,8 +11,9 @@ import pytest
 
 import keras_vit
 import training
-from training.checkpoint_file import checksum as _checksum
-from training.checkpointing import CheckpointError, CheckpointManager
+from tests.support.runs import TINY_CONFIG
+from training.checkpoints.checkpoint_file import checksum as _checksum
+from training.checkpoints.checkpointing import CheckpointError, CheckpointManager
 from training.optim import WarmupDecay
 
 
@@ -139,22 +140,7 @@ def test_the_schedule_extension_is_continuous_and_matches_the_formula():
     assert WarmupDecay(**old.extend(5, 250).get_config()).get_config() == WarmupDecay(peak, 250, warmup).get_config()
 
 
-CONFIG = training.TrainConfig(
-    dataset="synthetic",
-    image_size=16,
-    batch_size=16,
-    epochs=2,
-    steps_per_epoch=2,
-    warmup_steps=1,
-    learning_rate=3e-3,
-    eval_every=0,
-    checkpoint_every=1,
-    jit_compile=False,
-    strategy="default",
-    num_samples=4,
-    num_calibration=4,
-    plots=False,
-)
+CONFIG = training.TrainConfig(**dict(TINY_CONFIG, epochs=2, warmup_steps=1, learning_rate=3e-3, checkpoint_every=1))
 
 
 @pytest.mark.slow  # five tiny trainings: ~25 s on 2 busy cores

@@ -1,4 +1,4 @@
-"""training.config and training.optim: recipes, overrides, schedules, weight-decay conversion, losses."""
+"""training.options.config and training.optim: recipes, overrides, schedules, weight-decay conversion, losses."""
 
 import math
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from training import optim
-from training.config import TrainConfig, steps_per_execution_for
 from training.configs import available_configs, get_config
-from training.overrides import parse_overrides
+from training.options.config import TrainConfig, steps_per_execution_for
+from training.options.overrides import parse_overrides
 
 RECIPES = [
     "cifar10_finetune",

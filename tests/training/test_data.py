@@ -1,13 +1,12 @@
 """training.data: sources (digits, synthetic, TFDS, folders), resumable pipelines, augmentation, bad input."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.support import images, tfds_fakes
 from training import data
-from training.config import TrainConfig
+from training.options.config import TrainConfig
 
 SMALL = dict(dataset="synthetic", image_size=16, batch_size=8, seed=3)
 
@@ -222,52 +221,8 @@ def test_randaugment_option_runs_in_tf_data():
 # ---------------------------------------------------------------------------------------------------- TFDS
 
 
-_BUILDER = []
-
-
-def _tiny_tfds(data_dir):
-    """Prepares a 3-class TFDS dataset of 12x12 images generated here (no download) in `data_dir`."""
-    import tensorflow_datasets as tfds
-
-    if not _BUILDER:  # tfds registers builder classes by name: define it once per process
-
-        class TinyShapes(tfds.core.GeneratorBasedBuilder):
-            VERSION = tfds.core.Version("1.0.0")
-            # A one-part module name keeps tfds from resolving the builder's source file, which needs the optional
-            # importlib_resources package.
-            __module__ = "tiny_shapes"
-
-            def _info(self):
-                return tfds.core.DatasetInfo(
-                    builder=self,
-                    features=tfds.features.FeaturesDict(
-                        {
-                            "image": tfds.features.Image(shape=(12, 12, 3)),
-                            "label": tfds.features.ClassLabel(names=["red", "green", "blue"]),
-                        }
-                    ),
-                    supervised_keys=("image", "label"),
-                )
-
-            def _split_generators(self, dl_manager):
-                return {"train": self._generate_examples(30, 0), "test": self._generate_examples(9, 1)}
-
-            def _generate_examples(self, count, seed):
-                rng = np.random.default_rng(seed)
-                for i in range(count):
-                    label = i % 3
-                    image = rng.integers(0, 60, (12, 12, 3), dtype=np.uint8)
-                    image[..., label] = 200
-                    yield i, {"image": image, "label": label}
-
-        _BUILDER.append(TinyShapes)
-    builder = _BUILDER[0](data_dir=str(data_dir))
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    return "tiny_shapes"
-
-
 def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
-    name = _tiny_tfds(tmp_path)
+    name = tfds_fakes.tiny_shapes(tmp_path)
     source = data.load_source(f"tfds:{name}", data_dir=str(tmp_path), train_split="train[:20]", eval_split="test")
     assert (source.num_train, source.num_heldout, source.class_names) == (20, 9, ["red", "green", "blue"])
     config = TrainConfig(dataset=f"tfds:{name}", image_size=16, batch_size=4)
@@ -281,7 +236,7 @@ def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
 def test_tfds_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist.*--data-dir"):
         data.load_source("tfds:tiny_shapes", data_dir=str(tmp_path / "missing"))
-    name = _tiny_tfds(tmp_path)
+    name = tfds_fakes.tiny_shapes(tmp_path)
     with pytest.raises(ValueError, match="Unknown split 'validation'.*train"):
         data.load_source(f"tfds:{name}", data_dir=str(tmp_path), eval_split="validation")
     with pytest.raises((FileNotFoundError, ValueError), match="never downloads|Cannot find TFDS"):
@@ -291,20 +246,8 @@ def test_tfds_bad_input(tmp_path):
 # -------------------------------------------------------------------------------------------------- folders
 
 
-def _image_folder(root, classes=("cat", "dog"), per_class=4, size=10):
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for name in classes:
-        os.makedirs(root / name, exist_ok=True)
-        for i in range(per_class):
-            pixels = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / name / f"{i}.{'png' if i % 2 else 'jpg'}")
-    return root
-
-
 def test_folder_source_lists_classes_and_decodes(tmp_path):
-    root = _image_folder(tmp_path / "pets")
+    root = images.image_folder(tmp_path / "pets")
     source = data.load_source(f"folder:{root}", holdout_fraction=0.5)
     assert source.class_names == ["cat", "dog"] and (source.num_train, source.num_heldout) == (4, 4)
     x, _ = _batches(data.train_dataset(source, TrainConfig(image_size=16, batch_size=2)), 1)[0]
@@ -317,7 +260,7 @@ def test_folder_bad_input(tmp_path):
     (tmp_path / "empty" / "a").mkdir(parents=True)
     with pytest.raises(ValueError, match="No images found.*sub-folders: \\['a'\\]"):
         data.load_source(f"folder:{tmp_path / 'empty'}")
-    root = _image_folder(tmp_path / "pets")
+    root = images.image_folder(tmp_path / "pets")
     (root / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     with pytest.raises(ValueError, match=r"(?s)1 unreadable image.*dog/broken\.jpg: OSError"):
         data.load_source(f"folder:{root}")

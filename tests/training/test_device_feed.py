@@ -9,7 +9,7 @@ import tensorflow as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops
 
 from tests import support
-from training.strategy import select_strategy
+from training.placement.strategy import select_strategy
 
 ROOT = str(support.ROOT)
 

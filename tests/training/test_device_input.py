@@ -16,9 +16,9 @@ import pytest
 import keras_vit
 from tests import support
 from training import data
-from training.config import TrainConfig
 from training.device_input import DeviceInput, resolve_device_input
-from training.placements import Placement
+from training.options.config import TrainConfig
+from training.placement.placements import Placement
 
 ROOT = str(support.ROOT)
 TINY = dict(dataset="synthetic", image_size=16, batch_size=8, mixup_alpha=0.2, randaugment=(2, 10), seed=3)
@@ -132,7 +132,7 @@ def same_step():
     return f"same step {keras.backend.backend()} {a} {b} {worst}"
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.jax)])  # in each session
 def test_the_wrapper_trains_like_the_plain_model_on_the_float_stream(backend):
     if backend == keras.backend.backend():  # the suite's own backend: here
         assert same_step().startswith(f"same step {backend}")
@@ -189,6 +189,7 @@ def _cli(workdir, backend, *extra, kill_at=None):
 # On JAX, where a checkpoint syncs the fitted wrapper's training state: the route with most to get wrong. TensorFlow's
 # fit through the wrapper is checked in-process (the wrapper's train step, the EMA and LoRA runs below).
 @pytest.mark.slow  # three short runs: ~35 s
+@pytest.mark.process  # a run killed
 def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_and_writes_the_plain_model(tmp_path):
     backend = "jax"
     host, device = tmp_path / "host", tmp_path / "device"

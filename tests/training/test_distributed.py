@@ -6,7 +6,6 @@ multi-worker cluster needs one process per worker.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests import support
+from tests.support.processes import free_ports, wait_all
 
 ROOT = str(support.ROOT)
 CONFIG = (
@@ -29,10 +29,10 @@ MIRRORED = textwrap.dedent(f"""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import training
-    from training import workarounds
+    from training.placement import workarounds
     out = {{}}
     for name in ("default", "mirrored", "mirrored-keras-clipping"):
-        if name == "mirrored-keras-clipping":  # without training.workarounds.clip_after_all_reduce
+        if name == "mirrored-keras-clipping":  # without training.placement.workarounds.clip_after_all_reduce
             workarounds.clip_after_all_reduce = lambda optimizer, strategy: optimizer
         config = {CONFIG}.replace(strategy=name.split("-")[0])
         if name == "mirrored":  # the recipes' default: Keras' own choice under tf.distribute (no XLA)
@@ -48,7 +48,7 @@ WORKER = textwrap.dedent(f"""
     import sys
     import numpy as np
     import training
-    from training import workarounds
+    from training.placement import workarounds
     if sys.argv[3] == "without-workaround":
         workarounds.use_local_batch_for_symbolic_build = lambda model: model
     strategy = "default" if sys.argv[3] == "one-process" else "multi_worker"
@@ -90,18 +90,8 @@ def _env(**extra):
     return env
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def _two_workers(tmp_path, mode):
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     processes = []
     for index in range(2):
@@ -128,6 +118,7 @@ def _two_workers(tmp_path, mode):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # logical devices are set before TensorFlow starts
 def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", MIRRORED, str(tmp_path)],
@@ -146,12 +137,13 @@ def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(tmp_path):
     np.testing.assert_allclose(mirrored, default, rtol=1e-5)
     np.testing.assert_allclose(out["mirrored"]["head"], out["default"]["head"], rtol=1e-4, atol=1e-6)
     # Keras' own global_clipnorm clips each replica's gradient before the sum: if this ever matches, Keras fixed
-    # it and training.workarounds.clip_after_all_reduce can go.
+    # it and training.placement.workarounds.clip_after_all_reduce can go.
     keras_clipping = np.array(out["mirrored-keras-clipping"]["losses"])
     assert not np.allclose(keras_clipping, default, rtol=1e-5), "Keras now clips after the all-reduce"
 
 
 @pytest.mark.slow
+@pytest.mark.process  # two worker processes
 def test_multi_worker_two_processes_end_with_identical_weights(tmp_path):
     codes, outputs = _two_workers(tmp_path, "with-workaround")
     assert codes == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
@@ -179,6 +171,7 @@ def test_multi_worker_two_processes_end_with_identical_weights(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # two worker processes
 def test_multi_worker_workaround_is_still_needed(tmp_path):
     """Fails when Keras fixes keras-team/keras#20585: then delete training/workarounds.py and this test."""
     codes, outputs = _two_workers(tmp_path, "without-workaround")
@@ -188,6 +181,7 @@ def test_multi_worker_workaround_is_still_needed(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # logical devices are set before TensorFlow starts
 def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", PADDED_EVAL, str(tmp_path / "run")],
@@ -249,7 +243,7 @@ CLI = [
 
 
 def _start_workers(workdir, *extra):
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     return [
         subprocess.Popen(
@@ -264,19 +258,8 @@ def _start_workers(workdir, *extra):
     ]
 
 
-def _wait_all(processes, timeout):
-    outputs = []
-    for process in processes:
-        try:
-            outputs.append(process.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            for p in processes:
-                p.kill()
-            pytest.fail("a worker did not stop: " + "\n\n".join(p.communicate()[0][-2000:] for p in processes))
-    return [p.returncode for p in processes], outputs
-
-
 @pytest.mark.slow
+@pytest.mark.process  # a signal to one of two workers
 def test_sigterm_to_one_worker_stops_both_after_saving_and_the_rerun_resumes(tmp_path):
     import glob
     import re
@@ -293,7 +276,7 @@ def test_sigterm_to_one_worker_stops_both_after_saving_and_the_rerun_resumes(tmp
             pytest.fail("no checkpoint: " + "\n\n".join(p.communicate()[0][-2000:] for p in processes))
         time.sleep(0.05)
     processes[1].send_signal(signal.SIGTERM)  # the non-chief worker: without agreement the chief would hang
-    codes, outputs = _wait_all(processes, timeout=120)
+    codes, outputs = wait_all(processes, timeout=120)
     assert codes == [143, 143], "\n\n".join(o[-2000:] for o in outputs)
     steps = sorted(
         int(re.search(r"ckpt-(\d+)", p).group(1)) for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz"))
@@ -303,7 +286,7 @@ def test_sigterm_to_one_worker_stops_both_after_saving_and_the_rerun_resumes(tmp
     assert not (workdir / "model.keras").exists()
     # The rerun resumes from that checkpoint (shortened on purpose to end soon) and finishes on both workers.
     epochs = saved // 2 + 2
-    codes, outputs = _wait_all(_start_workers(workdir, "--epochs", str(epochs), "--set", "extend_epochs=True"), 240)
+    codes, outputs = wait_all(_start_workers(workdir, "--epochs", str(epochs), "--set", "extend_epochs=True"), 240)
     assert codes == [0, 0], "\n\n".join(o[-2000:] for o in outputs)
     assert all(f"resuming from step {saved} of {2 * epochs}" in o for o in outputs)
     assert json.loads((workdir / "metrics.json").read_text())["steps"] == 2 * epochs

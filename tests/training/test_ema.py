@@ -16,8 +16,9 @@ import pytest
 
 import training
 from tests import support
-from training import checkpoint_file, ema
-from training.overrides import parse_overrides
+from training import ema
+from training.checkpoints import checkpoint_file
+from training.options.overrides import parse_overrides
 
 ROOT = str(support.ROOT)
 TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=5, warmup_steps=1,
@@ -96,21 +97,13 @@ def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_updat
         assert again.metrics["ema"][name] == pytest.approx(report[name], rel=1e-6)
 
 
-SAME_UNDER_JAX = textwrap.dedent("""
-    import pathlib, sys
-    from tests.training.test_ema import test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update
-    test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(pathlib.Path(sys.argv[1]), 2, True)
-    print("PASSED")
-""")
-
-
-@pytest.mark.slow  # two tiny runs in a fresh JAX process: 28 s on 2 busy cores
+@pytest.mark.jax
+@pytest.mark.slow  # two tiny runs: 28 s on 2 busy cores (in a JAX process of their own)
 def test_accumulation_and_the_average_train_under_jax_to_the_numpy_average(tmp_path):
     """The test above with accum_steps=2 on Keras' JAX backend, where `ema.once_per_update` once handed a Variable
     to `keras.ops.where` (JAX refuses its `__jax_array__` while tracing)."""
-    result = subprocess.run([sys.executable, "-c", SAME_UNDER_JAX, str(tmp_path)], cwd=ROOT, env=_env("jax"),
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0 and "PASSED" in result.stdout, result.stdout[-2000:] + result.stderr[-4000:]
+    assert keras.backend.backend() == "jax"
+    test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(tmp_path, 2, True)
 
 
 def test_keras_fit_still_writes_the_average_over_the_weights():
@@ -182,6 +175,7 @@ def _killed_and_resumed_equals_uninterrupted(tmp_path, backend):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # a run killed
 def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_average(tmp_path):
     averages, raw, exported, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "tensorflow")
     report = metrics["ema"]
@@ -197,6 +191,7 @@ def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_avera
 
 
 @pytest.mark.slow
+@pytest.mark.process  # a run killed
 def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_under_jax(tmp_path):
     _, _, _, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "jax")
     assert metrics["backend"] == "jax" and metrics["devices"] == 2
@@ -226,9 +221,10 @@ MIRRORED = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.process  # logical devices are set before TensorFlow starts
 def test_mirrored_strategy_keeps_the_same_average_with_and_without_accumulation(tmp_path):
     """Two logical CPUs: Keras' own EMA step under MirroredStrategy, and the accumulation work-around's
-    (`training.workarounds.accumulate_across_replicas`), against the default strategy's average."""
+    (`training.placement.workarounds.accumulate_across_replicas`), against the default strategy's average."""
     env = {**_env("tensorflow"), "KERAS_BACKEND": "tensorflow"}
     result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)  # fmt: skip

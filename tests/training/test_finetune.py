@@ -13,9 +13,9 @@ import keras_vit
 import training
 from keras_vit.weights import checkpoint_variables
 from tests import support
-from tests.keras_vit import test_downloads
-from training.config import TrainConfig
+from tests.support.hosts import hub_files
 from training.model_setup import build_model
+from training.options.config import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,6 @@ def test_fine_tuning_starts_a_fresh_head_even_when_the_class_count_fits(pretrain
 
 # --- --init from every kind of source `keras_vit.load_weights` takes, against outputs computed elsewhere -----------
 
-# The loopback bucket and Hub of tests/keras_vit/test_downloads.py (huggingface_hub's own client talks to it).
-server, env = test_downloads.server, test_downloads.env
 INTEROP = support.FIXTURES / "interop"
 # The fixtures' architecture as their README states it (width 48, depth 2, heads 3, MLP 192, patch 8, 32 px, exact
 # GELU; transformers' default LayerNorm epsilon 1e-12), and the output their library computed.
@@ -177,9 +175,10 @@ def test_init_from_each_folder_layout_gives_the_library_outputs(fixture, capsys)
     np.testing.assert_array_equal(fresh.get_layer("embedding").kernel.numpy(), model.get_layer("embedding").kernel)
 
 
+# `server`, `env`: the loopback bucket and Hub of tests/support/hosts.py (huggingface_hub's own client talks to it).
 def test_init_from_a_loopback_hub_repo_gives_the_library_outputs(server, env):
     folder = INTEROP / "timm_vit_tiny"
-    test_downloads._hub_files(
+    hub_files(
         server, "timm/vit_tiny_test", "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"}
     )
     config = _finetune_config("hf://timm/vit_tiny_test", image_size=32, init_head=True, model=TINY_48)
@@ -213,3 +212,46 @@ def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(server, en
     for mine, theirs in zip(model.weights, source.weights, strict=True):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs), err_msg=mine.path)
     assert server.state.requests == []
+
+
+# --- --config finetune (variant=None): the model is the checkpoint's, whatever its family ---------------------------
+
+FAMILIES = {
+    "timm_dinov2_small_reg4": support.FIXTURES / "interop_families",  # registers, LayerScale
+    "timm_deit3_small": support.FIXTURES / "interop_families",  # LayerScale, no position row for the class token
+    "timm_clip_quickgelu": support.FIXTURES / "interop_families",  # pre-norm, QuickGELU
+    "timm_dinov3_small": support.FIXTURES / "interop_families2",  # RoPE, no position table
+    "timm_eva02_tiny": support.FIXTURES / "interop_families2",  # RoPE with a table, packed SwiGLU, q/v biases
+    "timm_pe_core_tiny": support.FIXTURES / "interop_families2",  # RoPE (x, y), an 8-head MAP pool
+    "timm_aimv2": support.FIXTURES / "interop_families2",  # RMSNorm, SwiGLU, no biases
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(FAMILIES))
+def test_the_finetune_recipe_builds_the_checkpoints_family(fixture):
+    from keras_vit.weights.model_io import read_checkpoint
+    from training.options.resolve import resolve_model
+
+    folder = FAMILIES[fixture] / fixture
+    with np.load(folder / "io.npz") as io:
+        images, logits = io["images"], io["logits"]
+    config = _finetune_config(folder, variant=None, image_size=images.shape[1], init_head=True)
+    config = resolve_model(config, read_checkpoint(str(folder)))
+    model = build_model(config, num_classes=logits.shape[-1])
+    scale = max(1.0, float(np.abs(logits).max()))
+    np.testing.assert_allclose(model.predict(images, verbose=0) / scale, logits / scale, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow  # a 3-step fine-tuning run and its model.keras reloaded
+def test_finetune_dinov3_end_to_end(tmp_path):
+    folder = support.FIXTURES / "interop_families2" / "timm_dinov3_small"
+    config = training.get_config("finetune").replace(
+        dataset="synthetic", init=str(folder), image_size=48, batch_size=8, epochs=1, steps_per_epoch=3,
+        eval_every=0, jit_compile=False, strategy="default", num_samples=4, num_calibration=4, plots=False,
+    )  # fmt: skip
+    result = training.train(config, str(tmp_path), verbose=0)
+    assert result.metrics["steps"] == 3 and np.isfinite(result.metrics["loss"])
+    saved = keras.saving.load_model(tmp_path / "model.keras")
+    assert (saved.config.rope, saved.config.num_registers, saved.config.image_size) == ("dinov3", 4, (48, 48))
+    probe = np.random.default_rng(0).uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
+    np.testing.assert_allclose(saved.predict(probe, verbose=0), result.model.predict(probe, verbose=0), atol=1e-6)

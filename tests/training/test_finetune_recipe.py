@@ -1,13 +1,12 @@
 """`--config finetune --init SOURCE`: the model the checkpoint describes, step counts scaled to the data set.
 
 The expected variants and figures are the paper's (Table 1: Ti/16 is width 192, 12 layers, 3 heads, MLP 768) and
-the arithmetic of the recipe's rules written out here, not read back from `training.resolve`.
+the arithmetic of the recipe's rules written out here, not read back from `training.options.resolve`.
 """
 
 import json
 import os
-import subprocess
-import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -16,12 +15,12 @@ from PIL import Image
 import keras_vit
 from keras_vit.weights import checkpoint_variables
 from keras_vit.weights.checkpoint import Checkpoint
-from tests.conftest import ROOT
-from training import resolve
-from training.config import TrainConfig
+from tests.support.processes import call_cli
+from training.checkpoints.init_checkpoint import read_init
 from training.configs import get_config
-from training.init_checkpoint import read_init
-from training.overrides import parse_overrides
+from training.options import resolve
+from training.options.config import TrainConfig
+from training.options.overrides import parse_overrides
 
 
 def _checkpoint(**options):
@@ -131,18 +130,27 @@ def photos_and_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(photos_and_checkpoint):
+def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(
+    photos_and_checkpoint, capfd, monkeypatch
+):
+    from export.__main__ import main as export_main
+    from training.__main__ import main as train_main
+
+    # The commands called in this process (what they print and write is what is checked), from the user's folder.
     root = photos_and_checkpoint
+    monkeypatch.chdir(root)
     workdir = root / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "training", "--config", "finetune", "--init", str(root / "vit.npz")]
-    command += ["--dataset", f"folder:{root / 'photos'}", "--epochs", "2", "--workdir", str(workdir)]
-    trained = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    command = ["--config", "finetune", "--init", root / "vit.npz"]
+    command += ["--dataset", f"folder:{root / 'photos'}", "--epochs", "2", "--workdir", workdir]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trained = call_cli(train_main, *command, capfd=capfd)
     assert trained.returncode == 0, trained.stderr[-3000:]
     output = trained.stdout + trained.stderr
     # Nothing to correct on a small folder: no note on steps_per_execution, no warning on the warm-up.
     assert "note:" not in output and "warmup" not in output.lower(), output[-3000:]
     # The head it was asked to replace is said in the run's own line, not warned about (warnings are for surprises).
+    assert not [w for w in caught if w.category is UserWarning], [str(w.message) for w in caught]
     assert "UserWarning" not in output and "skipped head" not in output, output[-3000:]
     assert f"[training] --init {root / 'vit.npz'}: " in trained.stdout and "; new 3-class head\n" in trained.stdout
     recorded = json.loads((workdir / "config.json").read_text())
@@ -155,14 +163,32 @@ def test_the_finetune_command_trains_evaluates_and_exports_a_folder_of_photos(ph
     assert metrics["plots"] and all((workdir / path).is_file() for path in metrics["plots"].values())
     # The same command again resumes (nothing left to train) without reading the checkpoint's folder again.
     (root / "vit.npz").rename(root / "moved.npz")
-    again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    again = call_cli(train_main, *command, capfd=capfd)
     assert again.returncode == 0, again.stderr[-3000:]
-    exported = subprocess.run(
-        [sys.executable, "-m", "export", str(workdir), "--quantize", "float32", "--latency-runs", "1"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
     assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
+
+
+@pytest.mark.slow  # two fine-tuning runs and their exports in every format
+@pytest.mark.parametrize("fixture", ["timm_dinov3_small", "timm_eva02_tiny"])
+def test_a_dinov3_and_an_eva02_folder_fine_tune_from_the_command_line_and_export(
+    photos_and_checkpoint, fixture, capfd, monkeypatch
+):
+    from export.__main__ import main as export_main
+    from tests import support
+    from training.__main__ import main as train_main
+
+    root = photos_and_checkpoint
+    monkeypatch.chdir(root)
+    init, workdir = support.FIXTURES / "interop_families2" / fixture, root / f"run_{fixture}"
+    command = ["--config", "finetune", "--init", init, "--dataset", f"folder:{root / 'photos'}", "--epochs", "1"]
+    trained = call_cli(train_main, *command, "--workdir", workdir, capfd=capfd)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert f"[training] --init {init}: " in trained.stdout and "; new 3-class head\n" in trained.stdout
+    recorded = json.loads((workdir / "config.json").read_text())["model"]
+    rope = {"timm_dinov3_small": "dinov3", "timm_eva02_tiny": "eva"}[fixture]
+    assert recorded["rope"] == rope and recorded["hidden_size"] == 48, recorded
+    exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
+    assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
+    for name in ("saved_model", "model_float32.tflite", "model.onnx", "model.xml"):
+        assert (workdir / "export" / name).exists(), name

@@ -1,5 +1,5 @@
-"""training.sharding: `--strategy fsdp` on 4 host devices against data parallelism, its layouts, and resume across
-layouts (a sharded run's checkpoint on one device and the other way round).
+"""training.placement.sharding: `--strategy fsdp` on 4 host devices against data parallelism, its layouts, and resume
+across layouts (a sharded run's checkpoint on one device and the other way round).
 
 The backend and the host device count are fixed when JAX is first imported, so the runs go in one fresh process
 with KERAS_BACKEND=jax and XLA_FLAGS=--xla_force_host_platform_device_count=4 (as tests/training/test_jax.py does).
@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from tests import support
-from tests.training.test_multiprocess import _losses, _run, _steps_saved, _weights
-from training.checkpoint_file import _AUTO_SUFFIX
-from training.strategy import StrategyError, select_strategy
+from tests.support import multiprocess
+from tests.support.runs import losses, steps_saved, weights
+from training.checkpoints.checkpoint_file import _AUTO_SUFFIX
+from training.placement.strategy import StrategyError, select_strategy
 
 ROOT = str(support.ROOT)
 DEVICES = 4
@@ -31,8 +32,8 @@ RUNS = textwrap.dedent(f"""
     import glob, json, os, shutil, sys
     import jax, keras, numpy as np
     import keras_vit, training
-    from training import sharding
-    from training.checkpoint_file import read
+    from training.placement import sharding
+    from training.checkpoints.checkpoint_file import read
 
     root = sys.argv[1]
 
@@ -112,6 +113,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # 4 host devices: a JAX process of their own
 def test_fsdp_trains_to_the_losses_of_data_parallelism(runs):
     out, stdout = runs
     assert "4 cpu devices, FSDP - fsdp requested: batch and large kernels split over 4 cpu devices" in stdout
@@ -127,6 +129,7 @@ def test_fsdp_trains_to_the_losses_of_data_parallelism(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # 4 host devices: a JAX process of their own
 def test_kernels_and_their_optimizer_slots_are_split_and_small_tensors_are_not(runs):
     out, stdout = runs
     model, optimizer = out["model_layouts"], out["optimizer_layouts"]
@@ -169,6 +172,7 @@ def test_kernels_and_their_optimizer_slots_are_split_and_small_tensors_are_not(r
 
 
 @pytest.mark.slow
+@pytest.mark.process  # 4 host devices: a JAX process of their own
 def test_checkpoints_have_one_format_and_resume_across_layouts(runs):
     out, _ = runs
     fsdp, one = out["fsdp"], out["one_device"]
@@ -191,6 +195,7 @@ def test_checkpoints_have_one_format_and_resume_across_layouts(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # 4 host devices: a JAX process of their own
 def test_kernels_that_do_not_divide_stay_whole(runs):
     out, _ = runs
     assert "encoderblock_0/MultiHeadDotProductAttention_1/query/kernel" in out["odd_kept_whole"]
@@ -206,24 +211,25 @@ def test_fsdp_on_tensorflow_says_it_needs_jax():
 
 
 @pytest.mark.slow
+@pytest.mark.process  # several processes
 def test_two_processes_of_two_devices_train_and_resume_as_one_process_of_four(tmp_path):
     # `python -m training --strategy fsdp` as 1 process x 4 host devices and as 2 processes x 2 (joined on loopback,
     # as tests/training/test_multiprocess.py does): 3 epochs of 4 steps, checkpoints every 3 steps and at epoch ends.
     one, two = tmp_path / "one", tmp_path / "two"
-    _run(one, 1, 4, "--strategy", "fsdp")
-    outputs = _run(two, 2, 2, "--strategy", "fsdp")
+    multiprocess.run(one, 1, 4, "--strategy", "fsdp")
+    outputs = multiprocess.run(two, 2, 2, "--strategy", "fsdp")
     assert "4 cpu devices (2 processes x 2; this is process 0), FSDP" in outputs[0]
     assert "fsdp: 99.2% of the 608,842 trainable parameters split over 4 devices" in outputs[1]
     metrics = json.loads((two / "metrics.json").read_text())
     assert (metrics["strategy"], metrics["processes"], metrics["devices"]) == ("FSDP", 2, 4)
-    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-5, atol=1e-5)
-    for a, b in zip(_weights(two), _weights(one)):  # model.keras, written from weights no one process held whole
+    np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5, atol=1e-5)
+    for a, b in zip(weights(two), weights(one)):  # model.keras, written from weights no one process held whole
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     # The last checkpoint removed, the same two commands resume from the one before: gathered there, split here.
-    uninterrupted = _weights(two)
-    before, last = sorted(_steps_saved(two))[-2:]
+    uninterrupted = weights(two)
+    before, last = sorted(steps_saved(two))[-2:]
     os.remove(two / "checkpoints" / f"ckpt-{last:08d}.npz")
-    resumed = _run(two, 2, 2, "--strategy", "fsdp")
+    resumed = multiprocess.run(two, 2, 2, "--strategy", "fsdp")
     assert f"resuming from step {before} of 12" in resumed[0] and before < 12
-    for a, b in zip(_weights(two), uninterrupted):
+    for a, b in zip(weights(two), uninterrupted):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -1,85 +1,57 @@
 """The trainer on Keras' JAX backend: DataParallel on 2 host devices, digits, resume, cross-backend checkpoints, export.
 
-The backend and the host device count are fixed when Keras and JAX are first imported, so every case runs in
-fresh processes with KERAS_BACKEND and XLA_FLAGS=--xla_force_host_platform_device_count=2 set in their
-environment.
+The tests marked `jax` run in the JAX test session (tests/conftest.py: KERAS_BACKEND=jax, 2 host devices); a
+run killed, and the other backend's side of a cross-backend test, go through fresh processes.
 """
 
-import glob
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tests import support
-from tests.training.test_resume import SMALL_RUN
+from tests.support import processes, runs
 
-ROOT = str(support.ROOT)
 # Tiny and dropout-free; 2 steps per epoch. Losses of two placements then agree to float rounding.
-CONFIG = (
-    "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
-    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, plots=False, seed=1)"
-)
+FIELDS = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, eval_every=0,
+              checkpoint_every=0, learning_rate=3e-3, num_samples=4, num_calibration=4, plots=False,
+              seed=1)  # fmt: skip
 
 
-def _env(backend, devices=2):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "XLA_FLAGS")}
-    env.update(
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT,
-        KERAS_BACKEND=backend,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-    )
-    return env
-
-
-def _python(backend, code, *args, timeout=300):
-    result = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        cwd=ROOT,
-        env=_env(backend),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
+def _python(backend, code, *args):
+    """`python -c CODE ARGS` under `backend`, with 2 host devices."""
+    return processes.run_cli("-c", code, *args, env=processes.env(backend, 2))
 
 
 def _result(output):
     return json.loads(output.split("RESULT", 1)[1])
 
 
-TWO_PLACEMENTS = textwrap.dedent(f"""
-    import json, sys
-    import jax, keras
-    import training
-    out = {{}}
-    for name in ("default", "auto"):
-        result = training.train({CONFIG}.replace(strategy=name), sys.argv[1] + "/" + name, verbose=0)
-        kernel = result.model.get_layer("head").kernel
-        out[name] = {{"losses": [loss for history in result.histories for loss in history["loss"]],
-                     "metrics": {{k: result.metrics[k] for k in ("backend", "strategy", "replicas", "devices")}},
-                     "kernel_devices": len(kernel.value.sharding.device_set),
-                     "head": kernel.numpy().ravel().tolist()}}
-    print("RESULT" + json.dumps(out))
-""")
-
-
+@pytest.mark.jax
 @pytest.mark.slow
-def test_two_host_devices_match_one_device(tmp_path):
-    result = _python("jax", TWO_PLACEMENTS, tmp_path)
-    out = _result(result.stdout)
-    assert "backend jax, 1 cpu device, one device - default requested" in result.stdout
-    assert "backend jax, 2 cpu devices, DataParallel - auto: no accelerator, 2 host devices" in result.stdout
+def test_two_host_devices_match_one_device(tmp_path, capsys):
+    import training
+
+    out = {}
+    for name in ("default", "auto"):
+        result = training.train(training.TrainConfig(**FIELDS, strategy=name), str(tmp_path / name), verbose=0)
+        kernel = result.model.get_layer("head").kernel
+        out[name] = {"losses": [loss for history in result.histories for loss in history["loss"]],
+                     "metrics": {k: result.metrics[k] for k in ("backend", "strategy", "replicas", "devices")},
+                     "kernel_devices": len(kernel.value.sharding.device_set),
+                     "head": kernel.numpy().ravel().tolist()}  # fmt: skip
+    stdout = capsys.readouterr().out
+    assert "backend jax, 1 cpu device, one device - default requested" in stdout
+    assert "backend jax, 2 cpu devices, DataParallel - auto: no accelerator, 2 host devices" in stdout
     assert out["default"]["metrics"] == {"backend": "jax", "strategy": "one device", "replicas": 1, "devices": 1}
     assert out["auto"]["metrics"] == {"backend": "jax", "strategy": "DataParallel", "replicas": 2, "devices": 2}
     assert out["auto"]["kernel_devices"] == 2 and out["default"]["kernel_devices"] == 1  # replicated on both
@@ -94,49 +66,34 @@ def test_two_host_devices_match_one_device(tmp_path):
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 # 8 steps per epoch, 4 epochs, 2 host devices; no dropout.
-RUN = [*SMALL_RUN, "--strategy", "auto", "--set", "checkpoint_every=3"]
+RUN = [*runs.TINY_RUN, "--strategy", "auto", "--set", "checkpoint_every=3"]
 
 
 def _cli(workdir, *, wait=True):
-    command = [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN]
-    if not wait:
-        return subprocess.Popen(
-            command, cwd=ROOT, env=_env("jax"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    result = subprocess.run(command, cwd=ROOT, env=_env("jax"), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return result
+    """`python -m training` of RUN under JAX with 2 host devices: run to its end, or started (`wait=False`)."""
+    command, env = ["-m", "training", "--workdir", workdir, *RUN], processes.env("jax", 2)
+    return processes.run_cli(*command, env=env) if wait else processes.start_cli(*command, env=env)
 
 
-def _steps_saved(workdir):
-    return [int(re.search(r"ckpt-(\d+)", p).group(1)) for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz"))]
-
-
-def _weights(workdir):
-    import keras
-
-    import keras_vit  # noqa: F401  (registers the layers)
-
-    # Loaded here, under this process's backend: a .keras file is backend-neutral and loading keeps every bit.
-    model = keras.saving.load_model(str(workdir / "model.keras"), compile=False)
-    return [np.asarray(w) for w in model.get_weights()]
-
-
+@pytest.mark.jax
+@pytest.mark.process  # a run killed, and the same command resuming it
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_the_same_command_resumes_at_the_exact_step(tmp_path):
+    from training.__main__ import main
+
     reference = tmp_path / "uninterrupted"
-    _cli(reference)
+    assert main(["--workdir", str(reference), *RUN]) == 0  # in this session: the same backend and host devices
     killed = tmp_path / "killed"
     process = _cli(killed, wait=False)
     deadline = time.time() + 240
-    while not any(s >= 12 and s % 8 for s in _steps_saved(killed)):  # a mid-epoch checkpoint of epoch 2
+    while not any(s >= 12 and s % 8 for s in runs.steps_saved(killed)):  # a mid-epoch checkpoint of epoch 2
         if process.poll() is not None or time.time() > deadline:
             process.kill()
             pytest.fail(f"no mid-epoch checkpoint before the run ended:\n{process.stdout.read()[-3000:]}")
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    saved = max(_steps_saved(killed))
+    saved = max(runs.steps_saved(killed))
     resumed = _cli(killed)
     start = int(re.search(r"resuming from step (\d+) of 32", resumed.stdout).group(1))
     assert start == saved and start % 8
@@ -144,45 +101,53 @@ def test_sigkill_mid_epoch_then_the_same_command_resumes_at_the_exact_step(tmp_p
     assert metrics["steps"] == 32 and metrics["resumed_from_step"] == start
     assert metrics["backend"] == "jax" and metrics["devices"] == 2
     # The input stream is a function of the step and JAX on CPU is deterministic: the same weights, bitwise.
-    for a, b in zip(_weights(killed), _weights(reference)):
+    for a, b in zip(runs.weights(killed), runs.weights(reference)):
         np.testing.assert_array_equal(a, b)
 
 
 # ------------------------------------------------------------------------------ checkpoints across backends
 
-CROSS = textwrap.dedent(f"""
-    import json, sys
-    import keras, numpy as np
+
+def cross_runs(workdirs):
+    """Under this process's backend, in each of `workdirs`: 2 epochs of 2 steps, checkpoints at steps 2 and 4 (or
+    resumed); what each run gave."""
+    import keras
+
     import training
-    from training.checkpointing import CheckpointManager
+    from training.checkpoints.checkpointing import CheckpointManager
+
     out = []
-    for workdir in sys.argv[1:]:  # 2 epochs of 2 steps each, checkpoints at steps 2 and 4 (or resumed)
-        result = training.train({CONFIG}.replace(epochs=2, checkpoint_every=2), workdir, verbose=0)
+    for workdir in map(str, workdirs):
+        config = training.TrainConfig(**FIELDS).replace(epochs=2, checkpoint_every=2)
+        result = training.train(config, workdir, verbose=0)
         model, optimizer = result.model, result.model.optimizer
         latest = CheckpointManager(workdir + "/checkpoints", model, optimizer).checkpoints()[-1]
         with np.load(latest) as archive:
             header = json.loads(archive["header"].tobytes().decode("utf-8"))
-        out.append({{
+        out.append({
             "backend": keras.backend.backend(),
             "losses": [loss for history in result.histories for loss in history["loss"]],
             "resumed_from": result.metrics["resumed_from_step"],
-            "paths": {{"model": [v.path for v in model.variables],
-                       "optimizer": [v.path for v in optimizer.variables]}},
+            "paths": {"model": [v.path for v in model.variables], "optimizer": [v.path for v in optimizer.variables]},
             "header_paths": header["paths"],
             "weights": [np.asarray(w).ravel().tolist() for w in model.get_weights()],
-        }})
-    print("RESULT" + json.dumps(out))
-""")
+        })  # fmt: skip
+    return out
+
+
+# The cross-backend test's runs, in a process of each backend.
+CROSS = "import json, sys; from tests.training.test_jax import cross_runs; print('RESULT' + json.dumps(cross_runs(sys.argv[1:])))"  # noqa: E501
 
 
 def _resume_elsewhere(source, target):
     """A copy of `source` whose newest checkpoint is removed: a run in `target` resumes from the one before."""
     shutil.copytree(source, target)
-    steps = sorted(_steps_saved(target))
+    steps = sorted(runs.steps_saved(target))
     os.remove(target / "checkpoints" / f"ckpt-{steps[-1]:08d}.npz")
     return steps[-2]
 
 
+@pytest.mark.process  # each backend's runs in a fresh process: the variable paths a fresh process gives must match
 @pytest.mark.slow
 def test_a_checkpoint_written_under_one_backend_resumes_under_the_other(tmp_path):
     # A TF run; then under JAX (2 devices) a run of its own and TF's step-2 checkpoint resumed; then under TF the
@@ -208,7 +173,7 @@ def test_a_checkpoint_written_under_one_backend_resumes_under_the_other(tmp_path
 
 DROPOUT_MODEL = textwrap.dedent("""
     import keras, keras_vit
-    from training.checkpointing import CheckpointManager
+    from training.checkpoints.checkpointing import CheckpointManager
 
     def dropout_model_and_manager(directory):
         # Dropout and stochastic depth give the model RNG-state variables: int64 under TensorFlow, uint32 under JAX.
@@ -238,6 +203,7 @@ DROPOUT_UNDER_JAX = DROPOUT_MODEL + textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.process  # JAX's side: a JAX process
 def test_rng_state_variables_cross_backends_both_ways(tmp_path):
     namespace = {}
     exec(DROPOUT_MODEL, namespace)  # the same model and optimizer as the JAX process builds
@@ -258,21 +224,22 @@ def test_rng_state_variables_cross_backends_both_ways(tmp_path):
 
 @pytest.fixture(scope="module")
 def jax_digits(tmp_path_factory):
-    """`python -m training` (the digits recipe, unchanged) under JAX on 2 host devices: workdir, output, seconds."""
+    """`python -m training` (the digits recipe, unchanged) in this JAX session (2 host devices): workdir, output,
+    seconds."""
+    import keras
+
+    from training.__main__ import main
+
     workdir = tmp_path_factory.mktemp("jax_digits") / "digits"
     started = time.time()
-    result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(workdir)],
-        cwd=ROOT,
-        env=_env("jax"),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return workdir, result, time.time() - started
+    with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        code = main(["--workdir", str(workdir)])
+    keras.distribution.set_distribution(None)  # the run's DataParallel: not the tests' own placement
+    assert code == 0, stdout.getvalue()[-3000:]
+    return workdir, SimpleNamespace(stdout=stdout.getvalue()), time.time() - started
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 def test_digits_reaches_the_97_percent_floor_under_jax(jax_digits):
     workdir, result, seconds = jax_digits
@@ -287,19 +254,14 @@ def test_digits_reaches_the_97_percent_floor_under_jax(jax_digits):
     assert metrics["top1"] >= 0.97
 
 
+@pytest.mark.jax
+@pytest.mark.process  # the export command started from a shell with KERAS_BACKEND=jax
 @pytest.mark.slow
 def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     workdir = jax_digits[0]
     # The shell that trained (KERAS_BACKEND=jax still set): the export CLI switches to TensorFlow, as it must.
-    exported = subprocess.run(
-        [sys.executable, "-m", "export", str(workdir), "--quantize", "float32", "--latency-runs", "2"],
-        cwd=ROOT,
-        env=_env("jax"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert exported.returncode == 0, exported.stdout[-2000:] + exported.stderr[-3000:]
+    exported = processes.run_cli("-m", "export", workdir, "--quantize", "float32", "--latency-runs", "2",
+                                 env=processes.env("jax", 2), timeout=600)  # fmt: skip
     assert "KERAS_BACKEND=jax -> tensorflow" in exported.stderr
     report = json.loads((workdir / "export" / "report.json").read_text())
     assert report["passed"]  # every artifact within its logit budget of the Keras model (TensorFlow backend)
@@ -312,7 +274,6 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     # Independently of the exporter's own check: the float32 .tflite run by LiteRT here gives the probabilities
     # (the .tflite ends in a softmax) of the logits the JAX backend computes from the same model.keras, and those
     # give the accuracy metrics.json reports.
-    _python("jax", LOGITS, workdir / "model.keras", workdir / "samples" / "heldout.npz", tmp_path / "jax.npy")
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(workdir / "export" / "model_float32.tflite"), num_threads=1)
@@ -325,7 +286,7 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
         interpreter.set_tensor(inp["index"], image[None])
         interpreter.invoke()
         tflite_probabilities.append(interpreter.get_tensor(out["index"])[0])
-    jax_logits = np.load(tmp_path / "jax.npy")
+    jax_logits = _jax_logits(workdir / "model.keras", workdir / "samples" / "heldout.npz")
     assert jax_logits.shape == (360, 10)
     shifted = np.exp(jax_logits - jax_logits.max(-1, keepdims=True))  # softmax in numpy
     np.testing.assert_allclose(np.stack(tflite_probabilities), shifted / shifted.sum(-1, keepdims=True), atol=1e-5)
@@ -333,25 +294,28 @@ def test_a_jax_trained_model_exports_and_verifies(jax_digits, tmp_path):
     assert np.mean(jax_logits.argmax(-1) == labels) == pytest.approx(metrics["top1"], abs=1e-6)
 
 
-LOGITS = textwrap.dedent("""
-    import sys
-    import keras, numpy as np
-    import keras_vit
+def _jax_logits(model_path, heldout_path):
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
     assert keras.backend.backend() == "jax"
-    model = keras.saving.load_model(sys.argv[1], compile=False)
-    with np.load(sys.argv[2]) as held:
+    model = keras.saving.load_model(str(model_path), compile=False)
+    with np.load(heldout_path) as held:
         images = (held["images"].astype(np.float32) - 127.5) / 127.5
-    np.save(sys.argv[3], np.asarray(model.predict(images, verbose=0)))
-""")
+    return np.asarray(model.predict(images, verbose=0))
 
 
 # ------------------------------------------------------------------------------------ selection and precision
 
-SELECTION = textwrap.dedent("""
-    import json
-    import jax, keras
+
+def _selection():
+    import jax
+    import keras
+
     import training
-    from training.distribution import select_placement, set_matmul_precision
+    from training.placement.distribution import select_placement, set_matmul_precision
+
     out = {}
     for name in ("tpu", "multi_worker", "gpu"):
         try:
@@ -363,14 +327,18 @@ SELECTION = textwrap.dedent("""
     out["mirrored"] = [mirrored.describe(), mirrored.num_replicas, len(mesh.devices)]
     default = select_placement("default")
     out["default"] = [default.describe(), keras.distribution.distribution() is None]
-    set_matmul_precision("highest")
-    out["precision"] = jax.config.jax_default_matmul_precision
-    print("RESULT" + json.dumps(out))
-""")
+    before = jax.config.jax_default_matmul_precision
+    try:
+        set_matmul_precision("highest")
+        out["precision"] = jax.config.jax_default_matmul_precision
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)  # the session's other tests keep the default
+    return out
 
 
+@pytest.mark.jax
 def test_jax_placement_choices_and_errors():
-    out = _result(_python("jax", SELECTION).stdout)
+    out = _selection()
     assert "JAX sees no TPU" in out["tpu"] and "--strategy auto" in out["tpu"]
     # multi_worker with no cluster to join (no KERAS_DISTRIBUTION_* variables, not a TPU pod): what to set.
     assert "--strategy multi_worker on JAX: JAX found no cluster to join" in out["multi_worker"]
@@ -382,9 +350,25 @@ def test_jax_placement_choices_and_errors():
     assert out["precision"] == "highest"
 
 
+@pytest.mark.process  # what a fresh process imports is the subject
+def test_the_jax_route_never_imports_the_tensorflow_strategy_module():
+    code = (
+        "import sys; from training.placement.distribution import select_placement; select_placement('default'); "
+        "import training; print('training.placement.strategy' in sys.modules)"
+    )
+    import subprocess
+    import sys
+
+    root = str(support.ROOT)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": root}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "False"  # the JAX route takes the names and the error from the options
+
+
 def test_tensorflow_placement_and_bad_matmul_precision():
     import training
-    from training.distribution import select_placement
+    from training.placement.distribution import select_placement
 
     placement = select_placement("default")
     assert placement.describe() == (

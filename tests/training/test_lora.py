@@ -4,8 +4,6 @@ exports."""
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -14,15 +12,14 @@ import pytest
 import keras_vit
 import training
 from keras_vit.lora import TARGET_GROUPS
-from tests import support
-from training.checkpoint_file import _AUTO_SUFFIX
-from training.checkpointing import CheckpointManager
-from training.config import option_choices
+from tests.support.processes import call_cli
+from training.checkpoints.checkpoint_file import _AUTO_SUFFIX
+from training.checkpoints.checkpointing import CheckpointManager
 from training.configs import get_config
 from training.model_setup import build_model, model_config
-from training.overrides import parse_overrides
+from training.options.config import option_choices
+from training.options.overrides import parse_overrides
 
-ROOT = str(support.ROOT)
 # Keras' factor layout per projection (keras_vit/lora.py): the numpy form of A @ B.
 UPDATE = {"query": "dhr,rk->dhk", "key": "dhr,rk->dhk", "value": "dhr,rk->dhk", "out": "hkr,rd->hkd"}
 
@@ -133,19 +130,26 @@ def test_lora_targets_are_the_librarys_sets_and_bad_ones_are_one_line_errors():
 
 
 @pytest.mark.slow  # a 6-epoch digits run, the recipe and its export from the command line: ~60 s on 2 busy cores
-def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path):
+def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path, capfd):
+    from export.__main__ import main as export_main
+    from training.__main__ import main as train_main
+
     backbone = training.train("digits", str(tmp_path / "digits6"), verbose=0, epochs=6, num_samples=16,
                               num_calibration=16)  # fmt: skip
-    command = [sys.executable, "-m", "training", "--config", "digits_lora", "--init",
-               str(tmp_path / "digits6" / "model.keras"), "--workdir", str(tmp_path / "lora")]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    command = [
+        "--config",
+        "digits_lora",
+        "--init",
+        tmp_path / "digits6" / "model.keras",
+        "--workdir",
+        tmp_path / "lora",
+    ]
+    run = call_cli(train_main, *command, capfd=capfd)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     metrics = json.loads((tmp_path / "lora" / "metrics.json").read_text())
     print(f"digits_lora: backbone {backbone.metrics['top1']:.4f}, LoRA {metrics['top1']:.4f}")
     assert metrics["top1"] >= 0.85 and metrics["trainable_parameters"] == 64_906
     # The merged model.keras exports and verifies as any run's does.
-    export = [sys.executable, "-m", "export", str(tmp_path / "lora"), "--formats", "saved_model,tflite",
-              "--quantize", "float32", "--gpu-check", "off"]  # fmt: skip
-    exported = subprocess.run(export, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    export = [tmp_path / "lora", "--formats", "saved_model,tflite", "--quantize", "float32", "--gpu-check", "off"]
+    exported = call_cli(export_main, *export, capfd=capfd)
     assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]

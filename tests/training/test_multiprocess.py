@@ -5,105 +5,23 @@ KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID), with XLA_FLAGS
 JAX's gloo collectives between the processes: a pod slice's program on one CPU machine.
 """
 
-import glob
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
 import pytest
 
-from tests import support
-from tests.training.test_distributed import _free_ports, _wait_all
-from tests.training.test_resume import SMALL_RUN
+from tests.support import multiprocess
+from tests.support.processes import env, free_ports, run_cli, wait_all
+from tests.support.runs import losses, steps_saved, weights
 
-ROOT = str(support.ROOT)
-# 4 steps per epoch, 3 epochs, batch 16, no dropout; checkpoints mid-epoch (every 3 steps) for the kill test.
-# plots=true again (SMALL_RUN turns them off): process 0 alone draws them (test_only_process_zero_writes_the_workdir).
-RUN = [*SMALL_RUN, "--epochs", "3", "--set", "steps_per_epoch=4", "--set", "checkpoint_every=3", "--set", "plots=true"]
-
-
-def _env(devices, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERAS_DISTRIBUTION_", "TF_CONFIG", "XLA_FLAGS"))}
-    env.update(
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT,
-        KERAS_BACKEND="jax",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        **extra,
-    )
-    return env
-
-
-def _start(workdir, num_processes, devices, *extra, program=("-m", "training"), per_process=None):
-    """`num_processes` trainers of one run, each with `devices` host devices; returns their Popen objects.
-
-    `workdir`: one path for all, or a list with one per process. `program`: what `python` runs (the command line,
-    or a script that takes its arguments). `per_process`: {index: [more arguments of that process only]}.
-    """
-    port = _free_ports(1)[0]
-    workdirs = workdir if isinstance(workdir, list) else [workdir] * num_processes
-    return [
-        subprocess.Popen(
-            [
-                sys.executable,
-                *program,
-                "--workdir",
-                str(workdirs[index]),
-                *RUN,
-                *extra,
-                *(per_process or {}).get(index, []),
-            ],
-            cwd=ROOT,
-            env=_env(
-                devices,
-                **(
-                    {
-                        "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{port}",
-                        "KERAS_DISTRIBUTION_NUM_PROCESSES": str(num_processes),
-                        "KERAS_DISTRIBUTION_PROCESS_ID": str(index),
-                    }
-                    if num_processes > 1
-                    else {}
-                ),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for index in range(num_processes)
-    ]
-
-
-def _run(workdir, num_processes, devices, *extra):
-    codes, outputs = _wait_all(_start(workdir, num_processes, devices, *extra), timeout=400)
-    assert codes == [0] * num_processes, "\n\n".join(o[-3000:] for o in outputs)
-    return outputs
-
-
-def _losses(workdir):
-    lines = (workdir / "log.csv").read_text().splitlines()
-    column = lines[0].split(",").index("loss")
-    return np.array([float(line.split(",")[column]) for line in lines[1:]])
-
-
-def _weights(workdir):
-    import keras
-
-    import keras_vit  # noqa: F401  (registers the layers)
-
-    model = keras.saving.load_model(str(workdir / "model.keras"), compile=False)
-    return [np.asarray(w) for w in model.get_weights()]
-
-
-def _steps_saved(workdir):
-    return [int(re.search(r"ckpt-(\d+)", p).group(1)) for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz"))]
+RUN = multiprocess.RUN
+_start, _run = multiprocess.start, multiprocess.run
 
 
 def _files(workdir):
@@ -125,17 +43,18 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_two_processes_of_two_devices_equal_one_process_of_four(runs):
     root, one, two = runs
     assert "backend jax, 4 cpu devices, DataParallel" in one[0]
     for index, output in enumerate(two):
         assert f"4 cpu devices (2 processes x 2; this is process {index}), DataParallel" in output
-    first, second = _losses(root / "one"), _losses(root / "two")
+    first, second = losses(root / "one"), losses(root / "two")
     print(f"max |loss(2 processes x 2) - loss(1 process x 4)| per epoch = {np.abs(first - second).max():.2e}")
     assert len(first) == 3 and first[-1] < first[0]  # it trains
     # docs/multihost.md: "the per-epoch losses agree within 2.4e-7" (a float32 rounding step at these losses).
     np.testing.assert_allclose(second, first, rtol=0, atol=2.4e-7)
-    for a, b in zip(_weights(root / "two"), _weights(root / "one")):
+    for a, b in zip(weights(root / "two"), weights(root / "one")):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     metrics = json.loads((root / "two" / "metrics.json").read_text())
     assert (metrics["processes"], metrics["local_devices"], metrics["devices"]) == (2, 2, 4)
@@ -148,6 +67,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_only_process_zero_writes_the_workdir(runs):
     root, _, two = runs
     assert _files(root / "two") == _files(root / "one")  # one set of outputs, the one-process run's files
@@ -157,12 +77,13 @@ def test_only_process_zero_writes_the_workdir(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_sigkill_of_both_processes_then_the_same_command_resumes_at_the_exact_step(runs, tmp_path):
     root, _, _ = runs
     workdir = tmp_path / "killed"
     processes = _start(workdir, 2, 2)
     deadline = time.time() + 300
-    while not any(s > 4 and s % 4 for s in _steps_saved(workdir)):  # a mid-epoch checkpoint of epoch 2 or 3
+    while not any(s > 4 and s % 4 for s in steps_saved(workdir)):  # a mid-epoch checkpoint of epoch 2 or 3
         if any(p.poll() is not None for p in processes) or time.time() > deadline:
             for p in processes:
                 p.kill()
@@ -171,32 +92,33 @@ def test_sigkill_of_both_processes_then_the_same_command_resumes_at_the_exact_st
     for p in processes:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    saved = max(_steps_saved(workdir))
+    saved = max(steps_saved(workdir))
     outputs = _run(workdir, 2, 2)
     starts = [int(re.search(r"resuming from step (\d+) of 12", o).group(1)) for o in outputs]
     assert starts == [saved, saved] and saved % 4
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["steps"] == 12 and metrics["resumed_from_step"] == saved
-    np.testing.assert_array_equal(_losses(workdir), _losses(root / "two"))  # log.csv rows too
-    for a, b in zip(_weights(workdir), _weights(root / "two")):
+    np.testing.assert_array_equal(losses(workdir), losses(root / "two"))  # log.csv rows too
+    for a, b in zip(weights(workdir), weights(root / "two")):
         np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
     workdir = tmp_path / "run"
     processes = _start(workdir, 2, 2, "--epochs", "1000")  # far longer than the test waits
     deadline = time.time() + 300
-    while not _steps_saved(workdir):
+    while not steps_saved(workdir):
         if any(p.poll() is not None for p in processes) or time.time() > deadline:
             for p in processes:
                 p.kill()
             pytest.fail("no checkpoint:\n" + "\n\n".join(p.communicate()[0][-3000:] for p in processes))
         time.sleep(0.05)
     processes[1].send_signal(signal.SIGTERM)  # not the writer: without agreement process 0 would wait for ever
-    codes, outputs = _wait_all(processes, timeout=120)
+    codes, outputs = wait_all(processes, timeout=120)
     assert codes == [143, 143], "\n\n".join(o[-3000:] for o in outputs)
-    saved = max(_steps_saved(workdir))
+    saved = max(steps_saved(workdir))
     # Both stopped after the same step, and process 0 wrote that step's checkpoint.
     assert all(f"SIGTERM received: saved the checkpoint of step {saved} " in o for o in outputs), outputs[0][-2000:]
     assert not (workdir / "model.keras").exists()
@@ -207,7 +129,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
 # any shard makes the global loss NaN everywhere; the agreement must hold without that).
 NAN_IN_PROCESS_1 = textwrap.dedent("""
     import os, sys
-    from training import fault_tolerance
+    from training.checkpoints import fault_tolerance
 
     at_step, original = int(os.environ["TEST_NAN_AT_STEP"]), fault_tolerance.FaultTolerance.on_train_batch_end
 
@@ -223,10 +145,11 @@ NAN_IN_PROCESS_1 = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_nan_in_one_process_stops_both_with_exit_code_3_at_the_same_step(tmp_path, monkeypatch):
     workdir = tmp_path / "run"
     monkeypatch.setenv("TEST_NAN_AT_STEP", "8")  # epoch 2's last step; checkpoints at 3, 4 (epoch end) and 7
-    codes, outputs = _wait_all(_start(workdir, 2, 2, program=("-c", NAN_IN_PROCESS_1)), timeout=400)
+    codes, outputs = wait_all(_start(workdir, 2, 2, program=("-c", NAN_IN_PROCESS_1)), timeout=400)
     assert codes == [3, 3], "\n\n".join(o[-3000:] for o in outputs)
     errors = [o.strip().splitlines()[-1] for o in outputs]
     expected = (
@@ -235,17 +158,18 @@ def test_a_nan_in_one_process_stops_both_with_exit_code_3_at_the_same_step(tmp_p
         f"command again with --set rescue=True --set learning_rate=0.0003 (recorded in the run's history)"
     )
     assert all(e.startswith(expected) for e in errors), errors  # the same step on both, process 0's loss finite
-    assert max(_steps_saved(workdir)) == 7  # nothing saved at or after the NaN step (nor at epoch 2's end)
+    assert max(steps_saved(workdir)) == 7  # nothing saved at or after the NaN step (nor at epoch 2's end)
     with np.load(workdir / "checkpoints" / "ckpt-00000007.npz") as archive:
         assert all(np.isfinite(archive[k]).all() for k in archive.files if archive[k].dtype.kind == "f")
     assert not (workdir / "model.keras").exists()
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_processes_whose_starting_weights_differ_stop_before_the_first_step(tmp_path):
     workdir = tmp_path / "run"
     # Another seed on process 1 only: its replica of every weight starts elsewhere (--init or a version would too).
-    codes, outputs = _wait_all(_start(workdir, 2, 2, per_process={1: ["--set", "seed=1"]}), timeout=400)
+    codes, outputs = wait_all(_start(workdir, 2, 2, per_process={1: ["--set", "seed=1"]}), timeout=400)
     assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
     for output in outputs:
         error = output.strip().splitlines()[-1]
@@ -260,36 +184,27 @@ def test_processes_whose_starting_weights_differ_stop_before_the_first_step(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, tmp_path):
     root, _, _ = runs
     shutil.copytree(root / "two" / "checkpoints", tmp_path / "b" / "checkpoints")  # process 1 sees step 12
-    codes, outputs = _wait_all(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
+    codes, outputs = wait_all(_start([tmp_path / "a", tmp_path / "b"], 2, 2), timeout=300)
     assert codes == [2, 2], "\n\n".join(o[-3000:] for o in outputs)
     for output in outputs:
         # Gloo's C++ "[Gloo] Rank ... connected" line can land after the error (seen under load): not ours.
         error = [line for line in output.strip().splitlines() if not line.startswith("[Gloo]")][-1]
         assert "disagree on the checkpoint step to resume from (-1: none) (process 0: -1, process 1: 12)" in error
         assert "put it on storage all hosts share" in error
-    assert not (tmp_path / "a" / "checkpoints").exists() and max(_steps_saved(tmp_path / "b")) == 12
+    assert not (tmp_path / "a" / "checkpoints").exists() and max(steps_saved(tmp_path / "b")) == 12
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tmp_path, index):
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     started = time.time()
-    result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(tmp_path / "run"), *RUN, "--set", "join_timeout=2"],
-        cwd=ROOT,
-        env=_env(
-            2,
-            KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
-            KERAS_DISTRIBUTION_NUM_PROCESSES="3",
-            KERAS_DISTRIBUTION_PROCESS_ID=str(index),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_cli("-m", "training", "--workdir", tmp_path / "run", *RUN, "--set", "join_timeout=2",
+                     env=multiprocess.cluster_env(2, 3, index, port), timeout=120, check=False)  # fmt: skip
     elapsed = time.time() - started
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]
@@ -302,15 +217,10 @@ def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tm
     assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was written
 
 
+@pytest.mark.process  # the variables a process starts with
 def test_incomplete_keras_distribution_variables_are_refused_before_any_work(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(tmp_path / "run"), *RUN],
-        cwd=ROOT,
-        env=_env(2, KERAS_DISTRIBUTION_NUM_PROCESSES="2"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_cli("-m", "training", "--workdir", tmp_path / "run", *RUN,
+                     env=env("jax", 2, KERAS_DISTRIBUTION_NUM_PROCESSES="2"), timeout=120, check=False)  # fmt: skip
     assert result.returncode == 2
     error = result.stderr.strip().splitlines()[-1]
     assert "KERAS_DISTRIBUTION_JOB_ADDRESSES, KERAS_DISTRIBUTION_PROCESS_ID are unset" in error
@@ -393,8 +303,8 @@ def test_evaluation_shards_cover_the_split_once_with_the_one_process_mean(count,
     for index in range(processes):
         batches = list(eval_dataset(source, config, shard=(index, processes)))
         steps.append(len(batches))
-        for _, labels, weights in batches:
-            weighted += float(np.sum(weights.numpy() * (labels.numpy() @ values)))
-            rows += len(weights)
+        for _, labels, row_weights in batches:
+            weighted += float(np.sum(row_weights.numpy() * (labels.numpy() @ values)))
+            rows += len(row_weights)
     assert len(set(steps)) == 1  # every process runs the same number of evaluation steps
     assert weighted / rows == pytest.approx(values.mean(), rel=1e-6)

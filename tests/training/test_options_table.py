@@ -1,26 +1,26 @@
-"""docs/training.md's option table is the one `training.options_table` generates from `TrainConfig`."""
+"""docs/training.md's option table is the one `training.options.table` generates from `TrainConfig`."""
 
 import dataclasses
 import typing
 
 import pytest
 
-from training import options_table
-from training.config import TrainConfig, option_choices
+from training.options import table as options_table
+from training.options.config import TrainConfig, option_choices
 
 
 def test_the_docs_hold_the_generated_table():
     with open(options_table.DOCS, encoding="utf-8") as f:
         documented = options_table.documented_table(f.read())
     assert documented is not None, "docs/training.md lost its option table markers"
-    # On a difference: python -m training.options_table --write
+    # On a difference: python -m training.options.table --write
     assert documented == options_table.options_table()
 
 
 def test_the_table_follows_the_annotations_and_ranges():
     rows = {line.split(" | ")[0].strip("|` "): line for line in options_table.options_table().splitlines()[2:]}
     assert list(rows) == [field.name for field in dataclasses.fields(TrainConfig)]
-    # Choices come from the Literal annotations, ranges from training.ranges, defaults from the dataclass.
+    # Choices come from the Literal annotations, ranges from training.options.ranges, defaults from the dataclass.
     assert option_choices("strategy") == typing.get_args(typing.get_type_hints(TrainConfig)["strategy"])
     assert "`'auto'`, `'tpu'`, `'multi_worker'`, `'mirrored'`, `'default'`, `'fsdp'` | `'auto'` |" in rows["strategy"]
     assert "`True`, `False`, `'auto'` | `'auto'` |" in rows["jit_compile"]

@@ -1,14 +1,39 @@
 """Every recipe against a table of its reference configuration, written here from the reference files (big_vision
 `configs/vit_s16_i1k.py`, `configs/vit_i21k.py`; vision_transformer `vit_jax/configs/common.py`, the paper), so an
-edit that drifts from the reference fails; each recipe's docstring names its reference, published number and
-deviations. Also: extra evaluation splits reported in metrics.json."""
+edit that drifts from the reference fails; each recipe's section of docs/training.md names its reference, published
+number and deviations. Also: extra evaluation splits reported in metrics.json."""
 
 import json
 
 import numpy as np
 import pytest
 
+from tests import support
+from tests.support.runs import TINY_CONFIG
 from training.configs import available_configs, get_config
+
+# What vit_jax's cifar10 and imagenet2012 fine-tuning presets share (configs/common.py, paper appendix B.1.1).
+_FINETUNE_384 = dict(
+    eval_resize_small=None,
+    image_size=384,
+    shuffle_buffer=50_000,
+    variant="B/16",
+    model={},
+    batch_size=512,
+    optimizer="sgd",
+    momentum=0.9,
+    learning_rate=0.03,
+    weight_decay=0.0,
+    schedule="cosine",
+    warmup_steps=500,
+    global_clipnorm=1.0,
+    augment="inception",
+    crop_area=(0.05, 1.0),
+    flip=True,
+    randaugment=None,
+    mixup_alpha=0.0,
+    init_head=False,
+)
 
 # Values as the references state them; conversions (big_vision's wd x schedule -> Keras' wd x lr) done here by hand.
 REFERENCE = {
@@ -71,29 +96,7 @@ REFERENCE = {
         init=None,
     ),
     "cifar10_finetune": dict(  # vit_jax configs/common.py cifar10 preset + paper appendix B.1.1
-        dataset="tfds:cifar10",
-        train_split="train[:98%]",
-        eval_split="test",
-        eval_resize_small=None,
-        image_size=384,
-        shuffle_buffer=50_000,
-        variant="B/16",
-        model={},
-        batch_size=512,
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
-        warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
-        randaugment=None,
-        mixup_alpha=0.0,
-        label_smoothing=0.0,
-        init_head=False,
+        dataset="tfds:cifar10", train_split="train[:98%]", eval_split="test", label_smoothing=0.0, **_FINETUNE_384
     ),
     "finetune": dict(  # paper appendix B.1.1's optimiser; the model and the step counts are the run's (resolve.py)
         eval_resize_small=None,
@@ -117,28 +120,7 @@ REFERENCE = {
         init_head=False,
     ),
     "imagenet_finetune_384": dict(  # vit_jax configs/common.py imagenet2012 preset + paper appendix B.1.1
-        dataset="tfds:imagenet2012",
-        train_split="train[:99%]",
-        eval_split="validation",
-        eval_resize_small=None,
-        image_size=384,
-        shuffle_buffer=50_000,
-        variant="B/16",
-        model={},
-        batch_size=512,
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.03,
-        weight_decay=0.0,
-        schedule="cosine",
-        warmup_steps=500,
-        global_clipnorm=1.0,
-        augment="inception",
-        crop_area=(0.05, 1.0),
-        flip=True,
-        randaugment=None,
-        mixup_alpha=0.0,
-        init_head=False,
+        dataset="tfds:imagenet2012", train_split="train[:99%]", eval_split="validation", **_FINETUNE_384
     ),
 }
 TOTAL_STEPS = {"cifar10_finetune": 10_000, "imagenet_finetune_384": 20_000}
@@ -181,48 +163,52 @@ def test_digits_augreg_has_the_shape_of_the_imagenet_recipe():
     }
 
 
+def _recipe_section(name):
+    """The `### `name`` section of docs/training.md's Recipes."""
+    text = (support.ROOT / "docs" / "training.md").read_text()
+    start = text.index(f"### `{name}`\n")
+    end = min(i for i in (text.find("\n### ", start + 1), text.find("\n## ", start + 1)) if i > 0)
+    return text[start:end]
+
+
 @pytest.mark.parametrize("name", [*sorted(REFERENCE), "digits_augreg"])
-def test_recipe_docstring_states_reference_published_number_and_deviations(name):
-    doc = __import__(f"training.configs.{name}", fromlist=["get_config"]).__doc__
+def test_recipe_docs_state_reference_published_number_and_deviations(name):
+    section = _recipe_section(name)
     for heading in ("Reference:", "Published:", "Deviations"):
-        assert heading in doc, f"{name}: no {heading!r} section"
+        assert heading in section, f"{name}: no {heading!r} section in docs/training.md"
+    assert "python -m training --config " + name in section
+    doc = __import__(f"training.configs.{name}", fromlist=["get_config"]).__doc__
     assert "python -m training --config " + name in doc
 
 
-def test_docstrings_say_what_the_code_does():
-    i21k = __import__("training.configs.imagenet21k_b16", fromlist=["x"]).__doc__
+def test_docs_say_what_the_code_does():
+    i21k = _recipe_section("imagenet21k_b16")
     assert "first 51,200" in i21k and "last 51,200" not in i21k
-    cifar = __import__("training.configs.cifar10_finetune", fromlist=["x"]).__doc__
+    cifar = _recipe_section("cifar10_finetune")
     assert "500-step run with 50 warm-up steps" in cifar
-    import training.config
+    import training.options.config
 
-    assert "AugReg" not in training.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
+    assert "AugReg" not in training.options.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
 
 
 def test_extra_evals_are_reported_in_metrics_json(tmp_path):
     """A run on a tiny TFDS dataset with two extra splits: "test_again" repeats the main split (same numbers),
     "first12" is checked against the model's own predictions on those images, computed with numpy."""
     import training
-    from tests.training.test_data import _tiny_tfds
+    from tests.support.tfds_fakes import tiny_shapes
     from training import data
 
-    name = _tiny_tfds(tmp_path / "tfds")
+    name = tiny_shapes(tmp_path / "tfds")
     result = training.train(
         dict(
+            TINY_CONFIG,
             dataset=f"tfds:{name}",
             train_split="train",
             eval_split="test",
-            image_size=16,
             variant="testing",
             model={"patch_size": 8},
             batch_size=6,
-            epochs=1,
-            steps_per_epoch=2,
-            eval_every=0,
-            jit_compile=False,
-            strategy="default",
-            num_samples=4,
-            num_calibration=4,
+            plots=True,
             eval_resize_small=18,
             extra_evals={"test_again": "test", "first12": "train[:12]"},
         ),

@@ -1,12 +1,9 @@
 """Fault tolerance: SIGKILL and resume (mid-epoch, epoch boundary), SIGTERM, NaN loss, atomic checkpoints."""
 
-import glob
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import keras
@@ -16,78 +13,26 @@ import pytest
 import training
 from keras_vit import files
 from keras_vit.files import atomic_write
-from tests import support
-from training.checkpointing import CheckpointManager
+from tests.support import processes, runs
+from training.checkpoints.checkpointing import CheckpointManager
 
-ROOT = str(support.ROOT)
-# 8 steps per epoch, 4 epochs; deterministic ops, no dropout: two runs of this are bitwise equal. Shared with
-# tests/training/test_jax.py, which runs it on two host devices.
-SMALL_RUN = [
-    "--dataset",
-    "synthetic",
-    "--epochs",
-    "4",
-    "--batch-size",
-    "16",
-    "--set",
-    "steps_per_epoch=8",
-    "--set",
-    "image_size=16",
-    "--set",
-    "warmup_steps=4",
-    "--set",
-    "deterministic=True",
-    "--set",
-    "eval_every=0",
-    "--set",
-    "num_samples=8",
-    "--set",
-    "num_calibration=8",
-    "--set",
-    "learning_rate=3e-3",
-    "--set",
-    "plots=false",
-]
-RUN = [*SMALL_RUN, "--strategy", "default"]
-
-
-def _env():
-    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+# The shared tiny run (tests/support/runs.py) on one device: two runs of it are bitwise equal.
+RUN = [*runs.TINY_RUN, "--strategy", "default"]
 
 
 def _run(workdir, *extra):
-    result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return result
+    return processes.run_cli("-m", "training", "--workdir", workdir, *RUN, *extra)
 
 
 def _start(workdir, *extra):
-    return subprocess.Popen(
-        [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra],
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _steps_saved(workdir):
-    return [int(re.search(r"ckpt-(\d+)", p).group(1)) for p in glob.glob(str(workdir / "checkpoints" / "ckpt-*.npz"))]
+    return processes.start_cli("-m", "training", "--workdir", workdir, *RUN, *extra)
 
 
 def _kill_after(process, workdir, condition, timeout=240):
     """SIGKILLs `process` as soon as a checkpoint step satisfying `condition` exists; returns the saved steps."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        steps = _steps_saved(workdir)
+        steps = runs.steps_saved(workdir)
         if any(condition(s) for s in steps):
             process.send_signal(signal.SIGKILL)
             process.wait()
@@ -97,11 +42,6 @@ def _kill_after(process, workdir, condition, timeout=240):
         time.sleep(0.02)
     process.kill()
     pytest.fail("no checkpoint appeared in time")
-
-
-def _weights(workdir):
-    model = keras.saving.load_model(str(workdir / "model.keras"), compile=False)
-    return [np.asarray(w) for w in model.get_weights()]
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +54,13 @@ def reference(tmp_path_factory):
 def _assert_same_run(workdir, reference):
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["steps"] == 32  # 4 epochs x 8 steps: none lost, none repeated
-    for a, b in zip(_weights(workdir), _weights(reference)):
+    for a, b in zip(runs.weights(workdir), runs.weights(reference)):
         np.testing.assert_array_equal(a, b)
     return metrics
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_sigkill_mid_epoch_then_resume_finishes_the_same_run(tmp_path, reference):
     process = _start(tmp_path, "--set", "checkpoint_every=3")
     _kill_after(process, tmp_path, lambda step: step >= 12 and step % 8)  # a mid-epoch checkpoint of epoch 2
@@ -134,10 +75,11 @@ def test_sigkill_mid_epoch_then_resume_finishes_the_same_run(tmp_path, reference
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_sigkill_at_an_epoch_boundary_is_bitwise_equal_to_an_uninterrupted_run(tmp_path, reference):
     process = _start(tmp_path, "--set", "checkpoint_every=0")  # epoch-end checkpoints only
     _kill_after(process, tmp_path, lambda step: step >= 8)
-    assert all(step % 8 == 0 for step in _steps_saved(tmp_path))
+    assert all(step % 8 == 0 for step in runs.steps_saved(tmp_path))
     resumed = _run(tmp_path, "--set", "checkpoint_every=0")
     assert int(re.search(r"resuming from step (\d+)", resumed.stdout).group(1)) % 8 == 0
     _assert_same_run(tmp_path, reference)
@@ -148,16 +90,17 @@ def test_sigkill_at_an_epoch_boundary_is_bitwise_equal_to_an_uninterrupted_run(t
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path):
     process = _start(tmp_path, "--set", "checkpoint_every=0", "--epochs", "40")  # long enough not to finish
     deadline = time.time() + 240
-    while not _steps_saved(tmp_path) and time.time() < deadline and process.poll() is None:
+    while not runs.steps_saved(tmp_path) and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
-    before = max(_steps_saved(tmp_path))  # the first epoch-end checkpoint
+    before = max(runs.steps_saved(tmp_path))  # the first epoch-end checkpoint
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 143, output[-3000:]
-    saved = max(_steps_saved(tmp_path))
+    saved = max(runs.steps_saved(tmp_path))
     assert saved > before  # written on SIGTERM, at the step where it stopped
     assert f"SIGTERM received: saved the checkpoint of step {saved}" in output
     assert not os.path.exists(tmp_path / "model.keras")
@@ -188,7 +131,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     with pytest.raises(training.NonFiniteLossError, match=advice + r"1e\+29, global_clipnorm=1.0 \(recorded") as err:
         training.train(config, str(tmp_path), verbose=0)
     assert err.value.rescue == {"rescue": True, "learning_rate": 1e29, "global_clipnorm": 1.0}  # the CLI words these
-    steps = sorted(_steps_saved(tmp_path))
+    steps = sorted(runs.steps_saved(tmp_path))
     assert steps, "no checkpoint was kept"
     with np.load(tmp_path / "checkpoints" / f"ckpt-{steps[-1]:08d}.npz") as archive:
         for key in archive.files:
@@ -197,20 +140,16 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     assert not (tmp_path / "model.keras").exists()
 
 
-@pytest.mark.slow
-def test_nan_loss_from_the_command_line_exits_with_code_3(tmp_path):
+@pytest.mark.slow  # a tiny run, in-process
+def test_nan_loss_from_the_command_line_exits_with_code_3(tmp_path, capsys):
+    from training.__main__ import main
+
     diverging = ["--epochs", "1", "--set", "optimizer=sgd", "--set", "learning_rate=1e30", "--set", "warmup_steps=7",
                  "--set", "global_clipnorm=None", "--set", "checkpoint_every=1", "--set", "weight_decay=0"]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, *diverging],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-3000:]
-    error = result.stderr.strip().splitlines()[-1]
+    code = main(["--workdir", str(tmp_path), *RUN, *diverging])  # the exit code `python -m training` exits with
+    result = capsys.readouterr()
+    assert code == 3, result.out[-2000:] + result.err[-3000:]
+    error = result.err.strip().splitlines()[-1]
     match = re.fullmatch(
         r"\[training\] error: The training loss became (nan|inf) by step (\d+); training stopped\. The last good "
         r"checkpoint \(step (\d+)\) is kept in (.+)\. To continue from it with a lower learning rate, run the same "
@@ -220,8 +159,8 @@ def test_nan_loss_from_the_command_line_exits_with_code_3(tmp_path):
     )
     assert match, error
     bad, kept = int(match.group(2)), int(match.group(3))
-    assert match.group(4) == str(tmp_path / "checkpoints") and kept == bad - 1 == max(_steps_saved(tmp_path))
-    assert "Traceback" not in result.stderr and not (tmp_path / "model.keras").exists()
+    assert match.group(4) == str(tmp_path / "checkpoints") and kept == bad - 1 == max(runs.steps_saved(tmp_path))
+    assert "Traceback" not in result.err and not (tmp_path / "model.keras").exists()
 
 
 def test_atomic_write_keeps_the_previous_file_when_writing_fails(tmp_path):
@@ -256,18 +195,7 @@ def test_restore_skips_an_unreadable_newest_checkpoint(tmp_path):
 
 
 def test_resuming_with_a_different_batch_size_is_refused(tmp_path):
-    config = training.TrainConfig(
-        dataset="synthetic",
-        image_size=16,
-        batch_size=16,
-        epochs=1,
-        steps_per_epoch=2,
-        eval_every=0,
-        jit_compile=False,
-        strategy="default",
-        num_samples=4,
-        num_calibration=4,
-    )
+    config = training.TrainConfig(**runs.TINY_CONFIG)
     training.train(config, str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="different batch_size.*16 -> 32.*new --workdir"):
         training.train(config.replace(batch_size=32), str(tmp_path), verbose=0)
@@ -307,6 +235,7 @@ def _assert_all_complete(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_path, reference):
     # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at the first atomic write of the file it
     # names. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and the
@@ -317,14 +246,8 @@ def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_p
         ("heldout.npz", "heldout.npz"),
     ]  # 3. from 4 again: during the final outputs, after step 32's checkpoint
     for point, target in kills:
-        process = subprocess.run(
-            [sys.executable, "-m", "training", "--workdir", str(tmp_path), *RUN, "--set", "checkpoint_every=4"],
-            cwd=ROOT,
-            env={**_env(), "KERAS_VIT_KILL_AT_WRITE": point},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        command = ["-m", "training", "--workdir", tmp_path, *RUN, "--set", "checkpoint_every=4"]
+        process = processes.run_cli(*command, env=processes.env(KERAS_VIT_KILL_AT_WRITE=point), check=False)
         assert process.returncode == -signal.SIGKILL, process.stdout[-2000:] + process.stderr[-3000:]
         assert re.search(rf"SIGKILL (during|after) atomic write #\d+ \(.*{re.escape(target)}\)", process.stderr)
         _assert_all_complete(tmp_path)

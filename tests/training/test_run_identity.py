@@ -12,28 +12,17 @@ import numpy as np
 import pytest
 
 import training
+from tests.support.runs import TINY_CONFIG
 from training import run_identity
 from training.__main__ import rescue_flags
-from training.checkpoint_file import checksum as _checksum
-from training.checkpointing import CheckpointManager
-from training.config import TrainConfig
-from training.fault_tolerance import rescue_settings
-from training.overrides import parse_overrides
+from training.checkpoints.checkpoint_file import checksum as _checksum
+from training.checkpoints.checkpointing import CheckpointManager
+from training.checkpoints.fault_tolerance import rescue_settings
+from training.options.config import TrainConfig
+from training.options.overrides import parse_overrides
 from training.run_plan import resume_schedule
 
-CONFIG = TrainConfig(
-    dataset="synthetic",
-    image_size=16,
-    batch_size=16,
-    epochs=1,
-    steps_per_epoch=2,
-    eval_every=0,
-    jit_compile=False,
-    strategy="default",
-    num_samples=4,
-    num_calibration=4,
-    plots=False,
-)
+CONFIG = TrainConfig(**TINY_CONFIG)
 
 
 def _manager(directory):
@@ -283,7 +272,7 @@ def test_an_access_error_is_raised_in_one_line_and_never_marks_a_checkpoint_dama
     import errno
 
     from keras_vit import files
-    from training.checkpointing import CheckpointError
+    from training.checkpoints.checkpointing import CheckpointError
 
     _checkpoint(tmp_path, CONFIG, step=2)
     manager = _manager(tmp_path / "checkpoints")
@@ -314,7 +303,7 @@ def test_an_access_error_is_raised_in_one_line_and_never_marks_a_checkpoint_dama
 def test_a_nan_in_the_optimizer_state_is_never_saved_and_renames_are_made_durable(tmp_path, monkeypatch):
     import stat
 
-    from training.checkpointing import NonFiniteStateError
+    from training.checkpoints.checkpointing import NonFiniteStateError
 
     manager = _manager(tmp_path)
     manager.optimizer.iterations.assign(3)

@@ -1,4 +1,4 @@
-"""training.strategy: every selection branch, with TPU resolvers, TF_CONFIG and GPUs simulated."""
+"""training.placement.strategy: every selection branch, with TPU resolvers, TF_CONFIG and GPUs simulated."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from keras_vit import _tpu_runtime
 from tests import support
-from training import strategy as strategy_module
-from training.strategy import StrategyError, resolve_jit_compile, select_strategy
+from training.placement import strategy as strategy_module
+from training.placement.strategy import StrategyError, resolve_jit_compile, select_strategy
 
 ROOT = str(support.ROOT)
 

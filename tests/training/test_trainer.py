@@ -83,8 +83,3 @@ def test_steps_per_execution_adjusted_to_the_epoch_then_evaluate_under_a_strateg
     assert main(["evaluate", "--workdir", str(tmp_path), "--strategy", "default"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["strategy"] == "_DefaultDistributionStrategy" and printed["top1"] == pytest.approx(metrics["top1"])
-    # A workdir written by an older version (its config.json has `mixup`, since renamed `mixup_alpha`) still
-    # evaluates, with the same figures.
-    saved = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**saved, "mixup": 0.0}))
-    assert training.evaluate(str(tmp_path), strategy="default")["top1"] == pytest.approx(metrics["top1"])

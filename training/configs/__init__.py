@@ -1,13 +1,10 @@
-"""Training recipes: one module per recipe, each with `get_config() -> TrainConfig` and its command line.
-
-The registry is this package itself: a recipe is a module here whose name does not start with "_" (`_paper_finetune`
-is the fine-tuning recipes' shared base), found by `available_configs` and loaded by `get_config`.
-"""
+"""Training recipes: one module per recipe, each with `get_config() -> TrainConfig` and its command line; a module
+whose name starts with "_" (`_paper_finetune`) is shared, not a recipe."""
 
 import importlib
 import pkgutil
 
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 
 def available_configs():

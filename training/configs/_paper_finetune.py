@@ -1,11 +1,7 @@
-"""The paper's fine-tuning settings, shared by the fine-tuning recipes (appendix B.1.1 of the paper, vit_jax).
+"""The paper's fine-tuning settings (appendix B.1.1, vit_jax), shared by the fine-tuning recipes: SGD momentum 0.9,
+no weight decay, clip 1, cosine after a warm-up, lr 0.03, Inception crop + flip; a recipe passes what differs."""
 
-SGD with momentum 0.9, no weight decay, global-norm clipping at 1, cosine decay after a linear warm-up, learning
-rate 0.03 (vit_jax's default; the paper sweeps {0.001, 0.003, 0.01, 0.03}); Inception crops (area 0.05-1) and
-flips for training, a plain resize for evaluation. A recipe passes what differs (data, size, steps, precision).
-"""
-
-from ..config import TrainConfig
+from ..options import TrainConfig
 
 PAPER_FINETUNE = dict(
     optimizer="sgd",

@@ -1,14 +1,5 @@
-"""Datasets and tf.data pipelines: digits, synthetic, TFDS and image folders, resumable at any step.
-
-A `Source` holds raw (undecoded) training and held-out elements. `train_dataset` turns it into an endless stream
-of augmented, batched examples that is a pure function of (seed, step), so a resumed run sees exactly the batches
-an uninterrupted one would have (`training.data.pipeline` says how); `eval_dataset` gives held-out batches of one
-static shape. Pre-processing and augmentation live here, never in the model (`training.data.preprocess`).
-
-Modules: `source` (the `Source` record, the fixed held-out split), `loaders` (`load_source`; digits, synthetic,
-TFDS), `folders` (image folders), `decoders` (image decoding, JPEG windows), `preprocess` (the pixel contract,
-resizes, augmentation, Mixup) and `pipeline` (`train_dataset`, `eval_dataset`). Importing it imports TensorFlow.
-"""
+"""Datasets and tf.data pipelines: digits, synthetic, TFDS and image folders, resumable at any step. Importing it
+imports TensorFlow."""
 
 # The names other modules use. Helpers the submodules share are public in the submodule that defines them; a test
 # reaches them (and a monkeypatch targets them) there, where the code looks them up.

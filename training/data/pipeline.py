@@ -1,17 +1,5 @@
-"""The tf.data pipelines: `train_dataset`, resumable at any step, and `eval_dataset`, of one static shape.
-
-`train_dataset` turns a `Source` into an endless stream of augmented, batched examples that is a pure function
-of (seed, step): every pass over the training split has its own order seeded by (seed, pass), every element is
-augmented with stateless ops seeded by its position in the stream, and a run resumed at step `s` starts the
-stream at element `s * batch_size`, rebuilding only the current pass (so a resume costs at most one pass, never
-`s` batches). Nothing is lost or repeated after a restart, and with op determinism the batches are bitwise the
-ones an uninterrupted run would have seen. Held-out batches all have one static shape (`eval_dataset` pads with
-zero-weight samples).
-
-With `device_input=True` (`TrainConfig.device_input`) both yield uint8 images, a quarter of the bytes to copy to an
-accelerator, and leave the scaling to [-1, 1] and Mixup's image mixing to the compiled step
-(`training.device_input.DeviceInput`); the stream is otherwise the same.
-"""
+"""The tf.data pipelines: `train_dataset`, a pure function of (seed, step) so a resume sees the same batches, and
+`eval_dataset`, of one static shape (docs/guarantees.md)."""
 
 import numpy as np
 import tensorflow as tf
@@ -219,18 +207,11 @@ def _shuffled_stream(train, count, buffer, seed, start):
 def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=False):
     """Held-out batches of one static shape: every image once, the last batch padded with zero-weight samples.
 
-    A TPU compiles one program per input shape and rejects a partial batch under `drop_remainder` semantics, so
-    the held-out split is padded to a whole number of batches. Padding has weight 0; every real image has weight
-    `padded_count / num_heldout` instead of 1. Keras divides a batch's loss by the batch size (reduction
-    "sum_over_batch_size") and averages the batch losses weighted by batch size, so over the whole split its
-    reported loss is sum(weight * loss) / padded_count: with these weights exactly the mean loss over the real
-    images (Keras' own masking uses the same total/valid rescaling). Weighted metrics (`weighted_metrics=` in
-    `compile`, not `metrics=`) divide by the sum of weights, so the constant cancels and top-1/top-5 are the
-    unpadded ones too.
-
-    In a multi-process run (`shard` = (index, processes)) process i takes every processes-th held-out image from
-    the i-th on and pads its share to the same number of batches of B / processes as every other process, so the
-    global batches cover the split once; the weights use the padded count of all processes together.
+    A TPU compiles one program per input shape, so the split is padded to whole batches. Padding weighs 0 and every
+    real image `padded_count / num_heldout`: Keras' loss ("sum_over_batch_size", batch losses averaged by size) is
+    then exactly the mean over the real images, and weighted metrics (`weighted_metrics=`) divide by the sum of
+    weights, so top-1/top-5 are the unpadded ones. With `shard` = (index, processes), process i takes every
+    processes-th image from the i-th on and pads its share to the batches of B / processes every process has.
 
     Args:
         source: a `Source`.

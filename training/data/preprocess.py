@@ -1,9 +1,5 @@
-"""Pre-processing and augmentation: the project's pixel contract, held-out resizes, crops, shifts and Mixup.
-
-Pre-processing follows the contract of the project: uint8 RGB, bilinear resize to the model's size, then
-`(x - 127.5) / 127.5`. Augmentation lives here, never in the model (TPU-friendly); every random op is stateless,
-seeded by the element's position in the stream (`training.data.pipeline`).
-"""
+"""Pre-processing and augmentation: the pixel contract (uint8 RGB, bilinear resize, `(x - 127.5) / 127.5`), held-out
+resizes, crops, shifts and Mixup; every random op stateless, seeded by the element's position in the stream."""
 
 import numpy as np
 import tensorflow as tf
