@@ -1,5 +1,5 @@
-"""timm's Hub checkpoints of the next ViT families (DINOv3, EVA-02 fine-tunes, SigLIP 2 towers), as data: kept apart
-from `catalogue.CATALOGUE` (whose entries all load today) until keras_vit builds these architectures."""
+"""timm's Hub checkpoints of the next ViT families (DINOv3, EVA-02 fine-tunes, SigLIP 2 towers) by name, as data:
+each lives at hf://timm/NAME, apart from `catalogue.CATALOGUE`'s released files."""
 
 import dataclasses
 

@@ -8,6 +8,7 @@ from safetensors.numpy import load_file
 from keras_vit.weights import catalogue, catalogue_families
 from keras_vit.weights.catalogue_families import ARCHS, FAMILIES, parameter_count
 from tests import support
+from tests.support.hosts import hub_files
 
 FIXTURES = support.FIXTURES / "interop_families2"
 
@@ -76,10 +77,40 @@ def test_entries_follow_timms_configs():
     assert FAMILIES["vit_giantopt_patch16_siglip_384.v2_webli"].top1 == 85.0
 
 
-def test_the_next_families_stay_out_of_the_loadable_catalogue():
-    """Until keras_vit builds these architectures, `from_pretrained` and `list` must not offer them."""
-    assert not set(FAMILIES) & set(catalogue.CATALOGUE)
-    assert all(catalogue.find(name) is None for name in FAMILIES)
+# `server`, `env`: the loopback Hub of tests/support/hosts.py (huggingface_hub's own client talks to it).
+def test_a_name_loads_timms_hub_copy_in_one_line(server, env):
+    """`from_pretrained(NAME)` fetches hf://timm/NAME: served here with the timm_dinov3_small fixture's files, it
+    gives timm's own logits."""
+    import numpy as np
+
+    import keras_vit
+
+    name = "vit_small_patch16_dinov3.lvd1689m"
+    folder = FIXTURES / "timm_dinov3_small"
+    hub_files(server, f"timm/{name}", "main", {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "io.npz"})
+    model = keras_vit.from_pretrained(name)
+    with np.load(folder / "io.npz") as io:
+        np.testing.assert_allclose(model.predict(io["images"], verbose=0), io["logits"], rtol=0, atol=1e-5)
+    assert ("GET", f"/timm/{name}/resolve/main/model.safetensors") in [m[:2] for m in server.state.requests]
+    assert not set(FAMILIES) & set(catalogue.CATALOGUE)  # the released-file catalogue stays what it was
+
+
+def test_list_and_info_show_the_hub_checkpoints(capsys):
+    from keras_vit.weights.__main__ import main
+
+    assert main(["list", "--family", "dinov3"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"`{n}`" in listed for n, e in FAMILIES.items() if e.family == "dinov3")
+    assert main(["info", "eva02_large_patch14_448.mim_m38m_ft_in22k_in1k"]) == 0
+    info = capsys.readouterr().out
+    assert "hf://timm/eva02_large_patch14_448.mim_m38m_ft_in22k_in1k" in info and "90.052%" in info
+
+
+def test_a_misspelt_name_is_answered_with_the_close_hub_names():
+    from keras_vit.weights import sources
+
+    with pytest.raises(FileNotFoundError, match=r"'vit_small_patch16_dinov3\.lvd1689m'"):
+        sources.fetch("vit_small_patch16_dinov3.lvd1689")
 
 
 def test_docs_section_is_the_generated_table():
