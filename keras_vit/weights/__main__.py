@@ -14,7 +14,7 @@ import os
 import sys
 
 from keras_vit import _extras, _startup
-from keras_vit.weights import catalogue, catalogue_params, download, sources
+from keras_vit.weights import catalogue, catalogue_families, catalogue_params, download, sources
 
 
 def _size(entry):
@@ -87,6 +87,26 @@ def _info(entry):
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
 
 
+def _hub_info(entry):
+    """One of timm's Hub checkpoints (catalogue_families.py): where it lives, its settings and figures."""
+    fields = [
+        ("name", entry.name),
+        ("hub", f"hf://{entry.hf_hub_id} (downloaded into the Hub cache on first use)"),
+        ("architecture", entry.architecture),
+        ("image size", entry.image_size),
+        ("classes", entry.num_classes or "none (features)"),
+        ("pooling", entry.pooling),
+        ("mean / std", f"{entry.mean} / {entry.std}"),
+        ("eval resize", f"{entry.eval_resize} (crop_pct {entry.crop_pct}, {entry.interpolation})"),
+        ("parameters", f"{entry.params:,} from the architecture ({entry.params_published}: {entry.params_source})"),
+        ("top-1", f"{entry.top1}% {entry.top1_kind} ({entry.top1_source})" if entry.top1 else "not reported"),
+        ("source", entry.source),
+        ("note", entry.note or "-"),
+    ]
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+
+
 def main(argv=None):
     _startup.configure(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -99,7 +119,8 @@ def main(argv=None):
     parser.add_argument("-v", "--verbose", action="store_true", help="show TensorFlow's own log lines too")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="the catalogue as a table")
-    listing.add_argument("--family", choices=["vit_jax", "augreg", "big_vision"], help="only one publisher's")
+    families = ["vit_jax", "augreg", "big_vision", "dinov3", "eva02", "siglip2"]
+    listing.add_argument("--family", choices=families, help="only one publisher's, or one of timm's Hub families")
     listing.add_argument("--markdown", action="store_true", help="as a Markdown table")
     info = sub.add_parser("info", help="one catalogue entry in full")
     info.add_argument("name", help="a catalogue name or file name (ViT-B_16, imagenet21k/ViT-B_16.npz)")
@@ -112,9 +133,12 @@ def main(argv=None):
         if args.command == "list":
             entries = [catalogue.CATALOGUE[n] for n in catalogue.names()]
             entries = [e for e in entries if args.family in (None, e.family)]
-            print(markdown_table(entries) if args.markdown else _table(entries))
+            hub = [e for e in catalogue_families.FAMILIES.values() if args.family in (None, e.family)]
+            tables = [markdown_table(entries) if args.markdown else _table(entries)] if entries else []
+            print("\n\n".join(tables + ([catalogue_families.markdown_table(hub)] if hub else [])))
         elif args.command == "info":
-            print(_info(catalogue.get(args.name)))
+            hub = catalogue_families.FAMILIES.get(args.name)
+            print(_hub_info(hub) if hub else _info(catalogue.get(args.name)))
         else:
             print(sources.fetch(args.source, timeout=args.timeout).path)
     except KeyError as err:

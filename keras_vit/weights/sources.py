@@ -2,13 +2,14 @@
 or folder, downloading into a cache if needed. Imports no TensorFlow or Keras."""
 
 import dataclasses
+import difflib
 import importlib.util
 import os
 import re
 import urllib.parse
 
 from keras_vit import files
-from keras_vit.weights import catalogue, download
+from keras_vit.weights import catalogue, catalogue_families, download
 
 # What a Hub repo of each layout holds. timm and transformers: config.json + model.safetensors (+ the processor
 # config); a keras-hub preset: config.json, metadata.json, model.weights.h5 (+ the task files for a classifier).
@@ -53,20 +54,27 @@ def fetch(source, *, timeout=download.TIMEOUT_S):
         return Fetched(text, None, text)
     if os.path.exists(text):
         return Fetched(text, None, text)
+    if text in catalogue_families.FAMILIES:  # timm's Hub copy is the checkpoint's home
+        return Fetched(fetch_hub(f"hf://{catalogue_families.FAMILIES[text].hf_hub_id}"), None, text)
     entry = catalogue_entry(text)
     return Fetched(fetch_entry(entry, timeout=timeout), entry, text)
 
 
 def catalogue_entry(text):
-    """The catalogue entry of a local source that is no existing path (nothing is downloaded).
+    """The catalogue entry of a local source that is no existing path (nothing is downloaded); None for a name of
+    timm's Hub checkpoints (`catalogue_families`).
 
     Raises:
         FileNotFoundError: no such path and no such catalogue name (with the closest names).
     """
+    if text in catalogue_families.FAMILIES:  # a Hub checkpoint: no entry of the released-file catalogue
+        return None
     try:
         return catalogue.get(text)
     except KeyError as err:
-        raise FileNotFoundError(f"No such file or folder: {text!r}, and {err.args[0]}") from None
+        close = difflib.get_close_matches(text, catalogue_families.FAMILIES, n=3, cutoff=0.6)
+        hint = f" Of timm's Hub checkpoints: {', '.join(repr(c) for c in close)}?" if close else ""
+        raise FileNotFoundError(f"No such file or folder: {text!r}, and {err.args[0]}{hint}") from None
 
 
 def entry_cache_path(entry):
