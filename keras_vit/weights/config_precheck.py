@@ -12,6 +12,7 @@ from keras_vit.weights.errors import CheckpointError
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+TIMM_WRAPPER_PREFIX = "timm_model."
 _LAYOUTS = "timm ('architecture'), transformers ('model_type') or keras-hub ('registered_name' keras_hub>...)"
 # Each layout's fields: (width, heads, depth, patch), as its config.json names them.
 _TIMM = ("embed_dim", "num_heads", "depth", "patch_size")
@@ -132,10 +133,19 @@ def _header(folder):
         return None  # the precheck of the file itself words it
 
 
+def unwrap_timm(state):
+    """A timm state dict saved by transformers' `TimmWrapper` classes (`model_type: timm_wrapper`: every tensor under
+    its `timm_model.` attribute) with timm's own names; any other state dict as it is."""
+    if state and all(k.startswith(TIMM_WRAPPER_PREFIX) for k in state):
+        return {k[len(TIMM_WRAPPER_PREFIX) :]: v for k, v in state.items()}
+    return state
+
+
 def _timm_tensors(folder, tower):
     header = _header(folder)
     if header is None:
         return {}
+    header = unwrap_timm(header)
     blocks = {int(m.group(1)) for m in map(_TIMM_BLOCK.match, header) if m}
     found = _sizes(header.get("patch_embed.proj.weight"), "patch_embed.proj.weight", blocks, "blocks.N")
     if any(name.startswith("patch_embed.backbone.") for name in header):  # a hybrid: cells of the backbone's map

@@ -20,6 +20,7 @@ from keras_vit.weights.checkpoint import (
     write_safetensors,
 )
 from keras_vit.weights.config_inference import infer_options
+from keras_vit.weights.config_precheck import unwrap_timm
 from keras_vit.weights.loading import POSEMB_KEY, CheckpointError
 
 # timm's architecture size words -> (width, heads), for configs without model_args (most Hub repos).
@@ -51,7 +52,7 @@ def read(folder):
             f"timm folder {folder!r} has no model.safetensors (only PyTorch pickles?); keras-vit reads safetensors "
             f"only. Save it with timm's save_for_hf(..., safe_serialization=True)."
         )
-    state = read_safetensors(weights)
+    state = unwrap_timm(read_safetensors(weights))  # transformers' TimmWrapper saves timm's names under timm_model.
     args = cfg.get("model_args") or {}
     pretrained = cfg.get("pretrained_cfg") or {}
     arch = str(cfg.get("architecture", ""))

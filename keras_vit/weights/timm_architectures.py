@@ -9,7 +9,7 @@ arguments (timm 1.0 `models/eva.py`, `models/vision_transformer.py`); `model_arg
 
 import re
 
-from keras_vit.weights.loading import CheckpointError
+from keras_vit.weights.errors import CheckpointError
 
 # Eva class defaults that matter here (timm `Eva.__init__`).
 EVA_DEFAULTS = dict(

@@ -90,3 +90,38 @@ def test_keras_hub_reader(tmp_path, change):
             del f[name]
             f.create_dataset(name, data=data)
     assert _close_or_refused(folder, INTEROP / fixture) in ("refused", "exact")
+
+
+# transformers' TimmWrapper classes save a timm model as `config.json` with `model_type: timm_wrapper`, the timm
+# config's fields, `num_classes` and `label_names` (TimmWrapperConfig.to_dict), and every tensor under `timm_model.`.
+WRAPPED = {"timm_vit_tiny": INTEROP, "timm_dinov3_small": support.FIXTURES / "interop_families2"}
+
+
+def _timm_wrapper_folder(folder, out, **model_args):
+    import json
+
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model_args"] = {**(cfg.get("model_args") or {}), **model_args}
+    classes = cfg["num_classes"]
+    cfg.update(model_type="timm_wrapper", architectures=["TimmWrapperForImageClassification"], do_pooling=True,
+               initializer_range=0.02, label_names=[f"class {i}" for i in range(classes)])  # fmt: skip
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(cfg))
+    state = load_file(folder / "model.safetensors")
+    save_file({f"timm_model.{k}": v for k, v in state.items()}, out / "model.safetensors")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_a_transformers_timm_wrapper_folder_loads_as_its_timm_model(name, tmp_path):
+    folder = WRAPPED[name] / name
+    model = keras_vit.from_pretrained(str(_timm_wrapper_folder(folder, tmp_path / "wrapped")))
+    images, logits = _expected(folder)
+    np.testing.assert_allclose(np.asarray(model(images)), logits, rtol=0, atol=1e-5)
+    assert model.class_names[0] == "class 0"
+
+
+def test_a_timm_wrapper_config_that_its_tensors_contradict_is_refused_before_keras_builds(tmp_path):
+    wrapped = _timm_wrapper_folder(INTEROP / "timm_vit_tiny", tmp_path / "wrapped", depth=3)
+    with pytest.raises(CheckpointError, match="depth"):
+        keras_vit.from_pretrained(str(wrapped))
