@@ -7,9 +7,11 @@ from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.mlp import GELU_FLAVOURS
 from keras_vit.layers.naflex_position_embedding import NaFlexPositionEmbedding
+from keras_vit.layers.pooling import TokenPooling
 from keras_vit.models.checks import check_class_names
 
 INPUTS = ("patches", "mask", "grid")
+POOLINGS = ("map", "gap")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -25,7 +27,7 @@ class NaFlexViT(keras.Model):
 
     The same layers and names as `VisionTransformer`: `embedding` (a Dense on flattened patches: the patch conv's
     kernel reshaped), `posembed_input` (`NaFlexPositionEmbedding`: the (gh, gw) table resized per image),
-    `encoderblock_{i}` (padded keys masked), `encoder_norm`, `MAPHead_0` (padded keys masked) and `head`.
+    `encoderblock_{i}` (padded keys masked), `encoder_norm`, `MAPHead_0` or `pool` and `head`.
     Padding rows of the encoder's outputs carry no meaning. N is fixed per model, so that every export format
     takes it.
 
@@ -36,7 +38,8 @@ class NaFlexViT(keras.Model):
         hidden_size, num_layers, num_heads, mlp_dim: D, L, H, M.
         num_classes: size of the linear head; 0 returns the pooled features.
         channels: C.
-        pooling: "map" (SigLIP's attention-pooling head).
+        pooling: "map" (SigLIP's attention-pooling head, padded keys masked) or "gap" (the mean of the valid patch
+            tokens after `encoder_norm`, as SigLIP's `gap` towers).
         layer_norm_epsilon, gelu, dropout_rate, attention_dropout_rate, stochastic_depth_rate: as `ViTConfig`.
         class_names: one name per output class, or None.
     """
@@ -101,8 +104,8 @@ def _validate(options):
             f"hidden_size must be divisible by num_heads. Received: hidden_size={options['hidden_size']}, "
             f"num_heads={options['num_heads']}"
         )
-    if options["pooling"] != "map":
-        raise ValueError(f"NaFlexViT pools with 'map' (SigLIP's head). Received: pooling={options['pooling']!r}")
+    if options["pooling"] not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}. Received: pooling={options['pooling']!r}")
     if options["gelu"] not in GELU_FLAVOURS:
         raise ValueError(f"gelu must be one of {GELU_FLAVOURS}. Received: gelu={options['gelu']!r}")
 
@@ -127,10 +130,13 @@ def _graph(options):
             dtype=policy,
         )(x, key_mask=mask)  # fmt: skip
     x = LayerNorm(epsilon=options["layer_norm_epsilon"], name="encoder_norm", dtype=policy)(x)
-    x = MAPHead(
-        options["num_heads"], options["mlp_dim"], gelu=options["gelu"],
-        layer_norm_epsilon=options["layer_norm_epsilon"], name="MAPHead_0", dtype=policy,
-    )(x, key_mask=mask)  # fmt: skip
+    if options["pooling"] == "map":
+        x = MAPHead(
+            options["num_heads"], options["mlp_dim"], gelu=options["gelu"],
+            layer_norm_epsilon=options["layer_norm_epsilon"], name="MAPHead_0", dtype=policy,
+        )(x, key_mask=mask)  # fmt: skip
+    else:  # the mean of the valid patch tokens (SigLIP's `gap` towers)
+        x = TokenPooling("gap", 0, name="pool", dtype=policy)(x, valid=mask)
     if options["num_classes"]:
         head_dtype = "float32" if policy.name.startswith("mixed") else policy
         x = keras.layers.Dense(options["num_classes"], kernel_initializer="zeros", name="head", dtype=head_dtype)(x)

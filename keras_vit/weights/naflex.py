@@ -28,7 +28,8 @@ from keras_vit.weights.errors import CheckpointError
 
 TRANSFORMERS_TYPES = ("siglip2_vision_model", "siglip2")
 _TIMM_PREFIX = "naflexvit_"
-_TIMM_ACT = {"gelu_tanh": "tanh", "gelu": "exact", None: "tanh"}  # the siglip naflexvit architectures use gelu_tanh
+# timm's act_layer names; the siglip naflexvit architectures set gelu_tanh themselves.
+_TIMM_ACT = {"gelu_tanh": "tanh", "gelu": "exact", "quick_gelu": "quick", None: "tanh"}
 
 
 def is_naflex_folder(folder):
@@ -95,10 +96,14 @@ def _read_timm(folder, cfg, state):
     hidden = table.shape[-1]
     heads = int(args.get("num_heads", max(1, hidden // 64)))
     params = timm_layout.to_original(state, heads, source=folder)
-    options = _options(params, folder, grid)
+    options = _options(params, folder, grid, pools=("map", "gap"))
+    pool = args.get("global_pool", cfg.get("global_pool", "map"))
+    if {"map": "map", "avg": "gap"}.get(pool) != options["pooling"]:
+        raise CheckpointError(f"{folder!r}: global_pool={pool!r}, but its tensors pool with {options['pooling']!r}.")
     act = args.get("act_layer")
     if act not in _TIMM_ACT:
-        raise CheckpointError(f"{folder!r} uses act_layer={act!r}; keras-vit's NaFlex has {sorted(_TIMM_ACT)[1:]}.")
+        known = sorted(a for a in _TIMM_ACT if a)
+        raise CheckpointError(f"{folder!r} uses act_layer={act!r}; keras-vit's NaFlex has {known}.")
     options.update(gelu=_TIMM_ACT[act], layer_norm_epsilon=1e-6)
     names = cfg.get("label_names")
     size = args.get("max_seq_len", 256)
@@ -110,21 +115,26 @@ def _read_timm(folder, cfg, state):
     )  # fmt: skip
 
 
-def _options(params, folder, grid):
-    """The fixed-resolution `ViTConfig` fields of the same weights (the table's grid at its patch size)."""
+def _options(params, folder, grid, pools=("map",)):
+    """The fixed-resolution `ViTConfig` fields of the same weights (the table's grid at its patch size); `pools`:
+    the poolings the folder's layout can state."""
     options = infer_options(params, source=folder, grid=grid)
-    if options["pooling"] != "map":
-        raise CheckpointError(f"{folder!r} has no attention-pooling head; keras-vit's NaFlex model pools with 'map'.")
+    if options["pooling"] not in pools or options.get("fc_norm"):
+        raise CheckpointError(
+            f"{folder!r} has no attention-pooling head{' and no final norm before the mean' if len(pools) > 1 else ''}"
+            f"; keras-vit's NaFlex model pools with one{' or averages normed tokens' if len(pools) > 1 else ''}."
+        )
     return options
 
 
 def naflex_options(ckpt, max_num_patches=None):
     """`NaFlexViT` arguments for a `Checkpoint` (a NaFlex folder, or a fixed-resolution SigLIP one)."""
     options = ckpt.options
-    if options.get("pooling") != "map" or options.get("class_token") or options.get("resnet_layers"):
+    pooled = options.get("pooling") in ("map", "gap") and not options.get("fc_norm")
+    if not pooled or options.get("class_token") or options.get("resnet_layers") or options.get("num_registers"):
         raise CheckpointError(
-            f"{ckpt.source!r} is not a SigLIP-style ViT (no class token, an attention-pooling head); only those have "
-            f"a NaFlex form. Load it without naflex=True."
+            f"{ckpt.source!r} is not a SigLIP-style ViT (no class token, an attention-pooling head or the mean of the "
+            f"normed patch tokens); only those have a NaFlex form. Load it without naflex=True."
         )
     patch = options["patch_size"]
     size = options["image_size"]
@@ -134,7 +144,7 @@ def naflex_options(ckpt, max_num_patches=None):
         max_num_patches=int(budget), patch_size=patch, position_grid=(size[0] // patch, size[1] // patch),
         hidden_size=options["hidden_size"], num_layers=options["num_layers"], num_heads=options["num_heads"],
         mlp_dim=options["mlp_dim"], num_classes=options["num_classes"], channels=options.get("channels", 3),
-        layer_norm_epsilon=options["layer_norm_epsilon"], gelu=options["gelu"],
+        layer_norm_epsilon=options["layer_norm_epsilon"], gelu=options["gelu"], pooling=options["pooling"],
     )  # fmt: skip
 
 
@@ -146,7 +156,7 @@ def checkpoint_of(model, params, source):
     options = dict(
         image_size=(grid[0] * o["patch_size"], grid[1] * o["patch_size"]), patch_size=o["patch_size"],
         hidden_size=o["hidden_size"], num_layers=o["num_layers"], num_heads=o["num_heads"], mlp_dim=o["mlp_dim"],
-        num_classes=o["num_classes"], channels=o["channels"], pooling="map", class_token=False,
+        num_classes=o["num_classes"], channels=o["channels"], pooling=o["pooling"], class_token=False,
         layer_norm_epsilon=o["layer_norm_epsilon"], gelu=o["gelu"],
     )  # fmt: skip
     return Checkpoint(
@@ -176,6 +186,11 @@ def write(folder, params, options, fmt, class_names=None):
     folder (fmt "transformers") or a timm `naflexvit_base_patch16_siglip` folder (fmt "timm")."""
     heads, grid, hidden = options["num_heads"], tuple(options["position_grid"]), options["hidden_size"]
     files.makedirs(folder)
+    if fmt == "transformers" and options["pooling"] != "map":
+        raise CheckpointError(
+            "transformers' Siglip2VisionModel pools with its attention head only; this NaFlex model averages its "
+            "tokens (pooling='gap'). Save it as 'timm'."
+        )
     if fmt == "transformers":
         state = families.from_timm(timm_layout.from_original(params, heads), "siglip_vision_model")
         conv = state.pop("embeddings.patch_embedding.weight")
@@ -209,15 +224,19 @@ def write(folder, params, options, fmt, class_names=None):
 
 def _timm_config(options, class_names):
     grid, patch = list(options["position_grid"]), options["patch_size"]
+    pool = {"map": "map", "gap": "avg"}[options["pooling"]]
     args = dict(
         img_size=[g * patch for g in grid], patch_size=patch, embed_dim=options["hidden_size"],
         depth=options["num_layers"], num_heads=options["num_heads"],
         mlp_ratio=options["mlp_dim"] / options["hidden_size"], num_classes=options["num_classes"],
-        pos_embed_grid_size=grid, in_chans=options["channels"], global_pool="map",
+        pos_embed_grid_size=grid, in_chans=options["channels"], global_pool=pool,
     )  # fmt: skip
+    args["act_layer"] = next(name for name, gelu in _TIMM_ACT.items() if name and gelu == options["gelu"])
+    if pool == "avg":  # the final norm before the mean, no norm after it (timm's default for "avg" is the reverse)
+        args["fc_norm"] = False
     cfg = dict(
         architecture="naflexvit_base_patch16_siglip", num_classes=options["num_classes"],
-        num_features=options["hidden_size"], global_pool="map", model_args=args,
+        num_features=options["hidden_size"], global_pool=pool, model_args=args,
         pretrained_cfg=dict(input_size=[options["channels"], *args["img_size"]], fixed_input_size=False,
                             interpolation="bicubic", crop_pct=1.0, mean=list(CONTRACT_MEAN), std=list(CONTRACT_STD),
                             num_classes=options["num_classes"], first_conv="embeds.proj", classifier="head"),

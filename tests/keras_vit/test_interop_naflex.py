@@ -190,3 +190,40 @@ def test_a_saved_naflex_model_is_a_source(tmp_path):
     check(model, library_inputs(HF, arrays), arrays, arrays["pixel_attention_mask"].astype(bool))
     fixed = keras_vit.from_pretrained(str(tmp_path / "naflex.keras"), naflex=False)
     assert isinstance(fixed, keras_vit.VisionTransformer)
+
+
+def test_a_gap_siglip_tower_is_a_naflex_model_that_averages_only_the_valid_tokens(tmp_path):
+    """timm's SigLIP 2 `gap` tower as NaFlex: with 4 padding rows after the 4 x 4 grid, the mean of the valid tokens
+    gives timm's logits; a mean over every row would not. Written as timm's naflexvit and read back: the same."""
+    name = "timm_siglip2_gap"
+    arrays = io(name)
+    model = keras_vit.from_pretrained(folder(name), naflex=True, max_num_patches=20)
+    assert model.options["pooling"] == "gap" and model.get_layer("pool") is not None
+    patches = arrays["images"].reshape(4, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(4, 16, 192)
+    inputs = dict(
+        patches=np.concatenate([patches, np.zeros((4, 4, 192), np.float32)], axis=1),
+        mask=np.concatenate([np.ones((4, 16), np.int32), np.zeros((4, 4), np.int32)], axis=1),
+        grid=np.full((4, 2), 4, np.int32),
+    )
+    assert scaled_diff(model.predict(inputs, verbose=0), arrays["logits"]) <= TOL
+    normed = keras.Model(model.input, model.get_layer("encoder_norm").output).predict(inputs, verbose=0)
+    unmasked = normed.mean(axis=1) @ model.get_layer("head").kernel.numpy() + model.get_layer("head").bias.numpy()
+    assert scaled_diff(unmasked, arrays["logits"]) > 1e-3  # the padding rows would have counted
+    written = keras_vit.save_pretrained(model, str(tmp_path / "timm"), format="timm")
+    again = keras_vit.from_pretrained(written, naflex=True, max_num_patches=20)
+    assert scaled_diff(again.predict(inputs, verbose=0), arrays["logits"]) <= TOL
+    with pytest.raises(keras_vit.weights.CheckpointError, match="Save it as 'timm'"):
+        keras_vit.save_pretrained(model, str(tmp_path / "hf"), format="transformers")
+
+
+def test_a_naflexvit_folder_with_another_activation_is_refused_by_name(tmp_path):
+    import json
+    import shutil
+
+    copy = tmp_path / "naflex"
+    shutil.copytree(folder(TIMM), copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg.setdefault("model_args", {})["act_layer"] = "relu"
+    (copy / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(keras_vit.weights.CheckpointError, match=r"act_layer='relu'; .*'gelu_tanh', 'quick_gelu'"):
+        keras_vit.from_pretrained(str(copy))

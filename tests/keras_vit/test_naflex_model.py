@@ -107,8 +107,8 @@ def test_compiled_predict_matches_eager():
 
 
 def test_bad_options_are_one_line():
-    with pytest.raises(ValueError, match="pooling"):
-        NaFlexViT(**dict(TINY, pooling="gap"))
+    with pytest.raises(ValueError, match=r"pooling must be one of \('map', 'gap'\). Received: pooling='token'"):
+        NaFlexViT(**dict(TINY, pooling="token"))
     with pytest.raises(ValueError, match="divisible by num_heads"):
         NaFlexViT(**dict(TINY, num_heads=3))
 
