@@ -39,6 +39,9 @@ class RotaryEmbedding(keras.layers.Layer):
         base, offset: override the variant's frequency base and grid offset (None: the variant's).
         layout: override the variant's rotation layout ("half" or "interleaved"; None: the variant's).
         patch_stride: pixels per patch of the images given to `call`, for a grid read at run time; None: fixed.
+        rescale: "dinov3" only, in training only: the coordinates are multiplied by one log-uniform draw in
+            [1 / rescale, rescale] per call (DINOv3's `rescale_coords`, 2 in its pre-training); None: off.
+        seed: the draws' seed (an int or None).
     """
 
     def __init__(
@@ -52,6 +55,8 @@ class RotaryEmbedding(keras.layers.Layer):
         offset=None,
         layout=None,
         patch_stride=None,
+        rescale=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -72,19 +77,33 @@ class RotaryEmbedding(keras.layers.Layer):
         self.layout = layout or default_layout
         self.patch_stride = None if patch_stride is None else _pair(patch_stride)
         self._layout_given, self._base_given, self._offset_given = layout, base, offset
+        if rescale is not None and (variant != "dinov3" or not float(rescale) > 1.0):
+            raise ValueError(
+                f"rescale is DINOv3's coordinate augmentation: a factor > 1 with variant='dinov3'. Received: "
+                f"rescale={rescale!r}, variant={variant!r}"
+            )
+        self.rescale = None if rescale is None else float(rescale)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.rescale else None
 
-    def call(self, images):
+    def call(self, images, training=None):
         if self.patch_stride is None:
-            return ops.convert_to_tensor(self.table(self.grid_size)[None], dtype="float32")
-        shape = ops.shape(images)
-        grid = (shape[1] // self.patch_stride[0], shape[2] // self.patch_stride[1])
+            grid = self.grid_size
+        else:
+            shape = ops.shape(images)
+            grid = (shape[1] // self.patch_stride[0], shape[2] // self.patch_stride[1])
+        if training and self.rescale:
+            limit = math.log(self.rescale)
+            scale = ops.exp(keras.random.uniform((), -limit, limit, seed=self.seed_generator))
+            return self._table_in_graph(grid, scale)[None]
         if all(isinstance(g, int) for g in grid):
             return ops.convert_to_tensor(self.table(grid)[None], dtype="float32")
         return self._table_in_graph(grid)[None]
 
-    def angles(self, grid, xp=np):
+    def angles(self, grid, xp=np, scale=None):
         """(gh * gw, D_h / 2) angles: one column per (axis, frequency) in the variant's axis order. `xp` is numpy
-        (float64, a fixed grid) or keras.ops (float32, a grid known at run time)."""
+        (float64, a fixed grid) or keras.ops (float32, a grid known at run time); `scale` multiplies DINOv3's
+        coordinates (the training-time rescale)."""
         quarter = self.head_dim // 4
         k = xp.arange(quarter, dtype="float64" if xp is np else "float32")
         coords = []
@@ -93,7 +112,8 @@ class RotaryEmbedding(keras.layers.Layer):
             cells = xp.arange(size, dtype="float64" if xp is np else "float32")
             size_f = float(size) if isinstance(size, int) else ops.cast(size, "float32")
             if self.variant == "dinov3":
-                coords.append(2.0 * (cells + 0.5) / size_f - 1.0)
+                centred = 2.0 * (cells + 0.5) / size_f - 1.0
+                coords.append(centred if scale is None else centred * scale)
             elif self.ref_grid is not None:
                 coords.append((cells + self.offset) / size_f * self.ref_grid[axis])
             else:
@@ -117,8 +137,8 @@ class RotaryEmbedding(keras.layers.Layer):
         cos = np.concatenate([prefix + 1.0, np.cos(angles)])
         return np.concatenate([sin, cos], axis=1)
 
-    def _table_in_graph(self, grid):
-        angles = self.angles(grid, xp=ops)
+    def _table_in_graph(self, grid, scale=None):
+        angles = self.angles(grid, xp=ops, scale=scale)
         if self.layout == "half":
             angles = ops.concatenate([angles, angles], axis=1)
         else:
@@ -144,6 +164,8 @@ class RotaryEmbedding(keras.layers.Layer):
             offset=self._offset_given,
             layout=self._layout_given,
             patch_stride=None if self.patch_stride is None else list(self.patch_stride),
+            rescale=self.rescale,
+            seed=self.seed,
         )
         return config
 

@@ -169,6 +169,11 @@ def validate_extended(config):
             f"rope needs a head width (hidden_size / num_heads) divisible by 4. Received: hidden_size="
             f"{config.hidden_size}, num_heads={config.num_heads}"
         )
+    if config.rope_rescale is not None and (config.rope != "dinov3" or not float(config.rope_rescale) > 1.0):
+        raise ValueError(
+            f"rope_rescale is DINOv3's coordinate augmentation: a factor > 1 with rope='dinov3'. Received: "
+            f"rope_rescale={config.rope_rescale!r}, rope={config.rope!r}"
+        )
     if config.position_embedding == "none" and config.no_embed_class:
         raise ValueError("no_embed_class=True needs a position embedding; use position_embedding='learned'.")
     choices = dict(mlp_type=("gelu", "swiglu"), qkv_bias=("qkv", "qv", "none"), norm=("layer", "rms"))

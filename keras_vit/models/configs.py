@@ -32,6 +32,7 @@ FAMILY_DEFAULTS = dict(
     rope_ref_grid=None,
     rope_offset=None,
     rope_base=None,
+    rope_rescale=None,
     mlp_type="gelu",
     mlp_norm=False,
     attention_norm=False,
@@ -100,6 +101,8 @@ class ViTConfig:
             "dinov3", "eva" or "pe". Combine with position_embedding="none" (DINOv3) or "learned" (EVA-02, PE).
         rope_ref_grid: EVA-02 / PE's reference grid (timm's `ref_feat_shape`, e.g. (16, 16)), or None.
         rope_offset, rope_base: override the variant's grid offset (PE: 1) and frequency base (100 / 10000).
+        rope_rescale: DINOv3's coordinate augmentation in training (a factor > 1: coordinates times a log-uniform
+            draw in [1 / f, f] per step; DINOv3 pre-trained with 2), or None (off, the default).
         mlp_type: "gelu" or "swiglu" (silu(gate) * up).
         mlp_norm: a norm before the SwiGLU's last projection (EVA-02 base/large: timm `scale_mlp`).
         attention_norm: a norm before the attention's output projection (EVA-02 CLIP: `scale_attn_inner`).
@@ -147,6 +150,7 @@ class ViTConfig:
     rope_ref_grid: tuple | None = None
     rope_offset: float | None = None
     rope_base: float | None = None
+    rope_rescale: float | None = None
     mlp_type: str = "gelu"
     mlp_norm: bool = False
     attention_norm: bool = False

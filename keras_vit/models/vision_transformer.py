@@ -159,8 +159,8 @@ class VisionTransformer(keras.Model):
 
 
 _EXTENDED = (
-    "rope", "rope_ref_grid", "rope_offset", "rope_base", "mlp_type", "mlp_norm", "attention_norm", "qkv_bias",
-    "proj_bias", "mlp_bias", "norm", "patch_norm", "encoder_norm", "map_heads", "map_mlp_dim",
+    "rope", "rope_ref_grid", "rope_offset", "rope_base", "rope_rescale", "mlp_type", "mlp_norm", "attention_norm",
+    "qkv_bias", "proj_bias", "mlp_bias", "norm", "patch_norm", "encoder_norm", "map_heads", "map_mlp_dim",
 )  # fmt: skip
 
 
@@ -201,7 +201,8 @@ def _rope(images, config, policy):
     return RotaryEmbedding(
         config.rope, config.hidden_size // config.num_heads, config.grid_size, config.num_prefix_tokens,
         ref_grid=config.rope_ref_grid, base=config.rope_base, offset=config.rope_offset,
-        patch_stride=step if config.dynamic_image_size else None, name="rope", dtype=policy,
+        patch_stride=step if config.dynamic_image_size else None, rescale=config.rope_rescale, name="rope",
+        dtype=policy,
     )(images)  # fmt: skip
 
 

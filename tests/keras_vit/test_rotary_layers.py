@@ -250,3 +250,42 @@ def test_a_rope_model_on_the_fused_route_computes_what_the_explicit_route_does(m
         outputs[mode] = keras.ops.convert_to_numpy(model(images, training=False))
     assert np.abs(outputs["never"]).max() > 0.1
     np.testing.assert_allclose(outputs["always"], outputs["never"], atol=1e-6 * np.abs(outputs["never"]).max(), rtol=0)
+
+
+# --- DINOv3's coordinate rescale (training only) ---------------------------------------------------------------------
+
+
+def test_dinov3_rescale_draws_a_log_uniform_scale_in_training_only():
+    """Each training call's table is DINOv3's (numpy reference) at one scale s in [1/2, 2], read back from the table;
+    inference gives the plain table."""
+    grid, head_dim, prefix = (4, 6), 16, 5
+    layer = L.RotaryEmbedding("dinov3", head_dim, grid, prefix, rescale=2.0, seed=3)
+    images = np.zeros((1, 32, 48, 3), np.float32)
+    sin, cos = ref.dinov3_rope(grid, head_dim)
+    plain = np.asarray(layer(images, training=False))[0, prefix:]
+    np.testing.assert_allclose(plain, np.concatenate([sin, cos], axis=1), rtol=0, atol=1e-6)
+    # Column 3: the y axis at the lowest frequency (angle = 2 pi c / 100^(3/4), |angle| < pi for |c| s <= 2).
+    unscaled = 2 * np.pi * (1 / grid[0] - 1) / 100**0.75
+    scales = []
+    for _ in range(40):
+        table = np.asarray(layer(images, training=True))[0, prefix:]
+        scale = float(np.arctan2(table[0, 3], table[0, head_dim + 3]) / unscaled)
+        sin, cos = ref.dinov3_rope(grid, head_dim, rescale=scale)
+        np.testing.assert_allclose(table, np.concatenate([sin, cos], axis=1), rtol=0, atol=1e-5)
+        scales.append(scale)
+    assert 0.5 - 1e-6 <= min(scales) < 0.8 and 1.25 < max(scales) <= 2.0 + 1e-6, scales
+    assert len(set(np.round(scales, 6))) == len(scales)  # a new draw every call
+
+
+def test_a_model_with_rope_rescale_infers_as_without_and_trains_with_it():
+    options = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=0,
+                   rope="dinov3", position_embedding="none", num_registers=4, pooling="gap")  # fmt: skip
+    plain = keras_vit.create_model("testing", **options)
+    augmented = keras_vit.create_model("testing", **options, rope_rescale=2.0)
+    augmented.set_weights(plain.get_weights())
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_array_equal(augmented(images, training=False), plain(images, training=False))
+    assert not np.allclose(augmented(images, training=True), plain(images, training=True), atol=1e-6)
+    assert keras_vit.VisionTransformer.from_config(augmented.get_config()).config.rope_rescale == 2.0
+    with pytest.raises(ValueError, match="rope_rescale is DINOv3's coordinate augmentation"):
+        keras_vit.create_model("testing", **{**options, "rope": "eva"}, rope_rescale=2.0)

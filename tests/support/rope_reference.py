@@ -23,14 +23,15 @@ def timm_cat_rope(grid, head_dim, ref=None, offset=0.0, indexing="ij", temperatu
     return np.repeat(np.sin(pos), 2, axis=-1), np.repeat(np.cos(pos), 2, axis=-1)
 
 
-def dinov3_rope(grid, head_dim, base=100.0, order="yx"):
+def dinov3_rope(grid, head_dim, base=100.0, order="yx", rescale=1.0):
     """DINOv3 `RopePositionEmbedding` (normalize_coords='separate'): (sin, cos), each (gh * gw, head_dim), half
-    layout: the (y, x) angles tiled twice (`order="xy"`: the axes swapped, a negative control)."""
+    layout: the (y, x) angles tiled twice (`order="xy"`: the axes swapped, a negative control); `rescale`: the
+    training-time factor its `rescale_coords` draws, multiplying the [-1, 1] coordinates."""
     h, w = grid
     coords_h = np.arange(0.5, h) / h
     coords_w = np.arange(0.5, w) / w
     coords = np.stack(np.meshgrid(coords_h, coords_w, indexing="ij"), axis=-1).reshape(-1, 2)
-    coords = 2.0 * coords - 1.0
+    coords = (2.0 * coords - 1.0) * rescale
     if order == "xy":
         coords = coords[:, ::-1]
     periods = base ** (2 * np.arange(head_dim // 4) / (head_dim // 2))

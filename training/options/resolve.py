@@ -9,12 +9,12 @@ from .config import steps_per_execution_for
 
 # The fields that fix the checkpoint's tensor shapes: a run that states other values cannot load it.
 SHAPE_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "channels", "resnet_layers")
-# The fields the run decides (its image size, classes, regularisation, precision, memory); every other field of the
-# checkpoint's `ViTConfig` (its form: pooling, GELU, LayerScale, registers, RoPE, SwiGLU, norms...) is taken from it
-# when the recipe leaves the variant, so the run builds what the checkpoint computes.
+# The fields the run decides (its image size, classes, regularisation and augmentation, precision, memory); every
+# other field of the checkpoint's `ViTConfig` (its form: pooling, GELU, LayerScale, registers, RoPE, SwiGLU, norms...)
+# is taken from it when the recipe leaves the variant, so the run builds what the checkpoint computes.
 RUN_FIELDS = (
     "image_size", "num_classes", "dropout_rate", "attention_dropout_rate", "stochastic_depth_rate", "head_bias_init",
-    "dtype", "dynamic_image_size", "dynamic_resize_method", "remat",
+    "dtype", "dynamic_image_size", "dynamic_resize_method", "remat", "rope_rescale",
 )  # fmt: skip
 PAPER_FINETUNE_BATCH = 512  # the paper's appendix B.1.1
 WARMUP_FRACTION = 0.05  # 500 of the 10k fine-tuning steps (vit_jax's cifar10 preset)
