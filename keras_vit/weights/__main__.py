@@ -61,6 +61,12 @@ def markdown_table(entries):
     return "\n".join(lines)
 
 
+def _aligned(fields):
+    """(name, value) pairs as lines, the values aligned in one column."""
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+
+
 def _info(entry):
     cached = sources.entry_cache_path(entry)
     fields = [
@@ -83,8 +89,7 @@ def _info(entry):
         ("also found as", ", ".join(entry.aliases) or "-"),
         ("note", entry.note or "-"),
     ]
-    width = max(len(k) for k, _ in fields)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+    return _aligned(fields)
 
 
 def _hub_info(entry):
@@ -103,8 +108,7 @@ def _hub_info(entry):
         ("source", entry.source),
         ("note", entry.note or "-"),
     ]
-    width = max(len(k) for k, _ in fields)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+    return _aligned(fields)
 
 
 def main(argv=None):
