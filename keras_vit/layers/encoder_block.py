@@ -17,6 +17,22 @@ EXTENDED_DEFAULTS = dict(
 )
 
 
+def _check_options(remat, rates, mlp_type, mlp_norm, mlp_bias):
+    """The option combinations a block refuses, each in one line."""
+    if remat is True and any(rates):
+        dropout_rate, attention_dropout_rate, drop_path_rate = rates
+        raise ValueError(
+            f"remat=True needs dropout_rate, attention_dropout_rate and the drop-path rate at 0: the backward "
+            f"pass recomputes the block and would draw new dropout masks. Received: dropout_rate={dropout_rate}, "
+            f"attention_dropout_rate={attention_dropout_rate}, drop_path_rate={drop_path_rate}; set them to 0 "
+            f"or remat='elementwise' or remat=False."
+        )
+    if mlp_type not in ("gelu", "swiglu"):
+        raise ValueError(f"mlp_type must be 'gelu' or 'swiglu'. Received: mlp_type={mlp_type!r}")
+    if mlp_type == "gelu" and (mlp_norm or not mlp_bias):
+        raise ValueError("mlp_norm=True and mlp_bias=False are SwiGLU options; use mlp_type='swiglu'.")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class EncoderBlock(keras.layers.Layer):
     """z' = z + MSA(LN(z)); out = z' + MLP(LN(z')) (paper, eq. 2-3), with dropout and stochastic depth.
@@ -82,13 +98,7 @@ class EncoderBlock(keras.layers.Layer):
         **kwargs,
     ):
         remat = remat_setting(remat)
-        if remat is True and (dropout_rate or attention_dropout_rate or drop_path_rate):
-            raise ValueError(
-                f"remat=True needs dropout_rate, attention_dropout_rate and the drop-path rate at 0: the backward "
-                f"pass recomputes the block and would draw new dropout masks. Received: dropout_rate={dropout_rate}, "
-                f"attention_dropout_rate={attention_dropout_rate}, drop_path_rate={drop_path_rate}; set them to 0 "
-                f"or remat='elementwise' or remat=False."
-            )
+        _check_options(remat, (dropout_rate, attention_dropout_rate, drop_path_rate), mlp_type, mlp_norm, mlp_bias)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
@@ -103,40 +113,42 @@ class EncoderBlock(keras.layers.Layer):
             mlp_type=mlp_type, mlp_norm=bool(mlp_norm), attention_norm=bool(attention_norm),
             biases=tuple(p for p in PARTS if p in biases), mlp_bias=bool(mlp_bias), norm=norm, rope_layout=rope_layout,
         )  # fmt: skip
-        if mlp_type not in ("gelu", "swiglu"):
-            raise ValueError(f"mlp_type must be 'gelu' or 'swiglu'. Received: mlp_type={mlp_type!r}")
-        if mlp_type == "gelu" and (mlp_norm or not mlp_bias):
-            raise ValueError("mlp_norm=True and mlp_bias=False are SwiGLU options; use mlp_type='swiglu'.")
         policy = self.dtype_policy
         self.ls_1 = self.ls_2 = None
         if self.layer_scale is not None:
             self.ls_1 = LayerScale(self.layer_scale, name="LayerScale_1", dtype=policy)
             self.ls_2 = LayerScale(self.layer_scale, name="LayerScale_3", dtype=policy)
-        eps = self.layer_norm_epsilon
-        self.norm_1 = make_norm(norm, eps, name="LayerNorm_0", dtype=policy)
-        self.norm_2 = make_norm(norm, eps, name="LayerNorm_2", dtype=policy)
-        name = "MultiHeadDotProductAttention_1"
-        if rope_layout is None and not attention_norm and self.extended["biases"] == PARTS:
-            self.attention = MultiHeadSelfAttention(
-                self.num_heads, self.attention_dropout_rate, name=name, dtype=policy
-            )
-        else:
-            self.attention = RotaryAttention(
-                self.num_heads, biases=self.extended["biases"], rope_layout=rope_layout or "half",
-                inner_norm=norm if attention_norm else None, norm_epsilon=eps,
-                dropout_rate=self.attention_dropout_rate, name=name, dtype=policy,
-            )  # fmt: skip
-        if mlp_type == "swiglu":
-            self.mlp = SwiGLU(
-                self.mlp_dim, use_bias=mlp_bias, norm=norm if mlp_norm else None, norm_epsilon=eps,
-                dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy,
-            )  # fmt: skip
-        else:
-            self.mlp = MlpBlock(
-                self.mlp_dim, gelu=gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3", dtype=policy
-            )
+        self.norm_1 = make_norm(norm, self.layer_norm_epsilon, name="LayerNorm_0", dtype=policy)
+        self.norm_2 = make_norm(norm, self.layer_norm_epsilon, name="LayerNorm_2", dtype=policy)
+        self.attention = self._make_attention()
+        self.mlp = self._make_mlp()
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
+
+    def _make_attention(self):
+        """The plain attention layer, or the rotary one where RoPE, an inner norm or a missing bias needs it."""
+        options, name = self.extended, "MultiHeadDotProductAttention_1"
+        if options["rope_layout"] is None and not options["attention_norm"] and options["biases"] == PARTS:
+            return MultiHeadSelfAttention(
+                self.num_heads, self.attention_dropout_rate, name=name, dtype=self.dtype_policy
+            )
+        return RotaryAttention(
+            self.num_heads, biases=options["biases"], rope_layout=options["rope_layout"] or "half",
+            inner_norm=options["norm"] if options["attention_norm"] else None, norm_epsilon=self.layer_norm_epsilon,
+            dropout_rate=self.attention_dropout_rate, name=name, dtype=self.dtype_policy,
+        )  # fmt: skip
+
+    def _make_mlp(self):
+        """The GELU MLP, or SwiGLU with its optional inner norm."""
+        options = self.extended
+        if options["mlp_type"] == "swiglu":
+            return SwiGLU(
+                self.mlp_dim, use_bias=options["mlp_bias"], norm=options["norm"] if options["mlp_norm"] else None,
+                norm_epsilon=self.layer_norm_epsilon, dropout_rate=self.dropout_rate, name="MlpBlock_3",
+                dtype=self.dtype_policy,
+            )  # fmt: skip
+        return MlpBlock(self.mlp_dim, gelu=self.gelu, dropout_rate=self.dropout_rate, name="MlpBlock_3",
+                        dtype=self.dtype_policy)  # fmt: skip
 
     def build(self, input_shape):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp, self.ls_1, self.ls_2):

@@ -16,6 +16,15 @@ from keras_vit.models.checks import check_class_names, check_images, validate
 from keras_vit.models.configs import ViTConfig, get_variant
 
 
+def _dtype_name_and_map(dtype):
+    """The dtype's name for the config, and the DTypePolicyMap it came as (how Keras builds a quantized model
+    before loading it: every layer takes its own entry by path; `quantized_layers` records the rest), else None."""
+    policy = dtype if isinstance(dtype, keras.dtype_policies.DTypePolicyMap) else None
+    if policy is not None:
+        dtype = policy.default_policy.name
+    return (dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype), policy
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class VisionTransformer(keras.Model):
     """Vision Transformer ("An Image is Worth 16x16 Words", Dosovitskiy et al., ICLR 2021), plain or hybrid.
@@ -73,12 +82,7 @@ class VisionTransformer(keras.Model):
         name="vit",
         **kwargs,
     ):
-        # A DTypePolicyMap (how Keras builds a quantized model before loading it) reaches every layer, which takes
-        # its own entry by path; the config records its default, `quantized_layers` the rest (get_config).
-        policy = dtype if isinstance(dtype, keras.dtype_policies.DTypePolicyMap) else None
-        if policy is not None:
-            dtype = policy.default_policy.name
-        dtype = dtype.name if isinstance(dtype, keras.DTypePolicy) else dtype
+        dtype, policy = _dtype_name_and_map(dtype)
         # The second generation's options (ViTConfig documents them), absent from first-generation configs.
         extended = {k: kwargs.pop(k) for k in _EXTENDED if k in kwargs}
         config = ViTConfig(
