@@ -90,6 +90,8 @@ def _read_keras(path):
 
 def _read_npz(path):
     params = to_original_layout(read_npz(path))
+    if naflex.is_big_vision_naflex(params):
+        return naflex.read_big_vision(params, path)
     return Checkpoint(params=params, options=infer_options(params, source=path), format="npz", source=path)
 
 

@@ -1,4 +1,5 @@
-"""SigLIP 2 NaFlex folders in and out: transformers' `siglip2` image towers and timm's `naflexvit_*` models.
+"""SigLIP 2 NaFlex checkpoints in and out: transformers' `siglip2` image towers, timm's `naflexvit_*` models, and
+big_vision's NaFlex `.npz` (read).
 
 Both differ from their fixed-resolution SigLIP layouts only in the patch embedding (a Linear on (ph, pw, C)-flattened
 patches instead of a conv) and in how the position table is stored (transformers: (gh * gw, D) as before; timm:
@@ -25,6 +26,7 @@ from keras_vit.weights.checkpoint import (
 )
 from keras_vit.weights.config_inference import infer_options
 from keras_vit.weights.errors import CheckpointError
+from keras_vit.weights.loading import POSEMB_KEY
 
 TRANSFORMERS_TYPES = ("siglip2_vision_model", "siglip2")
 _TIMM_PREFIX = "naflexvit_"
@@ -50,6 +52,29 @@ def read(folder):
     if cfg.get("model_type") in TRANSFORMERS_TYPES:
         return _read_transformers(folder, cfg, state)
     return _read_timm(folder, cfg, state)
+
+
+def is_big_vision_naflex(params):
+    """Original-layout params of big_vision's NaFlex ViT: a Dense patch embedding, a (gh, gw, D) position grid."""
+    return np.ndim(params.get("embedding/kernel")) == 2 and np.ndim(params.get(POSEMB_KEY)) == 3
+
+
+def read_big_vision(params, path, channels=3):
+    """big_vision's NaFlex image tower (`naflex_vit.py`; already in the original key layout) -> `Checkpoint`. The
+    sequence length is not in the file: 256, big_vision's and the released towers' default, unless the caller
+    passes `max_num_patches`."""
+    params = dict(params)
+    kernel = np.asarray(params["embedding/kernel"])
+    patch = math.isqrt(kernel.shape[0] // channels)
+    if patch * patch * channels != kernel.shape[0]:
+        raise CheckpointError(f"{path!r}: a patch embedding of {kernel.shape[0]} inputs is not P x P x {channels}.")
+    params["embedding/kernel"] = kernel.reshape(patch, patch, channels, kernel.shape[-1])
+    table = np.asarray(params[POSEMB_KEY])
+    grid = tuple(table.shape[:2])
+    params[POSEMB_KEY] = table.reshape(1, grid[0] * grid[1], table.shape[-1])
+    options = _options(params, path, grid, pools=("map", "gap"))
+    return Checkpoint(params=params, options=options, format="npz", source=path,
+                      naflex=dict(max_num_patches=256, style="transformers"))  # fmt: skip
 
 
 def _linear_to_conv(weight, channels):

@@ -92,11 +92,12 @@ def _member_data_offset(raw, info):
 def to_original_layout(params):
     """Returns the checkpoint in the original vit_jax key layout, converting big_vision's when found.
 
-    big_vision differs by a `params/` prefix, a top-level `pos_embedding` added before the class token is
-    prepended (so it has no class row: a zero row is the exact equivalent), `*_0`/`LayerNorm_1` block names,
-    and optionally all blocks stacked along a leading axis under `Transformer/encoderblock/` (scan layout).
+    big_vision differs by a `params/` prefix (`params/img/` in a two-tower SigLIP or LiT file: its image tower), a
+    top-level `pos_embedding` added before the class token is prepended (so it has no class row: a zero row is the
+    exact equivalent), `*_0`/`LayerNorm_1` block names, and optionally all blocks stacked along a leading axis under
+    `Transformer/encoderblock/` (scan layout).
     """
-    params = {re.sub(r"^(params/|opt/target/)", "", k): v for k, v in params.items()}
+    params = _image_tower({re.sub(r"^(params/|opt/target/)", "", k): v for k, v in params.items()})
     out = {}
     for key, value in params.items():
         if key.startswith("Transformer/encoderblock/"):  # scan layout: unstack the layer axis
@@ -117,6 +118,14 @@ def to_original_layout(params):
             posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
         renamed[POSEMB_KEY] = posemb
     return renamed
+
+
+def _image_tower(params):
+    """A big_vision two-tower checkpoint's image tower (`img/...`; the text tower and the temperature left out);
+    any other checkpoint as it is."""
+    if "embedding/kernel" in params or not any(k.startswith("img/") for k in params):
+        return params
+    return {k[len("img/") :]: v for k, v in params.items() if k.startswith("img/")}
 
 
 def load_npz(model, path, *, resize_method="zoom", checkpoint_grid=None):
