@@ -148,7 +148,7 @@ def test_wrong_shaped_or_typed_tensors(tiny):
 def test_previous_artifacts_survive_a_failed_export(tiny, tmp_path, monkeypatch):
     root, _ = tiny
     out = tmp_path / "out"
-    options = dict(out=out, quantize="float32", latency_runs=2)
+    options = dict(out=out, formats="saved_model,tflite", quantize="float32", latency_runs=2, gpu_check="off")
     export.export_path(root / "model.keras", **options)
     before = tree_digest(out)
     assert {"report.json", "model_float32.tflite", "saved_model/saved_model.pb"} <= set(before)
