@@ -18,6 +18,43 @@ INIT = support.FIXTURES / "interop_families2" / "hf_siglip2_naflex"  # a 16-patc
 TOL = 1e-5  # float32 round-off of a 2-block model, as tests/export/test_naflex_tflite.py
 
 
+def _checkpoint(naflex=None, **options):
+    from keras_vit.weights.checkpoint import Checkpoint
+
+    base = keras_vit.get_variant("testing").replace(image_size=32, num_classes=5, pooling="map", class_token=False)
+    return Checkpoint(params={}, options={**base.to_dict(), **options}, source="ckpt", naflex=naflex)
+
+
+def test_a_naflex_checkpoint_makes_a_naflex_run_and_its_budget_is_an_option():
+    from training.configs import get_config
+    from training.options.resolve import resolve_model, resolve_naflex
+
+    config = get_config("finetune").replace(init="ckpt")
+    folder = _checkpoint(naflex={"max_num_patches": 16})
+
+    def resolved(config, ckpt):
+        return resolve_naflex(resolve_model(config, ckpt), ckpt)
+
+    assert (resolved(config, folder).naflex, resolved(config, folder).max_num_patches) == (True, 16)
+    assert resolved(config.replace(max_num_patches=64), folder).max_num_patches == 64
+    assert resolved(config.replace(naflex=False), folder).naflex is False  # its fixed-resolution form
+    fixed = _checkpoint()  # a fixed-resolution SigLIP tower: NaFlex on request, 256 patches unless stated
+    assert resolved(config, fixed).naflex is False
+    assert resolved(config.replace(naflex=True), fixed).max_num_patches == 256
+
+
+def test_a_model_without_a_naflex_form_and_a_stray_budget_are_one_line_each():
+    from training.configs import get_config
+    from training.options.resolve import resolve_model, resolve_naflex
+
+    config = get_config("finetune").replace(init="ckpt")
+    token = _checkpoint(pooling="token", class_token=True)
+    with pytest.raises(ValueError, match=r"naflex=True needs a SigLIP-style model.*class_token=True.*naflex=false"):
+        resolve_naflex(resolve_model(config.replace(naflex=True), token), token)
+    with pytest.raises(ValueError, match=r"max_num_patches=64 is the patch budget of a NaFlex run.*naflex=true"):
+        resolve_naflex(resolve_model(config.replace(max_num_patches=64), token), token)
+
+
 @pytest.mark.slow  # one fine-tuning run and its export in every format (about 40 s of CPU)
 def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_format(tmp_path, capfd):
     from export.__main__ import main as export_main
