@@ -76,10 +76,10 @@ def _verification(plan, source, options, shipped):
     feeds = [shipped.inputs(image) for image in images]
     batch = {k: np.concatenate([f[k] for f in feeds]) for k in naflex_files.INPUTS}
     call = tf.function(lambda x: model(x, training=False))
-    reference = np.asarray(call(batch))
+    reference = call(batch).numpy()
     truth = chosen.truth if plan.kind.LABELLED else None
     named = {plan.output: reference}
-    latency = median_ms(lambda: np.asarray(call(feeds[0])), options.latency_runs, options.latency_warmup)
+    latency = median_ms(lambda: call(feeds[0]).numpy(), options.latency_runs, options.latency_warmup)
     keras_row = {"threads": "tf-default", "latency_ms": latency, **plan.kind.keras_fields(named, truth, source)}
     note = plan.kind.NO_ACCURACY.get(chosen.origin) if plan.kind.LABELLED else None
     return types.SimpleNamespace(feeds=feeds, aspects=np.asarray(aspects), reference=reference, truth=truth,

@@ -1,5 +1,5 @@
-"""A NaFlex fine-tune from the command line on a folder of wide, tall and square images (`--init` a transformers
-siglip2 folder), then `python -m export` of its workdir: every format PASSED, each judged on all three aspect ratios,
+"""A NaFlex fine-tune from the command line on a folder of wide, tall and square images (`--init` a timm
+naflexvit folder), then `python -m export` of its workdir: every format PASSED, each judged on all three aspect ratios,
 and the preprocessing shipped beside the files takes an image of any size to the Keras model's answer."""
 
 import json
@@ -14,7 +14,7 @@ from tests.support.images import mixed_aspect_folder
 from tests.support.numerics import scaled_diff
 from tests.support.processes import call_cli
 
-INIT = support.FIXTURES / "interop_families2" / "hf_siglip2_naflex"  # a 16-patch budget, a 4x4 position table
+INIT = support.FIXTURES / "interop_families2" / "timm_naflex_siglip"  # a 4x4 position table and a 5-class head
 TOL = 1e-5  # float32 round-off of a 2-block model, as tests/export/test_naflex_tflite.py
 
 
@@ -62,14 +62,17 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     from export.naflex.preprocessing import load
     from training.__main__ import main as train_main
 
-    photos, workdir = mixed_aspect_folder(tmp_path / "photos"), tmp_path / "run"
+    # The fixture's 5 classes, its head loaded (init_head): logits of order 1, so the files' agreement means something.
+    classes, sizes = ("a", "b", "c", "d", "e"), ((24, 80), (64, 40), (40, 40))  # wide, tall, square
+    photos, workdir = mixed_aspect_folder(tmp_path / "photos", classes, sizes), tmp_path / "run"
     trained = call_cli(
         train_main, "--config", "finetune", "--init", INIT, "--dataset", f"folder:{photos}", "--workdir", workdir,
         "--epochs", "1", "--batch-size", "4", "--set", "holdout_fraction=0.34", "--set", "max_num_patches=12",
-        "--set", "plots=false", capfd=capfd,
+        "--set", "plots=false", "--set", "init_head=true", capfd=capfd,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "naflex: patches made in tf.data" in trained.stdout and "new 2-class head" in trained.stdout
+    loaded = next(line for line in trained.stdout.splitlines() if line.startswith(f"[training] --init {INIT}: "))
+    assert "naflex: patches made in tf.data" in trained.stdout and "head" not in loaded, loaded  # its own head
     recorded = json.loads((workdir / "config.json").read_text())
     assert recorded["naflex"] is True and recorded["max_num_patches"] == 12  # the checkpoint's form, the set budget
     model = keras.saving.load_model(str(workdir / "model.keras"), compile=False)
@@ -92,4 +95,5 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     expected = keras_vit.naflex_batch([pixels], patch_size=8, max_num_patches=12)
     assert all(np.array_equal(feed[k], np.asarray(expected[k])) for k in ("patches", "mask", "grid"))
     runner = TFLiteRunner((out / "model_float32.tflite").read_bytes())
-    assert scaled_diff(runner.run(feed), model(feed, training=False)) <= TOL
+    logits = keras.ops.convert_to_numpy(model(feed, training=False))
+    assert np.abs(logits).max() > 0.1 and scaled_diff(runner.run(feed), logits) <= TOL
