@@ -77,6 +77,9 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     assert recorded["naflex"] is True and recorded["max_num_patches"] == 12  # the checkpoint's form, the set budget
     model = keras.saving.load_model(str(workdir / "model.keras"), compile=False)
     assert isinstance(model, keras_vit.NaFlexViT) and model.options["max_num_patches"] == 12
+    evaluated = call_cli(train_main, "evaluate", "--workdir", workdir, capfd=capfd)  # the saved model, again
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert evaluated.returncode == 0 and json.loads(evaluated.stdout)["top1"] == metrics["top1"], evaluated.stderr
 
     exported = call_cli(export_main, workdir, "--quantize", "float32", "--latency-runs", "1", capfd=capfd)
     assert exported.returncode == 0 and "status: PASSED" in exported.stdout, exported.stdout[-3000:]
