@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from keras_vit import _extras, _startup
+from keras_vit import _extras, _startup, files
 from keras_vit.files import describe_os_error, describe_storage_error
 
 from .errors import ExportError
@@ -224,6 +224,8 @@ def _export(export, args):
     print("\nartifacts:")
     for a in report["artifacts"]:
         print(f"  {a['path']}")
+    for name in report.get("preprocessing", ()):  # a NaFlex model's, beside its files
+        print(f"  {files.join(report['out'], name)}")
     print(f"  {report['report_path']}")
     return 0
 

@@ -12,6 +12,8 @@ from .description import describe
 from .errors import ExportError, VerificationError
 from .formats import FORMATS, offered_formats, owned_names
 from .keras_runner import KerasRunner
+from .naflex.job import is_naflex
+from .naflex.preprocessing import OWNED as NAFLEX_OWNED
 from .options import ExportOptions, ExportSource
 from .runtime import image_size
 from .tables import format_table
@@ -72,11 +74,15 @@ def export_model(source, out, options=None):
     options = ExportOptions() if options is None else options
     _check_backend()
     _check_not_quantized(source.model)
-    _check_image_input(source.model)
     out = os.fspath(out)
+    if is_naflex(source.model):  # patches, mask and grid in: its own files and the preprocessing beside them
+        from .naflex.job import export_naflex
+
+        return export_naflex(source, out, options)
+    _check_image_input(source.model)
     plan = _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
-    with commit.staged(out, owned_names(kinds.KINDS)) as (target, staging):
+    with commit.staged(out, owned_names(kinds.KINDS) + NAFLEX_OWNED) as (target, staging):
         v = _verify_on(plan, options)
         artifacts = [
             fmt.entry(plan, mode, v, staging, out, options) for fmt in plan.formats for mode in fmt.modes(plan)
@@ -110,14 +116,13 @@ def _check_not_quantized(model):
 
 
 def _check_image_input(model):
-    """One line for a model whose input is not one NHWC image batch (a NaFlex model's patches, mask and grid)."""
+    """One line for a model whose input is neither one NHWC image batch nor a NaFlex model's patches, mask, grid."""
     shapes = model.input_shape if isinstance(model.input_shape, list) else [model.input_shape]
     if isinstance(model.input_shape, dict) or len(shapes) != 1 or len(shapes[0]) != 4:
         names = ", ".join(getattr(x, "name", "?") for x in model.inputs)
         raise ExportError(
-            f"{model.name} takes {names}, not one batch of images: the exporter writes image models only (a NaFlex "
-            f"model's patch inputs are not one of them yet). Export the fixed-resolution form of the same weights: "
-            f"keras_vit.from_pretrained(SOURCE, naflex=False).save('fixed.keras'), then `python -m export fixed.keras`."
+            f"{model.name} takes {names}, not one batch of images: the exporter writes image models and "
+            f"keras_vit.NaFlexViT models only. Export a keras_vit model (create_model, from_pretrained)."
         )
 
 

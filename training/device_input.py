@@ -49,6 +49,11 @@ def resolve_device_input(config, placement):
     replicas (each calls the model on its own rows).
     """
     requested = config.device_input
+    if config.naflex:  # its patches are cut from each image at its own size, in tf.data
+        if requested is True:
+            raise ValueError("device_input=True sends whole images, but a NaFlex run feeds patches made in tf.data. "
+                             "Use device_input=auto or false.")  # fmt: skip
+        return False, "naflex: patches made in tf.data"
     obstacle = _mixing_obstacle(config, placement)
     if requested == "auto":
         if placement.device_kind not in _ACCELERATORS:

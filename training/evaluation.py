@@ -45,7 +45,8 @@ def evaluate(
         print(f"[training] {placement.describe()}", flush=True)
     with placement.scope():
         model = keras.saving.load_model(model_path, compile=False)
-    if model.input_shape[1] is not None:  # a dynamic_image_size model is evaluated at its run's image_size
+    # A dynamic_image_size model is evaluated at its run's image_size; a NaFlex one (config.naflex) takes patches.
+    if not config.naflex and model.input_shape[1] is not None:
         config = config.replace(image_size=int(model.input_shape[1]))
     source = source_of(config, placement.shard)
     if model.output_shape[-1] != source.num_classes:

@@ -11,6 +11,7 @@ from .checkpoints import CheckpointManager, initialise_from
 from .device_input import DeviceInput
 from .optim import make_loss, make_optimizer
 from .options import model_config
+from .options.resolve import naflex_arguments
 from .placement import processes
 
 
@@ -74,14 +75,17 @@ def weights_checksum(model):
 
 
 def build_model(config, num_classes, class_names=None, checkpoint=None):
-    """The run's `VisionTransformer`, optionally initialised from `config.init` (.npz or .keras).
+    """The run's `VisionTransformer` (a `NaFlexViT` with `config.naflex`), optionally initialised from `config.init`.
 
     `class_names` (the dataset's, in label order) are kept on the model (`model.class_names`, in model.keras),
     so the saved model carries its own label space and an export reads its labels from the model itself. A
     model fine-tuned from a pretrained one gets the run's names, never the checkpoint's. `checkpoint`: the
     `init` checkpoint already read (`read_init`), so that it is read once.
     """
-    model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
+    if config.naflex:  # patches of any aspect ratio (training.data.naflex feeds it)
+        model = keras_vit.NaFlexViT(**naflex_arguments(config, num_classes), class_names=class_names)
+    else:
+        model = keras_vit.create_model(model_config(config, num_classes), class_names=class_names)
     if config.init:
         # The references always fine-tune from a fresh zero head, even when the class counts match.
         new_head = not config.init_head and "head" in {layer.name for layer in model.layers}
@@ -89,7 +93,8 @@ def build_model(config, num_classes, class_names=None, checkpoint=None):
         if new_head:
             head = model.get_layer("head")
             head.kernel.assign(np.zeros(head.kernel.shape, "float32"))
-            head.bias.assign(np.full(head.bias.shape, model.config.head_bias_init, "float32"))
+            bias = model_config(config, num_classes).head_bias_init  # a NaFlexViT has no `config`
+            head.bias.assign(np.full(head.bias.shape, bias, "float32"))
         print(f"[training] --init {config.init}: {init_summary(report, new_head, num_classes)}", flush=True)
     if config.lora_rank:  # after `init`, whose kernels the factors adapt; a resume restores both from its checkpoint
         keras_vit.enable_lora(model, config.lora_rank, targets=config.lora_targets)

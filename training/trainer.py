@@ -228,9 +228,11 @@ def _write_outputs(plan, model):
         write_samples(workdir, source, config)
         if not config.plots:
             return {}
+        # (A NaFlex model's attention figures would need its patch inputs: its run draws the curves only.)
         plots_dir = files.join(workdir, "plots")
         plots = plot_training_curves(files.join(workdir, "log.csv"), plots_dir, plan.schedule, plan.total_steps)
         with files.load_numpy(files.join(workdir, "samples", "heldout.npz")) as samples:
             images, labels = samples["images"], samples["labels"]
-            plots.update(inspection_figures(model, images, plots_dir, labels, source.class_names))
+            if not config.naflex:
+                plots.update(inspection_figures(model, images, plots_dir, labels, source.class_names))
     return {key: files.relpath(path, workdir) for key, path in plots.items()}

@@ -49,15 +49,21 @@ def test_a_file_that_is_not_a_model(tmp_path, capsys):
     assert "not a .keras archive" in capsys.readouterr().err
 
 
-def test_a_naflex_model_is_refused_in_one_line_with_its_fixed_resolution_form(tmp_path):
+def test_a_model_of_other_inputs_is_refused_and_a_naflex_one_names_its_tflite_modes(tmp_path):
+    """NaFlex models export (tests/training/test_naflex_cli.py); inputs that are neither images nor NaFlex patches
+    are refused in one line, and so is a TFLite mode a NaFlex export does not offer, before anything is written."""
+    import keras
+
     import keras_vit
 
-    folder = str(support.FIXTURES / "interop_families2" / "hf_siglip2_naflex")
-    with pytest.raises(export.ExportError, match=r"takes patches, mask, grid, not one batch of images.*naflex=False"):
-        export.export_model(keras_vit.from_pretrained(folder), tmp_path / "out")
+    a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
+    pair = keras.Model([a, b], keras.layers.Add()([a, b]), name="pair")
+    with pytest.raises(export.ExportError, match=r"pair takes a, b, not one batch of images.*NaFlexViT"):
+        export.export_model(pair, tmp_path / "out")
+    naflex = keras_vit.from_pretrained(str(support.FIXTURES / "interop_families2" / "hf_siglip2_naflex"))
+    with pytest.raises(export.ExportError, match=r"--quantize int8 is not offered for a NaFlex model.*dynamic_int8"):
+        export.export_model(naflex, tmp_path / "out", export.ExportOptions(quantize="float32,int8"))
     assert not (tmp_path / "out").exists()
-    fixed = keras_vit.from_pretrained(folder, naflex=False)  # the fix the line names: one NHWC image input
-    assert len(fixed.input_shape) == 4 and fixed.input_shape[-1] == 3
 
 
 def test_a_truncated_keras_file(tiny, tmp_path):

@@ -1,6 +1,6 @@
 """A NaFlex model converts to TFLite with builtin ops only and to ONNX (run by onnxruntime and OpenVINO), and each
 gives transformers' outputs for the three aspect ratios of fixtures/interop_families2/hf_siglip2_naflex (the graph
-itself; `python -m export` refuses NaFlex models in one line for now)."""
+itself; `python -m export` of a NaFlex model is tests/training/test_naflex_cli.py)."""
 
 import os
 

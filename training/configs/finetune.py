@@ -1,6 +1,9 @@
 """Fine-tune any checkpoint on your data: the model the checkpoint describes, the paper's fine-tuning settings.
 
 python -m training --config finetune --init vit_tiny_patch16_224.augreg_in21k_ft_in1k --dataset folder:photos
+
+A SigLIP 2 NaFlex folder (transformers siglip2, timm naflexvit) fine-tunes as NaFlex, every image at its own shape:
+python -m training --config finetune --init path/to/siglip2_naflex --dataset folder:photos --set max_num_patches=256
 """
 
 from ._paper_finetune import paper_finetune

@@ -7,22 +7,57 @@ import keras_vit.images
 from keras_vit.naflex_inputs import naflex_image
 
 
+def naflex_features(image, patch_size, max_num_patches, style="transformers"):
+    """A uint8 (H, W, 3) image tensor of any size -> {"patches" (N, P*P*3), "mask" (N,), "grid" (2,)} of static
+    shapes (`keras_vit.naflex_inputs.naflex_image`: resized within the budget, its aspect ratio kept)."""
+
+    def make(pixels):
+        return naflex_image(pixels, patch_size, max_num_patches, style)
+
+    patches, mask, grid = tf.numpy_function(make, [image], (tf.float32, tf.int32, tf.int32), stateful=False)
+    patches.set_shape((max_num_patches, patch_size * patch_size * 3))
+    mask.set_shape((max_num_patches,))
+    grid.set_shape((2,))
+    return {"patches": patches, "mask": mask, "grid": grid}
+
+
+def naflex_blank(patch_size, max_num_patches):
+    """The inputs of a padding example: one zero patch (a 1x1 grid), so its masked attention has a key to attend
+    to (an all-padding row would give NaN, which a zero weight does not cancel)."""
+    return {
+        "patches": tf.zeros((max_num_patches, patch_size * patch_size * 3)),
+        "mask": tf.one_hot(0, max_num_patches, dtype=tf.int32),
+        "grid": tf.ones((2,), tf.int32),
+    }
+
+
+def naflex_prepare_fn(source, config, patch_size):
+    """(position, raw element) -> (NaFlex inputs, one-hot label) of a NaFlex run's training stream: the decoded
+    image flipped left-right at random (seeded by its position) with `config.flip`, then patched whole. The crop
+    and resize augmentations are a fixed-size model's: a NaFlex run keeps every image's aspect ratio instead."""
+
+    def prepare(index, element):
+        raw, label = element
+        image = source.decode(raw)
+        if config.flip:
+            seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+            image = tf.image.stateless_random_flip_left_right(image, seed)
+        return naflex_features(image, patch_size, config.max_num_patches), tf.one_hot(label, source.num_classes)
+
+    return prepare
+
+
 def naflex_example_fn(patch_size, max_num_patches, style="transformers", background=None):
     """A tf.data map function: (image path, label) -> ({"patches", "mask", "grid"}, label), each image resized
     to its own aspect ratio within the patch budget (`keras_vit.naflex_inputs.naflex_image`)."""
-    width = patch_size * patch_size * 3
     read_options = {} if background is None else {"background": background}
 
-    def make(path):
-        pixels = keras_vit.images.read_image(path.decode() if isinstance(path, bytes) else str(path), **read_options)
-        return naflex_image(pixels, patch_size, max_num_patches, style)
+    def read(path):
+        return keras_vit.images.read_image(path.decode() if isinstance(path, bytes) else str(path), **read_options)
 
     def example(path, label):
-        patches, mask, grid = tf.numpy_function(make, [path], (tf.float32, tf.int32, tf.int32), stateful=False)
-        patches.set_shape((max_num_patches, width))
-        mask.set_shape((max_num_patches,))
-        grid.set_shape((2,))
-        return {"patches": patches, "mask": mask, "grid": grid}, label
+        pixels = tf.numpy_function(read, [path], tf.uint8, stateful=False)
+        return naflex_features(pixels, patch_size, max_num_patches, style), label
 
     return example
 

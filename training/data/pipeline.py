@@ -5,6 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from ..augment import quantize, randaugment
+from ..options import model_config
+from .naflex import naflex_blank, naflex_features, naflex_prepare_fn
 from .preprocess import augment_fn, eval_pixels, mix_rows, mixup, mixup_weights, resize, scale
 
 
@@ -37,6 +39,11 @@ def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1),
         in 0..255, and with Mixup the first element is a dict {"images": uint8 (B, S, S, 3), "mixup_weights":
         float32 (B, mixup_images)}, every row the batch's weights (one row per image, so Keras can split it).
     """
+    if config.naflex and config.mixup_alpha > 0:
+        raise ValueError(
+            f"mixup_alpha={config.mixup_alpha} mixes images of one size, but a NaFlex run's images keep their own "
+            f"sizes. Use mixup_alpha=0 with naflex."
+        )
     if device_input and config.mixup_alpha > 0 and config.accum_steps > 1:
         raise ValueError(
             f"device_input=True mixes each micro-batch on the device, but Mixup with accum_steps="
@@ -96,7 +103,9 @@ def _element_stream(source, config, start_step, shard, micro, rows, positions):
 
 def _prepare_fn(source, config, device_input=False):
     """(position, raw element) -> (augmented image in [-1, 1], or uint8 with `device_input`; one-hot label),
-    seeded by the position."""
+    seeded by the position. A NaFlex run's: (NaFlex inputs, one-hot label) (`training.data.naflex`)."""
+    if config.naflex:
+        return naflex_prepare_fn(source, config, model_config(config, source.num_classes).patch_size)
     augment = augment_fn(config, source.original_size)
     pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
@@ -223,9 +232,9 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
             weight 0 either way.
 
     Returns:
-        A `tf.data.Dataset` of (images float32 (B, S, S, 3) (uint8 with `device_input`), one-hot labels float32
-        (B, K), weights float32 (B,)), `ceil(num_heldout / B)` batches (one process), every one of static batch
-        size B.
+        A `tf.data.Dataset` of (images float32 (B, S, S, 3) (uint8 with `device_input`; a NaFlex run's inputs
+        dict, `training.data.naflex`), one-hot labels float32 (B, K), weights float32 (B,)), `ceil(num_heldout / B)`
+        batches (one process), every one of static batch size B.
     """
     index, processes = shard
     batch = int(batch_size or config.batch_size)
@@ -247,7 +256,11 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
     size = config.image_size
     heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
 
+    patch_size = model_config(config, num_classes).patch_size if config.naflex else None
+
     def pixels(raw):
+        if config.naflex:  # the whole image, its aspect ratio kept
+            return naflex_features(source.decode(raw), patch_size, config.max_num_patches)
         image = eval_pixels(source.decode(raw), size, config.eval_resize_small)
         return tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
 
@@ -255,7 +268,10 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
         lambda raw, label: (pixels(raw), tf.one_hot(label, num_classes), tf.constant(weight, tf.float32)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    blank = tf.zeros([size, size, 3], tf.uint8 if device_input else tf.float32)
+    if config.naflex:
+        blank = naflex_blank(patch_size, config.max_num_patches)
+    else:
+        blank = tf.zeros([size, size, 3], tf.uint8 if device_input else tf.float32)
     padding = tf.data.Dataset.from_tensors((blank, tf.zeros([num_classes]), tf.constant(0.0))).repeat(padded - share)
     ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
     return _with_options(ds.prefetch(tf.data.AUTOTUNE))

@@ -47,6 +47,11 @@ class TrainConfig:
             `hf://ORG/NAME`, a URL, a `.npz`, `.keras` or timm / transformers / keras-hub folder); position
             embeddings are interpolated and the head starts fresh (zero kernel, `head_bias_init` bias), as in the
             references' fine-tuning, unless `init_head` is set.
+        naflex: train a SigLIP 2 NaFlex model (`keras_vit.NaFlexViT`): every image at its own aspect ratio as up to
+            `max_num_patches` patches, never squashed (training.data.naflex). None: the `init` checkpoint's form (a
+            transformers `siglip2` or timm `naflexvit_*` folder is NaFlex, anything else not); True also builds a
+            NaFlex model from a fixed-resolution SigLIP checkpoint (no class token, a MAP or mean head).
+        max_num_patches: a NaFlex run's patch budget per image; None for the checkpoint's (256 where it states none).
         init_head: also load the checkpoint's head when its class count fits (to continue a run on new data).
         lora_rank: LoRA fine-tuning (`keras_vit.enable_lora`) of rank `lora_rank`: only the LoRA factors of every
             attention's query, key, value and out projections and the head train, all else stays as `init` set
@@ -150,6 +155,8 @@ class TrainConfig:
     image_size: int | None = 32
     model: dict = dataclasses.field(default_factory=dict)
     init: str | None = None
+    naflex: bool | None = None
+    max_num_patches: int | None = None
     init_head: bool = False
     lora_rank: int | None = None
     lora_targets: Literal["attention", "qkv", "all"] = "attention"

@@ -70,6 +70,7 @@ RANGES = {
     "image_size": Range(1, none="None for the --init checkpoint's resolution"),
     "batch_size": Range(1, none="None for 512 or the largest power of two the training split holds"),
     "accum_steps": _POSITIVE_INT,
+    "max_num_patches": Range(1, none="None for the --init checkpoint's (256 where it states none)"),
     "lora_rank": Range(1, none="None for full fine-tuning"),
     "epochs": _POSITIVE_INT,
     "steps_per_epoch": Range(1, none="None for data set size // batch_size"),

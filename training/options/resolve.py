@@ -1,5 +1,5 @@
-"""The settings a recipe leaves to the run (None in the recipe): the model a checkpoint describes, and the batch,
-warm-up and steps per execution scaled to the data (`resolve_run`); `model_config` gives the model's `ViTConfig`."""
+"""The settings a recipe leaves to the run (None in the recipe): the model a checkpoint describes (NaFlex or not), and
+the batch, warm-up and steps per execution scaled to the data (`resolve_run`); `model_config` gives the `ViTConfig`."""
 
 import dataclasses
 
@@ -16,6 +16,7 @@ RUN_FIELDS = (
     "image_size", "num_classes", "dropout_rate", "attention_dropout_rate", "stochastic_depth_rate", "head_bias_init",
     "dtype", "dynamic_image_size", "dynamic_resize_method", "remat", "rope_rescale",
 )  # fmt: skip
+NAFLEX_BUDGET = 256  # SigLIP 2's NaFlex default, for a checkpoint that states no max_num_patches
 PAPER_FINETUNE_BATCH = 512  # the paper's appendix B.1.1
 WARMUP_FRACTION = 0.05  # 500 of the 10k fine-tuning steps (vit_jax's cifar10 preset)
 MAX_STEPS_PER_EXECUTION = 50  # the paper recipes' value (cifar10_finetune)
@@ -30,7 +31,7 @@ def resolve_run(config, checkpoint, num_train, replicas):
         num_train: images in the training split.
         replicas: data-parallel replicas the global batch is split over.
     """
-    config = resolve_model(config, checkpoint)
+    config = resolve_naflex(resolve_model(config, checkpoint), checkpoint)
     batch_size = config.batch_size or _batch_for(num_train, replicas * config.accum_steps)
     steps_per_epoch = config.steps_per_epoch or max(1, num_train // batch_size)
     total_steps = steps_per_epoch * config.epochs
@@ -58,7 +59,8 @@ def model_config(config, num_classes):
 def from_record(config, recorded):
     """`config` with its None settings taken from the config.json the run recorded when it started (a resume)."""
     filled = {}
-    for field in ("variant", "image_size", "batch_size", "warmup_steps", "steps_per_execution"):
+    for field in ("variant", "image_size", "batch_size", "warmup_steps", "steps_per_execution", "naflex",
+                  "max_num_patches"):  # fmt: skip
         if getattr(config, field) is None and recorded.get(field) is not None:
             filled[field] = recorded[field]
     if config.variant is None and "variant" in filled:  # the checkpoint's model options, as resolved then
@@ -133,4 +135,48 @@ def _check_shapes(config, options, source):
     raise ValueError(
         f"--init {source!r} has {wanted}, but the run's variant={config.variant!r} has {stated}: use {fix}, or "
         f"--config finetune, which builds the model the checkpoint describes."
+    )
+
+
+def resolve_naflex(config, checkpoint):
+    """`config` with `naflex` decided (None: whether the checkpoint is a NaFlex folder) and, for a NaFlex run, its
+    `max_num_patches` (None: the checkpoint's); raises for a model that has no NaFlex form."""
+    naflex = config.naflex if config.naflex is not None else getattr(checkpoint, "naflex", None) is not None
+    if not naflex:
+        if config.max_num_patches is not None:
+            raise ValueError(
+                f"max_num_patches={config.max_num_patches} is the patch budget of a NaFlex run, and this run is not "
+                f"one: add --set naflex=true (with a SigLIP-style --init), or leave max_num_patches out."
+            )
+        return config.replace(naflex=False)
+    budget = config.max_num_patches or (getattr(checkpoint, "naflex", None) or {}).get("max_num_patches")
+    resolved = config.replace(naflex=True, max_num_patches=int(budget or NAFLEX_BUDGET))
+    naflex_arguments(resolved, 1)  # refuses a model with no NaFlex form before anything is built
+    return resolved
+
+
+def naflex_arguments(config, num_classes):
+    """`keras_vit.NaFlexViT` arguments of a NaFlex run: `model_config`'s shapes, its position table at the
+    image_size's patch grid, the run's patch budget."""
+    from keras_vit.weights.checkpoint import Checkpoint
+    from keras_vit.weights.errors import CheckpointError
+    from keras_vit.weights.naflex import naflex_options
+
+    vit = model_config(config, num_classes)
+    try:
+        options = naflex_options(Checkpoint(params={}, options=vit.to_dict(), source="the run's model"))
+    except CheckpointError:
+        raise ValueError(
+            f"naflex=True needs a SigLIP-style model (no class token, pooling 'map' or 'gap', no registers or ResNet "
+            f"stem); the run's has class_token={vit.class_token}, pooling={vit.pooling!r}. Pass a SigLIP or SigLIP 2 "
+            f"--init (e.g. a transformers siglip2 folder), or --set naflex=false."
+        ) from None
+    return dict(
+        options,
+        max_num_patches=config.max_num_patches,
+        num_classes=num_classes,
+        dropout_rate=vit.dropout_rate,
+        attention_dropout_rate=vit.attention_dropout_rate,
+        stochastic_depth_rate=vit.stochastic_depth_rate,
+        dtype=vit.dtype,
     )
