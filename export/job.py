@@ -12,8 +12,7 @@ from .description import describe
 from .errors import ExportError, VerificationError
 from .formats import FORMATS, offered_formats, owned_names
 from .keras_runner import KerasRunner
-from .naflex.job import is_naflex
-from .naflex.preprocessing import OWNED as NAFLEX_OWNED
+from .naflex import exporter as naflex
 from .options import ExportOptions, ExportSource
 from .runtime import image_size
 from .tables import format_table
@@ -75,14 +74,14 @@ def export_model(source, out, options=None):
     _check_backend()
     _check_not_quantized(source.model)
     out = os.fspath(out)
-    if is_naflex(source.model):  # patches, mask and grid in: its own files and the preprocessing beside them
-        from .naflex.job import export_naflex
-
-        return export_naflex(source, out, options)
-    _check_image_input(source.model)
-    plan = _plan(source, options)
+    flex = naflex.is_naflex(source.model)  # patches, mask and grid in: its own files and the preprocessing beside
+    if not flex:
+        _check_image_input(source.model)
+    plan = naflex.plan(source, options) if flex else _plan(source, options)
     # The lock on `out` is held from here to the commit; taking it undoes what killed exports left beside `out`.
-    with commit.staged(out, owned_names(kinds.KINDS) + NAFLEX_OWNED) as (target, staging):
+    with commit.staged(out, owned_names(kinds.KINDS) + naflex.OWNED) as (target, staging):
+        if flex:
+            return publish(naflex.write(plan, source, staging, out, options), staging, target, out)
         v = _verify_on(plan, options)
         artifacts = [
             fmt.entry(plan, mode, v, staging, out, options) for fmt in plan.formats for mode in fmt.modes(plan)

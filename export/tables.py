@@ -28,7 +28,7 @@ def format_table(report):
     out = [f"Export of {report['source']}{kind.TITLE}  ->  {report['out']}", kind.verified(report), "",
            *table(header, rows), "", *kind.preamble(report)]  # fmt: skip
     for a in report["artifacts"]:
-        # A NaFlex export's entries carry their own lines (export/naflex/job.py); the formats word the others'.
+        # A NaFlex export's entries carry their own lines (export/naflex/exporter.py); the formats word the others'.
         out += [_budget_line(a), *(a["lines"] if "lines" in a else FORMATS[a["format"]].lines(a, kind))]
     out += [f"note: {note}" for note in report.get("notes", [])]
     out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")

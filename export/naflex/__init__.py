@@ -1,2 +1,2 @@
 """NaFlex models (`keras_vit.NaFlexViT`: patches, mask and grid in) exported in every format, with the preprocessing
-an app runs beside them (`job.export_naflex`, reached through `export.export_model`)."""
+an app runs beside them (`exporter.plan` and `exporter.write`, reached through `export.export_model`)."""

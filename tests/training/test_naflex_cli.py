@@ -58,8 +58,8 @@ def test_a_model_without_a_naflex_form_and_a_stray_budget_are_one_line_each():
 @pytest.mark.slow  # one fine-tuning run and its export in every format (about 40 s of CPU)
 def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_format(tmp_path, capfd):
     from export.__main__ import main as export_main
+    from export.naflex.app_preprocessing import load
     from export.naflex.files import TFLiteRunner
-    from export.naflex.preprocessing import load
     from training.__main__ import main as train_main
 
     # The fixture's 5 classes, its head loaded (init_head): logits of order 1, so the files' agreement means something.

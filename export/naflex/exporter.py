@@ -1,4 +1,4 @@
-"""The export of a NaFlex model (`keras_vit.NaFlexViT`): its files in every format and the preprocessing beside them,
+"""The files of a NaFlex model (`keras_vit.NaFlexViT`): its files in every format and the preprocessing beside them,
 each file run by its own runtime on what the shipped preprocessing makes of wide, tall and square images and judged
 against the Keras model as its kind (classifier, embedder) judges any file; the report in the export's one form."""
 
@@ -8,14 +8,13 @@ import numpy as np
 
 from keras_vit import files
 
-from .. import commit, kinds
+from .. import commit
 from ..errors import ExportError
-from ..formats import owned_names
 from ..io import check_labels
 from ..kinds import classifier, embedder
 from ..runtime import median_ms
+from . import app_preprocessing as preprocessing
 from . import files as naflex_files
-from . import preprocessing
 
 FORMAT_NAMES = ("saved_model", "tflite", "onnx", "openvino")
 
@@ -25,25 +24,30 @@ def is_naflex(model):
     return "max_num_patches" in (getattr(model, "options", None) or {})
 
 
-def export_naflex(source, out, options):
-    """`export.export_model` for a NaFlex model (its arguments, return value and errors)."""
-    from ..job import publish
+OWNED = preprocessing.OWNED  # the files an export writes besides the kinds' (export/job.py claims them all)
 
+
+def plan(source, options):
+    """What a NaFlex model's export makes, checked before anything is written: its kind, labels and TFLite modes."""
     model = source.model
     kind = classifier if model.options["num_classes"] else embedder
-    plan = types.SimpleNamespace(model=model, labels=_labels(source, model, kind), modes=_modes(options),
-                                 l2_normalize=False, kind=kind, output=kind.output_names(model)[0])  # fmt: skip
-    formats = [f for f in FORMAT_NAMES if f in options.formats]
-    with commit.staged(out, owned_names(kinds.KINDS) + preprocessing.OWNED) as (target, staging):
-        for name, data in preprocessing.files_of(model).items():
-            commit.write_staged(staging / name, data)
-        shipped = preprocessing.load(staging / preprocessing.MODULE)  # every file is fed what the app's copy makes
-        v = _verification(plan, source, options, shipped)
-        artifacts = []
-        for fmt in formats:
-            for mode in plan.modes if fmt == "tflite" else (None,):
-                artifacts.append(_ENTRIES[fmt](plan, v, staging, out, options, mode))
-        return publish(_report(plan, source, v, artifacts, out, options), staging, target, out)
+    return types.SimpleNamespace(model=model, labels=_labels(source, model, kind), modes=_modes(options),
+                                 l2_normalize=False, kind=kind, output=kind.output_names(model)[0],
+                                 formats=[f for f in FORMAT_NAMES if f in options.formats])  # fmt: skip
+
+
+def write(plan, source, staging, out, options):
+    """Writes the preprocessing and every file of `plan` into `staging`, each verified; returns the report (export/
+    job.py publishes it)."""
+    for name, data in preprocessing.files_of(plan.model).items():
+        commit.write_staged(staging / name, data)
+    shipped = preprocessing.load(staging / preprocessing.MODULE)  # every file is fed what the app's copy makes
+    v = _verification(plan, source, options, shipped)
+    artifacts = []
+    for fmt in plan.formats:
+        for mode in plan.modes if fmt == "tflite" else (None,):
+            artifacts.append(_ENTRIES[fmt](plan, v, staging, out, options, mode))
+    return _report(plan, source, v, artifacts, out, options)
 
 
 def _labels(source, model, kind):
