@@ -1,11 +1,7 @@
-"""SigLIP 2 NaFlex checkpoints in and out: transformers' `siglip2` image towers, timm's `naflexvit_*` models, and
-big_vision's NaFlex `.npz` (read).
-
-Both differ from their fixed-resolution SigLIP layouts only in the patch embedding (a Linear on (ph, pw, C)-flattened
-patches instead of a conv) and in how the position table is stored (transformers: (gh * gw, D) as before; timm:
-(1, gh, gw, D)); so a folder is renamed to its fixed-resolution layout and read by that layout's converter, and the
-same `Checkpoint` builds either form.
-"""
+"""SigLIP 2 NaFlex checkpoints in and out: transformers' `siglip2` image towers, timm's `naflexvit_*` models and
+big_vision's NaFlex `.npz` (read), each renamed to its fixed-resolution SigLIP layout (they differ in the patch
+embedding, a Linear on (ph, pw, C)-flattened patches, and the position table's shape) so one `Checkpoint`
+builds both."""
 
 import math
 import os

@@ -237,8 +237,22 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
         batches (one process), every one of static batch size B.
     """
     index, processes = shard
-    batch = int(batch_size or config.batch_size)
-    count = source.num_heldout
+    batch, share, padded, weight = _eval_padding(int(batch_size or config.batch_size), source.num_heldout, shard)
+    num_classes = source.num_classes
+    heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
+    pixels, blank = _eval_inputs(source, config, num_classes, device_input)
+    ds = heldout.map(
+        lambda raw, label: (pixels(raw), tf.one_hot(label, num_classes), tf.constant(weight, tf.float32)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    padding = tf.data.Dataset.from_tensors((blank, tf.zeros([num_classes]), tf.constant(0.0))).repeat(padded - share)
+    ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
+    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _eval_padding(batch, count, shard):
+    """(per-process batch, this process's share of the images, its padded count, each real image's weight)."""
+    index, processes = shard
     if batch < 1 or count < 1:
         raise ValueError(
             f"Evaluation needs batch_size >= 1 and a non-empty held-out split. Received: "
@@ -251,30 +265,22 @@ def eval_dataset(source, config, batch_size=None, shard=(0, 1), device_input=Fal
     share = len(range(index, count, processes))
     largest = -(-count // processes)  # every process pads to the largest share, in whole batches
     padded = -(-largest // batch) * batch
-    weight = padded * processes / count
-    num_classes = source.num_classes
-    size = config.image_size
-    heldout = source.heldout.shard(processes, index) if processes > 1 else source.heldout
+    return batch, share, padded, padded * processes / count
 
-    patch_size = model_config(config, num_classes).patch_size if config.naflex else None
+
+def _eval_inputs(source, config, num_classes, device_input):
+    """(a raw held-out image -> the model's input, the padding input of weight 0)."""
+    size = config.image_size
+    if config.naflex:  # the whole image, its aspect ratio kept
+        patch_size = model_config(config, num_classes).patch_size
+        blank = naflex_blank(patch_size, config.max_num_patches)
+        return lambda raw: naflex_features(source.decode(raw), patch_size, config.max_num_patches), blank
 
     def pixels(raw):
-        if config.naflex:  # the whole image, its aspect ratio kept
-            return naflex_features(source.decode(raw), patch_size, config.max_num_patches)
         image = eval_pixels(source.decode(raw), size, config.eval_resize_small)
         return tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
 
-    ds = heldout.map(
-        lambda raw, label: (pixels(raw), tf.one_hot(label, num_classes), tf.constant(weight, tf.float32)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    if config.naflex:
-        blank = naflex_blank(patch_size, config.max_num_patches)
-    else:
-        blank = tf.zeros([size, size, 3], tf.uint8 if device_input else tf.float32)
-    padding = tf.data.Dataset.from_tensors((blank, tf.zeros([num_classes]), tf.constant(0.0))).repeat(padded - share)
-    ds = ds.concatenate(padding).batch(batch, drop_remainder=True)
-    return _with_options(ds.prefetch(tf.data.AUTOTUNE))
+    return pixels, tf.zeros([size, size, 3], tf.uint8 if device_input else tf.float32)
 
 
 def _with_options(ds):
