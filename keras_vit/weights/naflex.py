@@ -1,7 +1,6 @@
-"""SigLIP 2 NaFlex checkpoints in and out: transformers' `siglip2` image towers, timm's `naflexvit_*` models and
-big_vision's NaFlex `.npz` (read), each renamed to its fixed-resolution SigLIP layout (they differ in the patch
-embedding, a Linear on (ph, pw, C)-flattened patches, and the position table's shape) so one `Checkpoint`
-builds both."""
+"""SigLIP 2 NaFlex checkpoints in and out: transformers' `siglip2` towers, timm's `naflexvit_*` models, big_vision's
+NaFlex `.npz` (read); each is renamed to its fixed-resolution SigLIP layout (they differ in the patch embedding, a
+Linear on (ph, pw, C)-flattened patches, and the position table's shape), so one `Checkpoint` builds both forms."""
 
 import math
 import os
