@@ -10,6 +10,7 @@ import sys
 from benchmarks import coordinator, readme, report
 from benchmarks.worker import IMPLS
 from keras_vit.files import atomic_write_text
+from keras_vit.weights import timm_eva
 from training import advice
 from training.advice import read_cpuinfo
 from training.configs import get_config
@@ -32,6 +33,10 @@ def _model_arguments(p):
     p.add_argument(
         "--variant", default="Ti/16", help="keras_vit variant name (plain ViTs only), e.g. Ti/16, S/16, testing"
     )
+    p.add_argument("--timm-arch", default=None,
+                   help="instead of --variant: a timm Eva architecture keras_vit builds (DINOv3, EVA-02, PE), e.g. "
+                        "vit_small_patch16_dinov3 or eva02_small_patch14_224; keras_vit's model of it against "
+                        "timm.create_model(NAME), both randomly initialised (keras-hub: plain ViTs only)")  # fmt: skip
     p.add_argument(
         "--recipe",
         default=None,
@@ -66,9 +71,10 @@ def _timing_arguments(p):
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads for torch and TFLite")
     p.add_argument(
         "--impls",
-        default=",".join(IMPLS),
+        default=None,
         help="comma-separated subset of " + ",".join(IMPLS) + " (keras-vit-jax and "
-        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed)",
+        "keras-vit-torch: keras-vit on those Keras backends; torch ones need torch installed). Default: all "
+        "(all but keras-hub with --timm-arch)",
     )
 
 
@@ -149,7 +155,8 @@ def _resolve(p, args):
         recipe = get_config(args.recipe)
         args.variant, args.image_size, args.batch = recipe.variant, recipe.image_size, recipe.batch_size
         args.model_overrides = dict(recipe.model)
-    args.impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    default_impls = [i for i in IMPLS if not (args.timm_arch and i == "keras-hub")]
+    args.impls = [i.strip() for i in (args.impls or ",".join(default_impls)).split(",") if i.strip()]
     unknown = [i for i in args.impls if i not in IMPLS]
     if unknown or not args.impls:
         p.error(f"--impls takes a subset of {','.join(IMPLS)}; received {unknown or 'nothing'}")
@@ -161,6 +168,23 @@ def _resolve(p, args):
         args.bf16, args.bf16_reason = native_bf16()
     else:
         args.bf16_reason = "--bf16" if args.bf16 else "--no-bf16"
+    if args.timm_arch:
+        _resolve_timm_arch(p, args)
+
+
+def _resolve_timm_arch(p, args):
+    """--timm-arch: the name checked against the architectures keras_vit builds; it labels the run as --variant."""
+    try:
+        timm_eva.architecture_options(args.timm_arch, args.image_size, args.num_classes)
+    except ValueError as error:
+        p.error(str(error))
+    if args.recipe:
+        p.error(f"--timm-arch and --recipe both name the model; received {args.timm_arch!r} and {args.recipe!r}")
+    if "keras-hub" in args.impls:
+        p.error("--timm-arch: keras-hub builds plain ViTs only; leave keras-hub out of --impls")
+    if args.bf16 and args.step_split:
+        p.error("--timm-arch: the step split counts a plain ViT's matmuls; add --no-step-split (or --no-bf16)")
+    args.variant = args.timm_arch
 
 
 def _check_memory_and_files(p, args):

@@ -11,10 +11,10 @@ import sys
 import time
 
 from benchmarks import provenance
+from benchmarks.keras_impl import model_config
 from benchmarks.summary import judge, spread, summarise
 from benchmarks.worker import PREFIX
 from keras_vit.models import flops
-from keras_vit.models.configs import get_variant
 from training.advice import read_cpuinfo
 
 KERAS_IMPLS = ("keras-vit", "keras-hub")  # the TensorFlow-backend workers: TFLite conversion, XLA on and off
@@ -194,18 +194,17 @@ def run(options, progress=print):
 def _new_report(options):
     """The report before any phase: settings, the model's spec and FLOPs, the machine, empty rounds."""
     overrides = getattr(options, "model_overrides", None) or {}
-    config = get_variant(options.variant).replace(
-        image_size=options.image_size, num_classes=options.num_classes, **overrides
-    )
     spec = {
         "variant": options.variant, "image_size": options.image_size, "batch": options.batch,
         "num_classes": options.num_classes, "overrides": overrides, "recipe": getattr(options, "recipe", None),
-        "config": {k: config.to_dict()[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")},
+        "timm_architecture": getattr(options, "timm_arch", None),
     }  # fmt: skip
+    config = model_config(spec)
+    spec["config"] = {k: config.to_dict()[k] for k in ("patch_size", "hidden_size", "num_layers", "num_heads",
+                                                       "mlp_dim")}  # fmt: skip
     if config.resnet_layers is not None:
         raise ValueError(f"The benchmark covers plain ViTs; {options.variant!r} is a hybrid. Use e.g. 'Ti/16'.")
-    forward = flops.vit_forward_flops(config.image_size, config.patch_size, config.hidden_size, config.num_layers,
-                                      config.mlp_dim, config.num_classes)  # fmt: skip
+    forward = flops.config_forward_flops(config)
     os.makedirs(options.out, exist_ok=True)
     return {
         "settings": dict(vars(options)),

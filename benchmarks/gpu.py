@@ -11,6 +11,8 @@ import time
 # label, environment, argv after `python -m benchmarks.gpu_step`, timeout (s), expects fused attention
 B16 = ["--variant", "B/16", "--batch", "256"]
 L16 = ["--variant", "L/16", "--batch", "128"]
+DINOV3_B16 = ["--timm-arch", "vit_base_patch16_dinov3", "--batch", "256"]  # RoPE (DINOv3's), registers, LayerScale
+EVA02_B14 = ["--timm-arch", "eva02_base_patch14_224", "--batch", "256"]  # RoPE (EVA-02's), SwiGLU with its sub-LN
 PLAN = [
     ("matmul", {}, ["matmul"], 40, False),
     ("kv_jax_fused", {"KERAS_BACKEND": "jax"}, ["keras-vit", *B16], 150, True),
@@ -32,6 +34,10 @@ PLAN = [
         True,
     ),
     ("kv_jax_L16_remat_block", {"KERAS_BACKEND": "jax"}, ["keras-vit", *L16, "--remat", "block"], 180, True),
+    ("kv_jax_dinov3_B16", {"KERAS_BACKEND": "jax"}, ["keras-vit", *DINOV3_B16], 180, True),
+    ("timm_compiled_dinov3_B16", {}, ["timm", *DINOV3_B16, "--compile"], 180, False),
+    ("kv_jax_eva02_B14", {"KERAS_BACKEND": "jax"}, ["keras-vit", *EVA02_B14], 180, True),
+    ("timm_compiled_eva02_B14", {}, ["timm", *EVA02_B14, "--compile"], 180, False),
     ("kv_torch", {"KERAS_BACKEND": "torch"}, ["keras-vit", *B16], 120, False),
     ("kv_torch_compiled", {"KERAS_BACKEND": "torch"}, ["keras-vit", *B16, "--compile"], 180, False),
     ("timm_eager", {}, ["timm", *B16], 80, False),
@@ -42,7 +48,7 @@ SMOKE = ["--variant", "Ti/16", "--image-size", "32", "--batch", "4", "--steps", 
 def run_one(label, env, argv, timeout, smoke, out_dir):
     """One measurement in a fresh process; its RESULT dict (with `error` when it printed none)."""
     if smoke and argv[0] != "matmul":
-        argv = [a for a in argv if a not in ("--compile",)][:1] + SMOKE + _extra(argv)
+        argv = smoke_argv(argv)
     cmd = [sys.executable, "-m", "benchmarks.gpu_step", *argv]
     full_env = {**os.environ, "BLOCK_TF": "1", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".85", **env}
     log_path = os.path.join(out_dir, "logs.txt")  # one file: the device tool brings back at most 8
@@ -59,9 +65,15 @@ def run_one(label, env, argv, timeout, smoke, out_dir):
     return {"label": label, "env": env, **result}
 
 
+def smoke_argv(argv):
+    """A row's argv at smoke size: Ti/16 at 32 px, or its timm architecture at 112 px (whole patches of 14 and 16)."""
+    size = ["--image-size", "112"] if "--timm-arch" in argv else []
+    return [a for a in argv if a not in ("--compile",)][:1] + SMOKE + size + _extra(argv)
+
+
 def _extra(argv):
     """The options a smoke run keeps (what the measurement is, not its size)."""
-    flags, valued = ("--fit",), ("--quantize", "--remat", "--steps-per-execution")
+    flags, valued = ("--fit",), ("--quantize", "--remat", "--steps-per-execution", "--timm-arch")
     return [v for i, v in enumerate(argv) if v in flags or v in valued or (i and argv[i - 1] in valued)]
 
 
@@ -85,6 +97,12 @@ def _cell(result, key):
     return f"{value['median']:,.0f} ({value['min']:,.0f}-{value['max']:,.0f})"
 
 
+def reference(label):
+    """The timm compiled row a row's train img/s is divided by: the one of the same model."""
+    model = next((m for m in ("_L16", "_dinov3_B16", "_eva02_B14") if m in label), "")
+    return "timm_compiled" + model
+
+
 def table(results, peak_tflops):
     """Markdown: train/inference img/s (median, min-max of rounds), peak GiB, ratios vs timm compiled, MFU."""
     by = {r["label"]: r for r in results}
@@ -96,7 +114,7 @@ def table(results, peak_tflops):
     for r in results:
         if r["label"] == "matmul":
             continue
-        ref = by.get("timm_compiled_L16" if "L16" in r["label"] else "timm_compiled", {})
+        ref = by.get(reference(r["label"]), {})
         ratio = "-"
         if isinstance(r.get("train_img_s"), dict) and isinstance(ref.get("train_img_s"), dict):
             ratio = f"{r['train_img_s']['median'] / ref['train_img_s']['median']:.2f}"

@@ -67,7 +67,7 @@ def _keras_model(args):
     keras.utils.set_random_seed(0)
     policy = {"bf16": "mixed_bfloat16", "fp32": "float32"}[args.dtype]
     model = keras_vit.create_model(
-        args.variant, image_size=args.image_size, num_classes=1000, dtype=policy, remat=REMAT[args.remat]
+        _keras_config(args), image_size=args.image_size, num_classes=1000, dtype=policy, remat=REMAT[args.remat]
     )
     if args.quantize:
         model.quantize(args.quantize)
@@ -79,6 +79,16 @@ def _keras_model(args):
         optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit
     )
     return model
+
+
+def _keras_config(args):
+    """--timm-arch's `ViTConfig` (keras_vit's model of that timm architecture), else the --variant name."""
+    if not args.timm_arch:
+        return args.variant
+    from keras_vit.models.configs import ViTConfig
+    from keras_vit.weights import timm_eva
+
+    return ViTConfig(**timm_eva.architecture_options(args.timm_arch, args.image_size, 1000))
 
 
 def _peak_gib():
@@ -235,7 +245,8 @@ def timm_run(args):
 
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    model = timm.create_model(TIMM[args.variant], num_classes=1000, img_size=args.image_size).to(dev)
+    name = args.timm_arch or TIMM[args.variant]
+    model = timm.create_model(name, pretrained=False, num_classes=1000, img_size=args.image_size).to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=dev == "cuda")
     step_model = torch.compile(model) if args.compile else model
     x = torch.rand(args.batch, 3, args.image_size, args.image_size, device=dev) * 2 - 1
@@ -312,6 +323,9 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("kind", choices=["keras-vit", "timm", "matmul"])
     p.add_argument("--variant", default="B/16")
+    p.add_argument("--timm-arch", default=None,
+                   help="instead of --variant: a timm Eva architecture keras_vit builds (vit_base_patch16_dinov3, "
+                        "eva02_base_patch14_224): keras_vit's model of it, or timm.create_model(NAME)")  # fmt: skip
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")

@@ -9,14 +9,22 @@ import numpy as np
 
 import keras_vit
 from keras_vit.files import atomic_write_bytes
+from keras_vit.models.configs import ViTConfig, get_variant
 from keras_vit.preprocessing import scale_pixels
+from keras_vit.weights import timm_eva
+
+
+def model_config(spec):
+    """The `ViTConfig` a spec measures: its timm architecture's (`timm_architecture`), else its variant's with the
+    spec's overrides; at the spec's image size and class count."""
+    size, classes = spec["image_size"], spec["num_classes"]
+    if spec.get("timm_architecture"):
+        return ViTConfig(**timm_eva.architecture_options(spec["timm_architecture"], size, classes))
+    return get_variant(spec["variant"]).replace(image_size=size, num_classes=classes, **spec.get("overrides", {}))
 
 
 def _build_keras_vit(spec, dtype):
-    return keras_vit.create_model(
-        spec["variant"], image_size=spec["image_size"], num_classes=spec["num_classes"], dtype=dtype,
-        **spec.get("overrides", {}),
-    )  # fmt: skip
+    return keras_vit.create_model(model_config(spec), dtype=dtype)
 
 
 def _build_keras_hub(spec, dtype):

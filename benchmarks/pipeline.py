@@ -101,14 +101,14 @@ def input_wait(folder, steps, threads, spec, state=None):
     """
     import keras
 
+    from benchmarks.keras_impl import model_config
+
     state = {} if state is None else state
     # A fresh iterator's first batch waits for the pipeline to start, once per run in the trainer: not timed.
     warmup = 1
     if "model" not in state:
         pipe = KerasPipeline(folder, spec["batch"], threads, size=spec["image_size"])
-        model = keras_vit.create_model(
-            spec["variant"], image_size=spec["image_size"], num_classes=pipe.source.num_classes
-        )
+        model = keras_vit.create_model(model_config(spec), num_classes=pipe.source.num_classes)
         jit_compile = _trainer_jit_compile(model)
         model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip

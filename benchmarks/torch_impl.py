@@ -1,4 +1,4 @@
-"""Measurements of timm's ViT (PyTorch, CPU) inside one worker process."""
+"""Measurements of timm's ViT or Eva (PyTorch, CPU) inside one worker process."""
 
 import io
 import statistics
@@ -27,14 +27,17 @@ class TimmBench:
         torch.set_num_threads(threads)
         torch.manual_seed(0)
         self.torch, self.spec = torch, spec
-        c = spec["config"]
-        # Build from explicit arguments so the architecture matches the spec whatever the registry name says.
-        kwargs = dict(
-            img_size=spec["image_size"], patch_size=c["patch_size"], embed_dim=c["hidden_size"],
-            depth=c["num_layers"], num_heads=c["num_heads"], mlp_ratio=c["mlp_dim"] / c["hidden_size"],
-            num_classes=spec["num_classes"],
-        )  # fmt: skip
-        self.make = lambda: timm.models.vision_transformer.VisionTransformer(**kwargs)
+        c, arch = spec["config"], spec.get("timm_architecture")
+        if arch:  # a timm architecture keras_vit builds (DINOv3, EVA-02, PE): timm's own function for it
+            kwargs = dict(pretrained=False, img_size=spec["image_size"], num_classes=spec["num_classes"])
+            self.make = lambda: timm.create_model(arch, **kwargs)
+        else:  # explicit arguments, so the architecture matches the spec whatever the registry name says
+            kwargs = dict(
+                img_size=spec["image_size"], patch_size=c["patch_size"], embed_dim=c["hidden_size"],
+                depth=c["num_layers"], num_heads=c["num_heads"], mlp_ratio=c["mlp_dim"] / c["hidden_size"],
+                num_classes=spec["num_classes"],
+            )  # fmt: skip
+            self.make = lambda: timm.models.vision_transformer.VisionTransformer(**kwargs)
         rng = np.random.default_rng(0)
         size = spec["image_size"]
         self.images = {

@@ -16,12 +16,14 @@ def vit_forward_flops(
     num_registers=0,
     pooling="token",
     representation_size=None,
+    swiglu=False,
 ):
     """FLOPs of one image's forward pass, counting only matmuls/convolutions (the >99% that matters).
 
     Per block with T tokens, width D, MLP width M: the Q/K/V projections 2*T*D*3D, the scores and the
-    weighted sum 2 * 2*T*T*D, the output projection 2*T*D*D, the MLP 2 * 2*T*D*M. T counts every token the
-    blocks see: the patches, the class and distillation tokens and the registers. The attention-pooling head
+    weighted sum 2 * 2*T*T*D, the output projection 2*T*D*D, the MLP 2 * 2*T*D*M (3 * 2*T*D*M with `swiglu`, whose
+    gate is a third product). T counts every token the blocks see: the patches, the class and distillation tokens
+    and the registers. The attention-pooling head
     (`pooling="map"`: one learned query over the T tokens) adds its query 2*D*D, keys and values 2*T*D*2D, scores
     and sum 2 * 2*T*D, output 2*D*D and MLP 2 * 2*D*M; `pre_logits` 2*D*R; each head (two with a distillation
     token) 2*width*classes. LayerNorms (`norm_pre`, `fc_norm`, the blocks') have no matmul: they add nothing here.
@@ -32,7 +34,7 @@ def vit_forward_flops(
     t = patches + int(class_token) + int(distillation_token) + int(num_registers)
     d, m = hidden_size, mlp_dim
     embed = 2 * patches * patch_size * patch_size * channels * d
-    block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
+    block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + (3 if swiglu else 2) * 2 * t * d * m
     pool = 0
     if pooling == "map":
         pool = 2 * d * d + 2 * t * d * 2 * d + 2 * 2 * t * d + 2 * d * d + 2 * 2 * d * m
@@ -59,4 +61,5 @@ def config_forward_flops(config):
                              distillation_token=getattr(config, "distillation_token", False),
                              num_registers=getattr(config, "num_registers", 0),
                              pooling=getattr(config, "pooling", "token"),
-                             representation_size=getattr(config, "representation_size", None))  # fmt: skip
+                             representation_size=getattr(config, "representation_size", None),
+                             swiglu=getattr(config, "mlp_type", "gelu") == "swiglu")  # fmt: skip

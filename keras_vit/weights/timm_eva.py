@@ -6,6 +6,7 @@ the original key layout the one loading table reads (`loading.checkpoint_variabl
 """
 
 import os
+import re
 
 import numpy as np
 
@@ -70,6 +71,46 @@ def options(kw, params, state, grid, source):
         elif rows != grid[0] * grid[1] + prefix:
             raise CheckpointError(f"{source!r}: pos_embed has {rows} rows for the grid {tuple(grid)}.")
     return out
+
+
+def architecture_options(architecture, image_size, num_classes, model_args=None):
+    """`ViTConfig` fields of `timm.create_model(architecture, img_size=image_size, num_classes=num_classes,
+    **model_args)` for an `Eva` architecture (DINOv3, EVA-02, PE), from its arguments alone: what `options` reads
+    from a checkpoint's tensors, for a model without one (benchmarks). Raises `ValueError` for any other name."""
+    if architecture not in arch_table.EVA:
+        arch_table.family(architecture)  # a refused family names itself
+        raise ValueError(
+            f"timm architecture {architecture!r} is not one of the Eva architectures keras-vit builds (DINOv3, EVA-02, "
+            f"PE: e.g. vit_small_patch16_dinov3, eva02_small_patch14_224); plain ViTs are keras-vit variants (S/16)"
+        )
+    kw = arch_table.eva_kwargs(architecture, dict(model_args or {}))
+    hidden, heads, pool = int(kw["embed_dim"]), int(kw["num_heads"]), kw["global_pool"]
+    mlp_dim = int(hidden * kw["mlp_ratio"])
+    if kw["swiglu_mlp"] and kw["swiglu_align_to"]:
+        mlp_dim += -mlp_dim % int(kw["swiglu_align_to"])  # timm's SwiGLU(align_to=)
+    fc_norm = kw["use_fc_norm"] if kw["use_fc_norm"] is not None else pool == "avg"
+    post_norm = kw["use_post_transformer_norm"] if kw["use_post_transformer_norm"] is not None else not fc_norm
+    patch = kw.get("patch_size") or int(re.search(r"patch(\d+)", architecture).group(1))
+    out = dict(
+        image_size=(image_size, image_size) if isinstance(image_size, int) else tuple(image_size), patch_size=patch,
+        channels=int(kw.get("in_chans", 3)), hidden_size=hidden, num_layers=int(kw["depth"]), num_heads=heads,
+        mlp_dim=mlp_dim, num_classes=num_classes, pooling=_POOLS[pool], class_token=bool(kw["class_token"]),
+        layer_norm_epsilon=float(kw["norm_eps"]), gelu="exact",
+        layer_scale=float(kw["init_values"]) if kw["init_values"] else None, num_registers=int(kw["num_reg_tokens"]),
+        position_embedding="learned" if kw["use_abs_pos_emb"] else "none", pre_norm=kw["use_pre_transformer_norm"],
+        patch_bias=not kw["use_pre_transformer_norm"], fc_norm=fc_norm, encoder_norm=post_norm,
+        mlp_type="swiglu" if kw["swiglu_mlp"] else "gelu", mlp_norm=kw["scale_mlp"],
+        attention_norm=kw["scale_attn_inner"], proj_bias=True, mlp_bias=True, norm="layer", patch_norm=False,
+        qkv_bias=("qkv" if kw["attn_type"] == "rope" else "qv") if kw["qkv_bias"] else "none",
+        dynamic_image_size=bool(kw["dynamic_img_size"]),
+    )  # fmt: skip
+    if pool == "map":
+        out["map_heads"] = int(kw["attn_pool_num_heads"] or heads)
+        out["map_mlp_dim"] = int(hidden * (kw["attn_pool_mlp_ratio"] or kw["mlp_ratio"]))
+    if out["position_embedding"] == "learned":
+        out["dynamic_resize_method"] = "bicubic"
+        out["no_embed_class"] = bool(kw["no_embed_class"]) and bool(out["class_token"] + out["num_registers"])
+    return {**out, **_rope_options(kw, architecture)}
 
 
 def _rope_options(kw, source):

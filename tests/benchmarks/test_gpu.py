@@ -71,3 +71,22 @@ def test_smoke_mode_measures_keras_vit_on_jax_without_tensorflow(tmp_path, monke
     assert fit["fit_img_s"]["min"] <= fit["fit_img_s"]["median"] <= fit["fit_img_s"]["max"]
     assert fit["fit_img_s"]["steps_per_execution"] == 2  # --steps-per-execution 5 down to a divisor of 2 steps
     assert fit["fit_vs_step"] == fit["fit_img_s"]["median"] / fit["train_img_s"]["median"] > 0
+
+
+def test_the_rope_rows_build_keras_vits_model_of_their_timm_architecture():
+    """DINOv3 B/16 and EVA-02 B/14 against timm compiled: each keras-vit row resolves (at full and at smoke size)
+    and its train ratio is taken against the timm row of the same architecture."""
+    labels = {row[0] for row in gpu.PLAN}
+    rows = [row for row in gpu.PLAN if "--timm-arch" in row[2]]
+    assert {row[2][row[2].index("--timm-arch") + 1] for row in rows} == {"vit_base_patch16_dinov3",
+                                                                         "eva02_base_patch14_224"}  # fmt: skip
+    for label, _, argv, _, fused in rows:
+        assert gpu.reference(label) in labels and gpu.reference(label) != "timm_compiled"
+        if argv[0] == "keras-vit":
+            assert fused
+            for args in (gpu_step.parse(argv), gpu_step.parse(gpu.smoke_argv(argv))):
+                config = gpu_step._keras_config(args)
+                assert config.rope in ("dinov3", "eva") and config.hidden_size == 768
+                assert args.image_size % config.patch_size == 0
+    assert gpu.reference("kv_jax_L16_remat_block") == "timm_compiled_L16" and gpu.reference("kv_jax_fused") == (
+        "timm_compiled")  # fmt: skip

@@ -12,6 +12,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import keras_vit
+from keras_vit.models.configs import ViTConfig
+from keras_vit.weights import timm, timm_architectures, timm_eva
 from keras_vit.weights.errors import CheckpointError
 from tests import support
 from tests.support.numerics import scaled_diff
@@ -165,3 +167,19 @@ def test_other_layouts_refuse_a_rope_model_in_one_line(tmp_path, fixture, fmt):
     with pytest.raises(CheckpointError) as err:
         keras_vit.save_pretrained(model, tmp_path / "out", format=fmt)
     assert "format='timm'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_architecture_name_alone_gives_the_options_the_tensors_give(fixture):
+    """`architecture_options` (a model without a checkpoint, as the benchmark builds) against the folder's read."""
+    name, _, _ = fixture
+    folder = os.path.join(FAMILIES, name)
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    args = dict(cfg.get("model_args") or {})
+    size, classes = args.pop("img_size"), args.pop("num_classes")
+    if cfg["architecture"] not in timm_architectures.EVA:  # AIMv2 and SigLIP 2 are not Eva models
+        with pytest.raises(ValueError, match="not one of the Eva architectures keras-vit builds"):
+            timm_eva.architecture_options(cfg["architecture"], size, classes, args)
+        return
+    options = timm_eva.architecture_options(cfg["architecture"], size, classes, args)
+    assert ViTConfig(**options) == ViTConfig(**timm.read(folder).options)
