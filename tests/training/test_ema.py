@@ -16,14 +16,16 @@ import pytest
 
 import training
 from tests import support
+from tests.support import runs
 from training import ema
 from training.checkpoints import checkpoint_file
 from training.options.overrides import parse_overrides
 
 ROOT = str(support.ROOT)
-TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=5, warmup_steps=1,
-            eval_every=0, num_samples=4, num_calibration=4, strategy="default", learning_rate=3e-3,
-            plots=False)  # fmt: skip
+# The shared tiny run, 5 steps. TensorFlow without XLA (its compile is most of a 5-step run, and XLA is not what
+# these tests check); JAX keeps its jitted step, which is where `ema.once_per_update` meets tracing.
+TINY = dict(runs.TINY_CONFIG, steps_per_epoch=5, warmup_steps=1, learning_rate=3e-3,
+            jit_compile=False if keras.backend.backend() == "tensorflow" else "auto")  # fmt: skip
 # The digits recipe, short: 3 epochs of its 22 steps, checkpoints at steps 8, 16, 22, 30, 38, 44, ... 66. A kill right
 # after step 30's checkpoint resumes in mid-epoch, so the resumed run calls `fit` twice (the rest of epoch 1, then 2).
 SHORT = "checkpoint_every=8 warmup_steps=4 eval_every=0 num_samples=16 num_calibration=16 plots=False"
