@@ -17,20 +17,38 @@ from tests import support
 from tests.support.processes import free_ports, wait_all
 
 ROOT = str(support.ROOT)
-CONFIG = (
-    "training.TrainConfig(dataset='synthetic', image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, "
-    "eval_every=0, checkpoint_every=0, learning_rate=3e-3, jit_compile=False, num_samples=4, "
-    "num_calibration=4, plots=False, seed=1)"
-)
+FIELDS = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=3, steps_per_epoch=2, eval_every=0,
+              checkpoint_every=0, learning_rate=3e-3, jit_compile=False, num_samples=4, num_calibration=4,
+              plots=False, seed=1)  # fmt: skip
+CONFIG = f"training.TrainConfig(**{FIELDS!r})"  # the same, in the scripts below
 
+# Both MirroredStrategy tests' runs, in one process over 2 logical CPUs (`mirrored_runs`): the padded evaluation's
+# run first, then the default and mirrored runs, the last without the clipping work-around.
 MIRRORED = textwrap.dedent(f"""
     import json, sys
+    import numpy as np
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import training
+    from training.data import eval_preprocess, load_source
     from training.placement import workarounds
     out = {{}}
+    # 64 held-out images in batches of 48: the last batch is 16 images and 32 padding samples, so its second
+    # replica sees only padding.
+    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=48, epochs=1, steps_per_epoch=2,
+                                  eval_every=1, checkpoint_every=0, learning_rate=3e-3, label_smoothing=0.1,
+                                  jit_compile=False, num_samples=4, num_calibration=4, seed=1, strategy="mirrored")
+    result = training.train(config, sys.argv[1] + "/padded", verbose=0)
+    source = load_source("synthetic", seed=1)
+    images = np.stack([eval_preprocess(raw, 16).numpy() for raw, _ in source.heldout])
+    labels = [int(label) for _, label in source.heldout]
+    logits = np.asarray(result.model(images, training=False)).tolist()
+    evaluated = training.evaluate(sys.argv[1] + "/padded")
+    history = result.histories[-1]
+    out["padded"] = {{
+        "replicas": result.metrics["replicas"], "logits": logits, "labels": labels, "final": result.metrics,
+        "fit": {{key: history["val_" + key][-1] for key in ("top1", "top5", "loss")}}, "evaluate": evaluated}}
     for name in ("default", "mirrored", "mirrored-keras-clipping"):
         if name == "mirrored-keras-clipping":  # without training.placement.workarounds.clip_after_all_reduce
             workarounds.clip_after_all_reduce = lambda optimizer, strategy: optimizer
@@ -51,36 +69,9 @@ WORKER = textwrap.dedent(f"""
     from training.placement import workarounds
     if sys.argv[3] == "without-workaround":
         workarounds.use_local_batch_for_symbolic_build = lambda model: model
-    strategy = "default" if sys.argv[3] == "one-process" else "multi_worker"
-    result = training.train({CONFIG}.replace(strategy=strategy), sys.argv[1], verbose=0)
+    result = training.train({CONFIG}.replace(strategy="multi_worker"), sys.argv[1], verbose=0)
     np.savez(sys.argv[2], *[np.asarray(w) for w in result.model.get_weights()])
     print("STEPS", result.metrics["steps"], result.metrics["replicas"])
-""")
-
-
-PADDED_EVAL = textwrap.dedent("""
-    import json, sys
-    import numpy as np
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import training
-    from training.data import eval_preprocess, load_source
-    # 64 held-out images in batches of 48: the last batch is 16 images and 32 padding samples, so its second
-    # replica sees only padding.
-    config = training.TrainConfig(dataset="synthetic", image_size=16, batch_size=48, epochs=1, steps_per_epoch=2,
-                                  eval_every=1, checkpoint_every=0, learning_rate=3e-3, label_smoothing=0.1,
-                                  jit_compile=False, num_samples=4, num_calibration=4, seed=1, strategy="mirrored")
-    result = training.train(config, sys.argv[1], verbose=0)
-    source = load_source("synthetic", seed=1)
-    images = np.stack([eval_preprocess(raw, 16).numpy() for raw, _ in source.heldout])
-    labels = [int(label) for _, label in source.heldout]
-    logits = np.asarray(result.model(images, training=False)).tolist()
-    evaluated = training.evaluate(sys.argv[1])
-    history = result.histories[-1]
-    print("RESULT" + json.dumps({
-        "replicas": result.metrics["replicas"], "logits": logits, "labels": labels, "final": result.metrics,
-        "fit": {key: history["val_" + key][-1] for key in ("top1", "top5", "loss")}, "evaluate": evaluated}))
 """)
 
 
@@ -117,19 +108,19 @@ def _two_workers(tmp_path, mode):
     return [p.returncode for p in processes], outputs
 
 
+@pytest.fixture(scope="module")
+def mirrored_runs(tmp_path_factory):
+    """MIRRORED's runs, in a fresh process (logical devices are set before TensorFlow starts): what each gave."""
+    result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path_factory.mktemp("mirrored"))], cwd=ROOT,
+                            env=_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.split("RESULT", 1)[1])
+
+
 @pytest.mark.slow
 @pytest.mark.process  # logical devices are set before TensorFlow starts
-def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED, str(tmp_path)],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.split("RESULT", 1)[1])
+def test_mirrored_over_two_logical_cpus_matches_the_default_strategy(mirrored_runs):
+    out = mirrored_runs
     assert out["default"]["replicas"] == 1 and out["mirrored"]["replicas"] == 2
     assert out["mirrored"]["jit"] is False  # jit_compile="auto" resolved by Keras under MirroredStrategy
     default, mirrored = np.array(out["default"]["losses"]), np.array(out["mirrored"]["losses"])
@@ -154,20 +145,18 @@ def test_multi_worker_two_processes_end_with_identical_weights(tmp_path):
     head = [first[k] for k in first.files if first[k].shape == (32, 10)]
     assert head and np.abs(head[0]).max() > 0  # the zero-initialised head moved: it trained
     assert (tmp_path / "run" / "model.keras").exists()  # written by the chief
-    # The same run in one process: each worker read its own half of every global batch, not the whole batch (two
-    # workers both reading every row would still agree with each other, but not with this).
-    one = subprocess.run(
-        [sys.executable, "-c", WORKER, str(tmp_path / "one"), str(tmp_path / "one.npz"), "one-process"],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert one.returncode == 0 and "STEPS 6 1" in one.stdout, one.stdout[-2000:] + one.stderr[-3000:]
-    single = np.load(tmp_path / "one.npz")
-    for key in first.files:
-        np.testing.assert_allclose(first[key], single[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    # The same run in one process (this one: its process is not the subject): each worker read its own half of
+    # every global batch, not the whole batch (two workers both reading every row would still agree with each
+    # other, but not with this).
+    import training
+
+    one = training.train(training.TrainConfig(**FIELDS, strategy="default"), str(tmp_path / "one"), verbose=0)
+    assert (one.metrics["steps"], one.metrics["replicas"]) == (6, 1)
+    single = one.model.get_weights()
+    assert len(single) == len(first.files)
+    for index, weight in enumerate(single):
+        key = f"arr_{index}"  # np.savez's name of the index-th weight
+        np.testing.assert_allclose(first[key], np.asarray(weight), rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.slow
@@ -182,17 +171,8 @@ def test_multi_worker_workaround_is_still_needed(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.process  # logical devices are set before TensorFlow starts
-def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", PADDED_EVAL, str(tmp_path / "run")],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.split("RESULT", 1)[1])
+def test_padded_evaluation_under_mirrored_equals_the_unpadded_metrics(mirrored_runs):
+    out = mirrored_runs["padded"]
     assert out["replicas"] == 2
     # The unpadded reference, in numpy from the model's logits on all 64 held-out images at once.
     logits, labels = np.array(out["logits"], np.float64), np.array(out["labels"])

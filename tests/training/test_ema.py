@@ -16,14 +16,17 @@ import pytest
 
 import training
 from tests import support
+from tests.support import runs
+from tests.support.processes import call_cli
 from training import ema
 from training.checkpoints import checkpoint_file
 from training.options.overrides import parse_overrides
 
 ROOT = str(support.ROOT)
-TINY = dict(dataset="synthetic", image_size=16, batch_size=16, epochs=1, steps_per_epoch=5, warmup_steps=1,
-            eval_every=0, num_samples=4, num_calibration=4, strategy="default", learning_rate=3e-3,
-            plots=False)  # fmt: skip
+# The shared tiny run, 5 steps. TensorFlow without XLA (its compile is most of a 5-step run, and XLA is not what
+# these tests check); JAX keeps its jitted step, which is where `ema.once_per_update` meets tracing.
+TINY = dict(runs.TINY_CONFIG, steps_per_epoch=5, warmup_steps=1, learning_rate=3e-3,
+            jit_compile=False if keras.backend.backend() == "tensorflow" else "auto")  # fmt: skip
 # The digits recipe, short: 3 epochs of its 22 steps, checkpoints at steps 8, 16, 22, 30, 38, 44, ... 66. A kill right
 # after step 30's checkpoint resumes in mid-epoch, so the resumed run calls `fit` twice (the rest of epoch 1, then 2).
 SHORT = "checkpoint_every=8 warmup_steps=4 eval_every=0 num_samples=16 num_calibration=16 plots=False"
@@ -151,14 +154,24 @@ def _final_state(workdir):
     return averages, raw, exported, json.loads((workdir / "metrics.json").read_text())
 
 
-def _killed_and_resumed_equals_uninterrupted(tmp_path, backend):
+def _in_process(workdir, capfd):
+    """The same command line as `_cli` (without a kill), run in this session: its backend, and under JAX its 2 host
+    devices (tests/conftest.py). A kill is what needs a process, not the runs around it."""
+    from training.__main__ import main
+
+    strategy = "auto" if keras.backend.backend() == "jax" else "default"
+    return call_cli(main, "--workdir", workdir, *DIGITS, "--strategy", strategy, capfd=capfd)
+
+
+def _killed_and_resumed_equals_uninterrupted(tmp_path, backend, capfd):
+    assert keras.backend.backend() == backend  # the uninterrupted and resumed runs go in this session
     reference, killed = tmp_path / "uninterrupted", tmp_path / "killed"
-    result = _cli(reference, backend)
+    result = _in_process(reference, capfd)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "moving average of the weights (ema_decay=0.9): held-out top-1" in result.stdout
     stopped = _cli(killed, backend, kill_at="ckpt-00000030.npz:after")
     assert stopped.returncode == -signal.SIGKILL, stopped.stdout[-2000:] + stopped.stderr[-3000:]
-    resumed = _cli(killed, backend)
+    resumed = _in_process(killed, capfd)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "resuming from step 30 of 66" in resumed.stdout  # mid-epoch: two `fit` calls to the end
     ours, theirs = _final_state(killed), _final_state(reference)
@@ -176,8 +189,8 @@ def _killed_and_resumed_equals_uninterrupted(tmp_path, backend):
 
 @pytest.mark.slow
 @pytest.mark.process  # a run killed
-def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_average(tmp_path):
-    averages, raw, exported, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "tensorflow")
+def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_average(tmp_path, capfd):
+    averages, raw, exported, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "tensorflow", capfd)
     report = metrics["ema"]
     assert report["raw"]["top1"] > 0.3 and report["average"]["top1"] > 0.3  # it trained (chance: 0.1)
     assert report["exported"] == "average" and metrics["top1"] == report["average"]["top1"]
@@ -190,10 +203,11 @@ def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_and_exports_the_avera
     assert any(not np.array_equal(w, r) for w, r in zip(exported.get_weights(), raw))
 
 
+@pytest.mark.jax
 @pytest.mark.slow
 @pytest.mark.process  # a run killed
-def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_under_jax(tmp_path):
-    _, _, _, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "jax")
+def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_under_jax(tmp_path, capfd):
+    _, _, _, metrics = _killed_and_resumed_equals_uninterrupted(tmp_path, "jax", capfd)
     assert metrics["backend"] == "jax" and metrics["devices"] == 2
     assert metrics["ema"]["raw"]["top1"] > 0.3 and metrics["ema"]["average"]["top1"] > 0.3
 

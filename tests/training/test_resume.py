@@ -1,5 +1,7 @@
 """Fault tolerance: SIGKILL and resume (mid-epoch, epoch boundary), SIGTERM, NaN loss, atomic checkpoints."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,12 +18,19 @@ from keras_vit.files import atomic_write
 from tests.support import processes, runs
 from training.checkpoints.checkpointing import CheckpointManager
 
-# The shared tiny run (tests/support/runs.py) on one device: two runs of it are bitwise equal.
-RUN = [*runs.TINY_RUN, "--strategy", "default"]
+# The shared tiny run (tests/support/runs.py) on one device: two runs of it are bitwise equal. Without XLA, whose
+# compile is most of a run this size and is not what these tests check (tests/training/test_ema.py kills and
+# resumes a run on the default jit_compile=auto, XLA on).
+RUN = [*runs.TINY_RUN, "--strategy", "default", "--set", "jit_compile=False"]
 
 
-def _run(workdir, *extra):
-    return processes.run_cli("-m", "training", "--workdir", workdir, *RUN, *extra)
+def _run(workdir, *extra, capfd):
+    """The command line run to its end in this process: a kill is what needs a process, not the run after it."""
+    from training.__main__ import main
+
+    result = processes.call_cli(main, "--workdir", workdir, *RUN, *extra, capfd=capfd)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
 
 
 def _start(workdir, *extra):
@@ -46,8 +55,13 @@ def _kill_after(process, workdir, condition, timeout=240):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
+    """The uninterrupted run, in this process (the resumed runs below end in this process as well)."""
+    from training.__main__ import main
+
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    _run(workdir)
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(out):
+        code = main([str(arg) for arg in ("--workdir", workdir, *RUN)])
+    assert code == 0, out.getvalue()[-3000:]
     return workdir
 
 
@@ -61,11 +75,11 @@ def _assert_same_run(workdir, reference):
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_sigkill_mid_epoch_then_resume_finishes_the_same_run(tmp_path, reference):
+def test_sigkill_mid_epoch_then_resume_finishes_the_same_run(tmp_path, reference, capfd):
     process = _start(tmp_path, "--set", "checkpoint_every=3")
     _kill_after(process, tmp_path, lambda step: step >= 12 and step % 8)  # a mid-epoch checkpoint of epoch 2
     assert process.returncode == -signal.SIGKILL
-    resumed = _run(tmp_path, "--set", "checkpoint_every=3")
+    resumed = _run(tmp_path, "--set", "checkpoint_every=3", capfd=capfd)
     start = int(re.search(r"resuming from step (\d+)", resumed.stdout).group(1))
     assert 12 <= start < 32
     metrics = _assert_same_run(tmp_path, reference)
@@ -76,22 +90,22 @@ def test_sigkill_mid_epoch_then_resume_finishes_the_same_run(tmp_path, reference
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_sigkill_at_an_epoch_boundary_is_bitwise_equal_to_an_uninterrupted_run(tmp_path, reference):
+def test_sigkill_at_an_epoch_boundary_is_bitwise_equal_to_an_uninterrupted_run(tmp_path, reference, capfd):
     process = _start(tmp_path, "--set", "checkpoint_every=0")  # epoch-end checkpoints only
     _kill_after(process, tmp_path, lambda step: step >= 8)
     assert all(step % 8 == 0 for step in runs.steps_saved(tmp_path))
-    resumed = _run(tmp_path, "--set", "checkpoint_every=0")
+    resumed = _run(tmp_path, "--set", "checkpoint_every=0", capfd=capfd)
     assert int(re.search(r"resuming from step (\d+)", resumed.stdout).group(1)) % 8 == 0
     _assert_same_run(tmp_path, reference)
     # A third run of a finished workdir trains nothing and leaves the same model.
-    again = _run(tmp_path, "--set", "checkpoint_every=0")
+    again = _run(tmp_path, "--set", "checkpoint_every=0", capfd=capfd)
     assert "resuming from step 32 of 32" in again.stdout and "Epoch" not in again.stdout
     _assert_same_run(tmp_path, reference)
 
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path):
+def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path, capfd):
     process = _start(tmp_path, "--set", "checkpoint_every=0", "--epochs", "40")  # long enough not to finish
     deadline = time.time() + 240
     while not runs.steps_saved(tmp_path) and time.time() < deadline and process.poll() is None:
@@ -105,7 +119,7 @@ def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path):
     assert f"SIGTERM received: saved the checkpoint of step {saved}" in output
     assert not os.path.exists(tmp_path / "model.keras")
     # Resumed with a shorter schedule, on purpose (without extend_epochs a changed `epochs` is refused).
-    resumed = _run(tmp_path, "--set", "checkpoint_every=0", "--set", "extend_epochs=True")
+    resumed = _run(tmp_path, "--set", "checkpoint_every=0", "--set", "extend_epochs=True", capfd=capfd)
     assert f"resuming from step {saved} of 32" in resumed.stdout
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 32
 
@@ -236,7 +250,7 @@ def _assert_all_complete(workdir):
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_path, reference):
+def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_path, reference, capfd):
     # KERAS_VIT_KILL_AT_WRITE (keras_vit/files.py) SIGKILLs the process at the first atomic write of the file it
     # names. With checkpoint_every=4 the writes are config.json, ckpt-4, then at each epoch end log.csv and the
     # epoch's checkpoint, ckpt-12 and so on, then labels.txt, samples/, plots/, metrics.json.
@@ -252,7 +266,7 @@ def test_kills_at_chosen_writes_then_reruns_end_with_the_uninterrupted_run(tmp_p
         assert re.search(rf"SIGKILL (during|after) atomic write #\d+ \(.*{re.escape(target)}\)", process.stderr)
         _assert_all_complete(tmp_path)
     assert not (tmp_path / "metrics.json").exists()
-    resumed = _run(tmp_path, "--set", "checkpoint_every=4")
+    resumed = _run(tmp_path, "--set", "checkpoint_every=4", capfd=capfd)
     assert "resuming from step 32 of 32" in resumed.stdout
     _assert_same_run(tmp_path, reference)
     _assert_all_complete(tmp_path)
