@@ -222,7 +222,7 @@ class KerasBench:
     def input_wait(self, folder, steps, threads):
         from benchmarks.pipeline import input_wait
 
-        return input_wait(folder, steps, threads, self.spec, self._wait_state)
+        return input_wait(folder, steps, threads, self.spec, model_config(self.spec), self._wait_state)
 
     def sizes(self):
         model = self.float_model()

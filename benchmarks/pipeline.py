@@ -91,24 +91,22 @@ class KerasPipeline:
         return result
 
 
-def input_wait(folder, steps, threads, spec, state=None):
+def input_wait(folder, steps, threads, spec, config, state=None):
     """Fraction of the training step time spent waiting for the next batch, in a keras-vit training run.
 
-    The spec's model (TensorFlow, float32, with the trainer's `jit_compile="auto"` choice for this machine) trains
-    on the recipe's stream. On a CPU the pipeline and the model share the cores, so this is the host's
-    contention, not an accelerator's.
+    The spec's model (`config`, its `ViTConfig`; TensorFlow, float32, with the trainer's `jit_compile="auto"`
+    choice for this machine) trains on the recipe's stream. On a CPU the pipeline and the model share the cores, so
+    this is the host's contention, not an accelerator's.
     `state` (a dict) keeps the compiled model and the pipeline between calls, so later rounds skip compilation.
     """
     import keras
-
-    from benchmarks.keras_impl import model_config
 
     state = {} if state is None else state
     # A fresh iterator's first batch waits for the pipeline to start, once per run in the trainer: not timed.
     warmup = 1
     if "model" not in state:
         pipe = KerasPipeline(folder, spec["batch"], threads, size=spec["image_size"])
-        model = keras_vit.create_model(model_config(spec), num_classes=pipe.source.num_classes)
+        model = keras_vit.create_model(config, num_classes=pipe.source.num_classes)
         jit_compile = _trainer_jit_compile(model)
         model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
