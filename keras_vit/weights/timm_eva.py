@@ -28,6 +28,13 @@ def split_packed_fc1(weight, bias=None):
     return (weight[:half], biases[0]), (weight[half:], biases[1])
 
 
+def _final_norms(kw, pool):
+    """(a norm after pooling, a norm after the last block): timm Eva's arguments, or its defaults for `pool`."""
+    fc_norm = kw["use_fc_norm"] if kw["use_fc_norm"] is not None else pool == "avg"
+    post_norm = kw["use_post_transformer_norm"] if kw["use_post_transformer_norm"] is not None else not fc_norm
+    return fc_norm, post_norm
+
+
 def options(kw, params, state, grid, source):
     """`ViTConfig` fields of an Eva / AIMv2 model: `kw` its timm arguments, `params` its original-layout tensors."""
     block = "Transformer/encoderblock_0"
@@ -37,8 +44,7 @@ def options(kw, params, state, grid, source):
     pool = kw.get("global_pool", "avg")
     if pool not in _POOLS:
         raise CheckpointError(f"{source!r} uses global_pool={pool!r}; keras-vit pools {sorted(_POOLS)}.")
-    fc_norm = kw["use_fc_norm"] if kw["use_fc_norm"] is not None else pool == "avg"
-    post_norm = kw["use_post_transformer_norm"] if kw["use_post_transformer_norm"] is not None else not fc_norm
+    fc_norm, post_norm = _final_norms(kw, pool)
     if kw.get("aimv2"):
         fc_norm, post_norm = bool(kw.get("fc_norm", False)), True
     if fc_norm and post_norm:
@@ -88,8 +94,7 @@ def architecture_options(architecture, image_size, num_classes, model_args=None)
     mlp_dim = int(hidden * kw["mlp_ratio"])
     if kw["swiglu_mlp"] and kw["swiglu_align_to"]:
         mlp_dim += -mlp_dim % int(kw["swiglu_align_to"])  # timm's SwiGLU(align_to=)
-    fc_norm = kw["use_fc_norm"] if kw["use_fc_norm"] is not None else pool == "avg"
-    post_norm = kw["use_post_transformer_norm"] if kw["use_post_transformer_norm"] is not None else not fc_norm
+    fc_norm, post_norm = _final_norms(kw, pool)
     patch = kw.get("patch_size") or int(re.search(r"patch(\d+)", architecture).group(1))
     out = dict(
         image_size=(image_size, image_size) if isinstance(image_size, int) else tuple(image_size), patch_size=patch,
