@@ -80,7 +80,12 @@ def load(path):
 
 def files_of(model):
     """{file name: bytes} of the preprocessing shipped beside the model's files."""
-    return {MODULE: module_source(model).encode(), SETTINGS: json.dumps(settings(model), indent=2).encode() + b"\n"}
+    return {MODULE: module_source(model).encode(), SETTINGS: settings_json(model).encode()}
+
+
+def settings_json(model):
+    """naflex_preprocessing.json's text (also written into the ONNX file's metadata)."""
+    return json.dumps(settings(model), indent=2) + "\n"
 
 
 def verification_images(images):

@@ -156,7 +156,7 @@ def _openvino(plan, v, staging, out, options, mode):
 def _onnx_data(plan):
     """The ONNX bytes, made once per export (OpenVINO reads the same graph)."""
     if not hasattr(plan, "onnx"):
-        settings = preprocessing.files_of(plan.model)[preprocessing.SETTINGS].decode()
+        settings = preprocessing.settings_json(plan.model)
         plan.onnx = naflex_files.onnx_bytes(plan.model, plan.output, {"naflex_preprocessing": settings})
     return plan.onnx
 
