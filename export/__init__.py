@@ -24,8 +24,8 @@ __all__, __getattr__, __dir__ = _lazy.lazy_names(
         "format_predictions": ".predict",
         "predict": ".predict:predict",  # the function, not its module
         "similar": ".predict",
-        "to_model_space": ".preprocessing",
-        "format_table": ".tables",
+        "to_model_space": ".description",
+        "format_table": ".job",
         "load_runner": ".formats",
         "write_saved_model": ".saved_model",
         "QUANTIZATION_MODES": ".tflite.converter",

@@ -1,5 +1,5 @@
 """The export job: plan once, verify once, then for each format and mode write, reopen, judge and record one file in a
-staging directory; then the report, and the commit of the directory as a whole."""
+staging directory; then the report (and `format_table`, its words), and the commit of the directory as a whole."""
 
 import dataclasses
 import os
@@ -7,15 +7,14 @@ import os
 from keras_vit import files
 from keras_vit.models.vision_transformer import fixed_size_model
 
-from . import commit, kinds, preprocessing
-from .description import describe
+from . import commit, kinds
+from .description import app_pixels, describe, to_model_space
 from .errors import ExportError, VerificationError
 from .formats import FORMATS, offered_formats, owned_names
 from .keras_runner import KerasRunner
 from .naflex import exporter as naflex
 from .options import ExportOptions, ExportSource
 from .runtime import image_size
-from .tables import format_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +150,7 @@ def _verify_on(plan, options):
     size = image_size(plan.model)
     chosen = plan.source.verification_images(size, options.max_verify_images)
     truth = chosen.truth if plan.kind.LABELLED else None
-    x = preprocessing.to_model_space(chosen.images, size)
+    x = to_model_space(chosen.images, size)
     runner = KerasRunner(plan.model, plan.labels)
     reference = runner.outputs(x)
     keras_row = {
@@ -160,7 +159,7 @@ def _verify_on(plan, options):
         **plan.kind.keras_fields(reference, truth, plan.source),
     }
     note = plan.kind.NO_ACCURACY.get(chosen.origin) if plan.kind.LABELLED else None
-    pixels = preprocessing.app_pixels(chosen.images, size)
+    pixels = app_pixels(chosen.images, size)
     return Verification(chosen.images, truth, chosen.name, note, x, pixels, reference, keras_row)
 
 
@@ -202,3 +201,50 @@ def publish(report, staging, target, out):
     commit.commit(staging, target)
     report["report_path"] = files.join(out, commit.REPORT)
     return report
+
+
+def size(n):
+    """A byte count as the tables print it."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def format_table(report):
+    """A readable table, one row per artifact (plus the Keras reference), and each artifact's budget and notes."""
+    kind = kinds.named(report["kind"])
+    keras = report["keras"]
+    header = ("artifact", "size", *kind.HEADER, "latency ms", "threads", "status")
+    rows = [("keras (reference)", size(keras.get("file_bytes")), *kind.keras_cells(report),
+             f"{keras['latency_ms']:.3f}", str(keras["threads"]), "")]  # fmt: skip
+    for a in report["artifacts"]:
+        rows.append((a["name"], size(a["file_bytes"]), *kind.cells(a), f"{a['latency_ms']:.3f}", str(a["threads"]),
+                     "ok" if a["passed"] else "FAIL"))  # fmt: skip
+    out = [f"Export of {report['source']}{kind.TITLE}  ->  {report['out']}", kind.verified(report), "",
+           *table(header, rows), "", *kind.preamble(report)]  # fmt: skip
+    for a in report["artifacts"]:
+        # A NaFlex export's entries carry their own lines (export/naflex/exporter.py); the formats word the others'.
+        out += [_budget_line(a), *(a["lines"] if "lines" in a else FORMATS[a["format"]].lines(a, kind))]
+    out += [f"note: {note}" for note in report.get("notes", [])]
+    out.append(f"status: {'PASSED' if report['passed'] else 'FAILED'}")
+    return "\n".join(out)
+
+
+def _budget_line(a):
+    budget = ", ".join(f"{k} {v:g}" for k, v in a["budget"].items())
+    if "logit_scale" in a and any("_rel_" in k for k in a["budget"]):  # what a classifier's limits are relative to
+        budget += f" (logit scale {a['logit_scale']:.3g})"
+    return f"{a['name']}: budget {budget}" + ("" if a["passed"] else f"; FAILED: {'; '.join(a['failures'])}")
+
+
+def table(header, rows):
+    """The lines of a plain-text table: the header, a rule, the rows, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]

@@ -1,6 +1,7 @@
 """`KerasRunner`: the Keras model run as every exported file is run, its outputs named as its kind names them."""
 
-from . import kinds, preprocessing
+from . import kinds
+from .description import to_model_space
 from .runtime import batches, check_batch, gather, median_ms, named_call
 
 
@@ -29,4 +30,4 @@ class KerasRunner:
         return median_ms(lambda: [v.numpy() for v in self._call(x1).values()], runs, warmup)
 
     def outputs_from_images(self, images):
-        return self.outputs(preprocessing.to_model_space(images, self.image_size))
+        return self.outputs(to_model_space(images, self.image_size))

@@ -20,7 +20,7 @@ def check_batch(x, image_size, what):
     if x.ndim != 4 or tuple(x.shape[1:]) != expected:
         raise ExportError(
             f"{what} expects model-space images shaped (N, {expected[0]}, {expected[1]}, 3). Received shape "
-            f"{x.shape}. Resize raw uint8 images with export.preprocessing.to_model_space first."
+            f"{x.shape}. Resize raw uint8 images with export.to_model_space first."
         )
     if x.dtype != np.float32:
         raise ExportError(f"{what} expects float32 images in [-1, 1]. Received dtype {x.dtype}.")

@@ -10,8 +10,8 @@ import numpy as np
 
 from keras_vit import files
 
-from . import commit, preprocessing, runtime
-from .description import INPUT, SIGNATURE
+from . import commit, runtime
+from .description import INPUT, SIGNATURE, check_images, model_space_in_graph
 from .errors import ExportError
 from .io import read_labels
 from .runtime import batches, check_batch, gather, median_ms, named_call, record
@@ -79,7 +79,7 @@ def serving_module(model, outputs, served=None, **tracked):
 
     @tf.function(input_signature=[tf.TensorSpec((None, None, None, channels), tf.uint8, name="images")])
     def serving(images):
-        out = outputs(preprocessing.model_space_in_graph(images, (height, width)))
+        out = outputs(model_space_in_graph(images, (height, width)))
         return {**out, **(served(out) if served else {})}
 
     module.serving, module.model_space = serving, model_space
@@ -211,7 +211,7 @@ class SavedModelRunner:
 
     def outputs_from_images(self, images, batch_size=64):
         """`serving_default` on raw uint8 images (N, H, W, 3), or a list of them of any sizes (one call each)."""
-        images = preprocessing.check_images(images)
+        images = check_images(images)
         one_size = len({image.shape for image in images}) == 1
         batched = [np.stack(b) for b in batches(images, batch_size)] if one_size else [i[None] for i in images]
         return gather([self._named(self.serving(images=b)) for b in batched])

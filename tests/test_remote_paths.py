@@ -195,7 +195,7 @@ def test_export_predict_and_inspect_with_urls(remote_run, capsys):
 
     import export
     from export.__main__ import main as export_main
-    from export.preprocessing import to_model_space
+    from export.description import to_model_space
     from keras_vit.inspect.__main__ import main as inspect_main
 
     workdir, root = remote_run.workdir, remote_run.root

@@ -5,8 +5,9 @@ import json
 
 import numpy as np
 
-from .. import preprocessing
-from ..description import INPUT
+from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
+
+from ..description import INPUT, to_model_space
 from ..errors import ExportError
 from ..runtime import batches, check_batch, median_ms
 
@@ -48,8 +49,7 @@ def properties(description):
             "image_size": [height, width],
             "dynamic_image_size": open_size,
             "range": list(d.range),
-            "from_uint8": f"bilinear resize to {height}x{width}, then x = (x - {preprocessing.PIXEL_CENTER}) / "
-            f"{preprocessing.PIXEL_SCALE}",
+            "from_uint8": f"bilinear resize to {height}x{width}, then x = (x - {PIXEL_CENTER}) / {PIXEL_SCALE}",
         },
         "output": {"name": out.name, "meaning": out.meaning, **vector, "shape": ["batch", d.dimensions]},
         "preprocessing": d.preprocessing,
@@ -128,7 +128,7 @@ class InterchangeRunner:
         return {self.output_kind: np.concatenate([self.run(b) for b in batches(x, step)]).astype(np.float32)}
 
     def outputs_from_images(self, images):
-        return self.outputs(preprocessing.to_model_space(images, self.image_size))
+        return self.outputs(to_model_space(images, self.image_size))
 
     def latency_ms(self, x1, runs=50, warmup=5):
         x1 = check_batch(x1, self.image_size, self.what)

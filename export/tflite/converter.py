@@ -4,8 +4,7 @@ frozen, converted with builtin ops only in one of `QUANTIZATION_MODES` (docs/exp
 import re
 import warnings
 
-from .. import preprocessing
-from ..description import describe
+from ..description import describe, to_model_space
 from ..errors import ExportError, check_choices
 from ..io import check_labels
 from ..kinds import classifier, embedder
@@ -230,7 +229,7 @@ def calibration_inputs(model, quantize, representative_images, calibration_steps
             "or choose --quantize dynamic_int8, which needs no data."
         )
     chosen = representative_images[: int(calibration_steps)]
-    return preprocessing.to_model_space(chosen, model.input_shape[1:3])
+    return to_model_space(chosen, model.input_shape[1:3])
 
 
 def convert_frozen(function, trackable, quantize, calibration=None, int8_io="float32", int8_ops=INT8_MATMUL_OPS):

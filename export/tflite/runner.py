@@ -7,9 +7,9 @@ import os
 import numpy as np
 
 from keras_vit import _startup, files
+from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
-from .. import preprocessing
-from ..description import INPUT, SIGNATURE
+from ..description import INPUT, SIGNATURE, resize_pixels
 from ..errors import ExportError
 from ..runtime import batches, check_batch, gather, median_ms
 from .metadata_reader import read_metadata
@@ -52,9 +52,7 @@ class TFLiteRunner:
         self.labels = labels if labels is not None else meta.get("labels")
         mean, std = meta["input"].get("mean"), meta["input"].get("std")
         # One mean/std for all channels (what this exporter writes); per-channel values are not used here.
-        self.normalization = (
-            (float(mean[0]), float(std[0])) if mean and std else (preprocessing.PIXEL_CENTER, preprocessing.PIXEL_SCALE)
-        )
+        self.normalization = (float(mean[0]), float(std[0])) if mean and std else (PIXEL_CENTER, PIXEL_SCALE)
         inputs, outputs = self.interpreter.get_input_details(), self.interpreter.get_output_details()
         if len(inputs) != 1:
             raise ExportError(f"Expected one input tensor{where}; found {len(inputs)}.")
@@ -141,7 +139,7 @@ class TFLiteRunner:
     def outputs_from_images(self, images):
         """Outputs for raw uint8 images of any size: bilinear resize (`tf.image.resize`), then the metadata's
         normalisation for a float input, or pixels rounded back to uint8 for a uint8 input."""
-        pixels = preprocessing.resize_pixels(images, self.image_size)
+        pixels = resize_pixels(images, self.image_size)
         if self.input["dtype"] == np.uint8:
             return self._run(np.clip(np.round(pixels), 0, 255).astype(np.uint8))
         mean, std = self.normalization
