@@ -68,7 +68,7 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     trained = call_cli(
         train_main, "--config", "finetune", "--init", INIT, "--dataset", f"folder:{photos}", "--workdir", workdir,
         "--epochs", "1", "--batch-size", "4", "--set", "holdout_fraction=0.34", "--set", "max_num_patches=12",
-        "--set", "plots=false", "--set", "init_head=true", capfd=capfd,
+        "--set", "plots=false", "--set", "init_head=true", "--set", "randaugment=(2, 10)", capfd=capfd,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
     loaded = next(line for line in trained.stdout.splitlines() if line.startswith(f"[training] --init {INIT}: "))

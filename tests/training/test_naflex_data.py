@@ -2,6 +2,7 @@
 shape, and a NaFlex model trains on them with `fit`."""
 
 import os
+import types
 
 import keras
 import numpy as np
@@ -50,3 +51,62 @@ def test_a_naflex_model_fits_on_them(tmp_path):
     history = model.fit(ds, epochs=3, verbose=0)
     losses = history.history["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def _stream_element(image, **options):
+    """The NaFlex training stream's element for `image` at position 5 (`training.data.naflex_prepare_fn`)."""
+    import tensorflow as tf
+
+    from training import TrainConfig
+    from training.data.naflex import naflex_prepare_fn
+
+    source = types.SimpleNamespace(decode=lambda raw: raw, decode_window=None, num_classes=3)
+    config = TrainConfig(dataset="synthetic", naflex=True, max_num_patches=16, seed=3, **options)
+    inputs, label = naflex_prepare_fn(source, config, 8)(tf.constant(5, tf.int64), (tf.constant(image), 1))
+    return {k: v.numpy() for k, v in inputs.items()}, label.numpy()
+
+
+def test_a_training_element_is_its_crop_at_its_own_aspect_flipped_then_randaugmented():
+    """An Inception crop is patched at the crop's own aspect ratio (not squashed to the run's square), flipped, and
+    RandAugment runs on the pixels at the NaFlex size: the element is `naflex_image` of exactly that."""
+    import tensorflow as tf
+
+    from training.augment import quantize, randaugment
+    from training.data.preprocess import inception_box
+
+    image = np.random.default_rng(2).integers(0, 256, (60, 150, 3), dtype=np.uint8)
+    options = dict(augment="inception", crop_area=(0.1, 0.4), flip=True, randaugment=(2, 10))
+    inputs, label = _stream_element(image, **options)
+    seed = tf.constant([3, 5], tf.int64)
+    begin, size = inception_box((0.1, 0.4), tf.random.experimental.stateless_split(seed, 2)[0])(tf.shape(image))
+    (top, left), (height, width) = begin.numpy()[:2], size.numpy()[:2]
+    crop = image[top : top + height, left : left + width]
+    assert crop.shape[:2] != image.shape[:2]  # a crop, not the whole image
+    flipped = tf.image.stateless_random_flip_left_right(crop, tf.random.experimental.stateless_split(seed, 2)[1])
+    assert not np.array_equal(flipped.numpy(), crop)  # flipped at this position
+    resized = naflex_image(flipped.numpy(), 8, 16)  # the grid of the crop's own aspect ratio
+    np.testing.assert_array_equal(inputs["grid"], resized[2])
+    rows, cols = resized[2]
+    pixels = np.round(resized[0][: rows * cols].reshape(rows, cols, 8, 8, 3) * 127.5 + 127.5)  # back to uint8
+    pixels = pixels.transpose(0, 2, 1, 3, 4).reshape(rows * 8, cols * 8, 3).astype(np.uint8)
+    augmented = randaugment(tf.constant(pixels, tf.float32), 2, 10, tf.random.experimental.stateless_fold_in(seed, 1))
+    expected = naflex_image(tf.cast(quantize(augmented), tf.uint8).numpy(), 8, 16)
+    np.testing.assert_array_equal(inputs["patches"], expected[0])
+    np.testing.assert_array_equal(inputs["mask"], expected[1])
+    assert not np.array_equal(inputs["patches"], resized[0])  # RandAugment changed the pixels
+    np.testing.assert_array_equal(label, np.eye(3)[1])
+    # Without augmentation, the whole image, patched as everywhere else.
+    plain, _ = _stream_element(image, augment="resize", flip=False)
+    for got, want in zip((plain["patches"], plain["mask"], plain["grid"]), naflex_image(image, 8, 16)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_shift_augmentation_is_refused_for_naflex_in_one_line():
+    import pytest
+
+    from training import TrainConfig
+    from training.data.pipeline import train_dataset
+
+    config = TrainConfig(dataset="synthetic", naflex=True, max_num_patches=16, augment="translate")
+    with pytest.raises(ValueError, match=r"^augment='translate' shifts images .*augment='inception'.* with naflex\.$"):
+        train_dataset(None, config)

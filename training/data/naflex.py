@@ -4,7 +4,12 @@ import numpy as np
 import tensorflow as tf
 
 import keras_vit.images
-from keras_vit.naflex_inputs import naflex_image
+from keras_vit.naflex_inputs import STYLES, naflex_image, target_size
+from keras_vit.resample import resize_uint8
+
+from ..augment import quantize, randaugment
+from .decoders import slice_window
+from .preprocess import inception_box
 
 
 def naflex_features(image, patch_size, max_num_patches, style="transformers"):
@@ -31,17 +36,44 @@ def naflex_blank(patch_size, max_num_patches):
     }
 
 
+def naflex_pixels(image, patch_size, max_num_patches, style="transformers"):
+    """A uint8 (H, W, 3) image tensor -> uint8 at its NaFlex size (`keras_vit.naflex_inputs.target_size`, resized as
+    `style` resizes), from which `naflex_features` only scales and cuts patches."""
+    options = STYLES[style]
+
+    def resize(pixels):
+        height, width = target_size(pixels.shape[0], pixels.shape[1], patch_size, max_num_patches)
+        return resize_uint8(pixels, height, width, options["method"], options["arithmetic"])
+
+    resized = tf.numpy_function(resize, [image], tf.uint8, stateful=False)
+    resized.set_shape((None, None, 3))
+    return resized
+
+
 def naflex_prepare_fn(source, config, patch_size):
-    """(position, raw element) -> (NaFlex inputs, one-hot label) of a NaFlex run's training stream: the decoded
-    image flipped left-right at random (seeded by its position) with `config.flip`, then patched whole. The crop
-    and resize augmentations are a fixed-size model's: a NaFlex run keeps every image's aspect ratio instead."""
+    """(position, raw element) -> (NaFlex inputs, one-hot label) of a NaFlex run's training stream, seeded by the
+    position as a fixed-size run's: with `augment="inception"` an Inception crop kept at its own aspect ratio (no
+    squash: the crop is what is resized within the patch budget), `flip`, then RandAugment at the NaFlex size."""
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
 
     def prepare(index, element):
         raw, label = element
-        image = source.decode(raw)
+        seed = tf.stack([tf.cast(config.seed, tf.int64), index])
+        seeds = tf.random.experimental.stateless_split(seed, 2)
+        if config.augment == "inception":
+            box = inception_box(config.crop_area, seeds[0])
+            decode_window = source.decode_window
+            image = decode_window(raw, box) if decode_window else slice_window(source.decode(raw), box)
+        else:
+            image = source.decode(raw)
         if config.flip:
-            seed = tf.stack([tf.cast(config.seed, tf.int64), index])
-            image = tf.image.stateless_random_flip_left_right(image, seed)
+            image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+        image = naflex_pixels(image, patch_size, config.max_num_patches)
+        if config.randaugment:
+            num_layers, magnitude = config.randaugment
+            seed = tf.random.experimental.stateless_fold_in(seed, 1)
+            image = randaugment(tf.cast(image, tf.float32), num_layers, magnitude, seed, pixel_scale)
+            image = tf.cast(quantize(image), tf.uint8)
         return naflex_features(image, patch_size, config.max_num_patches), tf.one_hot(label, source.num_classes)
 
     return prepare

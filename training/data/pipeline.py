@@ -44,6 +44,11 @@ def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1),
             f"mixup_alpha={config.mixup_alpha} mixes images of one size, but a NaFlex run's images keep their own "
             f"sizes. Use mixup_alpha=0 with naflex."
         )
+    if config.naflex and config.augment == "translate":
+        raise ValueError(
+            "augment='translate' shifts images within a fixed frame, but a NaFlex run keeps each image's own size. "
+            "Use augment='inception' (a crop kept at its aspect ratio) or 'resize' (none) with naflex."
+        )
     if device_input and config.mixup_alpha > 0 and config.accum_steps > 1:
         raise ValueError(
             f"device_input=True mixes each micro-batch on the device, but Mixup with accum_steps="

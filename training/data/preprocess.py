@@ -42,7 +42,7 @@ def eval_preprocess(image, size, resize_small=None):
     return scale(eval_pixels(image, size, resize_small))
 
 
-def _inception_box(area, seed):
+def inception_box(area, seed):
     """shape (H, W, C) -> (begin, size) of an Inception crop: a function of the image's shape and `seed` only, so
     decoding the window alone (`Source.decode_window`) and slicing the decoded image pick the same pixels."""
 
@@ -63,7 +63,7 @@ def _inception_box(area, seed):
 
 def _inception_crop(image, size, area, seed, decode_window=None):
     """Inception crop of `image` resized to `size`; with `decode_window`, `image` is the raw element it decodes."""
-    box = _inception_box(area, seed)
+    box = inception_box(area, seed)
     window = decode_window(image, box) if decode_window is not None else slice_window(image, box)
     return resize(window, size)
 
