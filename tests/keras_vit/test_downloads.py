@@ -22,6 +22,7 @@ import pytest
 from keras_vit.weights import catalogue, download, sources
 from tests.conftest import ROOT
 from tests.support.hosts import COMMIT, TIMEOUT, hub_files, npz_bytes
+from tests.support.numerics import scaled_diff
 
 
 def _closed_port_url():
@@ -476,12 +477,13 @@ def test_from_pretrained_of_a_hub_repo_gives_the_library_outputs(server, env, re
 FAMILIES = ROOT / "tests" / "fixtures" / "interop_families"
 
 
-def _dual_encoder_repo(fixture, model_type, architecture, extra):
-    """A CLIPModel / SiglipModel repo as the Hub's openai/google ones are laid out: the fixture's image tower under
-    `vision_config` and the `vision_model.` prefix, beside text-tower and projection tensors keras-vit must leave."""
+def _dual_encoder_repo(fixture, model_type, architecture, extra, root=FAMILIES):
+    """A CLIPModel / SiglipModel / Siglip2Model repo as the Hub's openai/google ones are laid out: the fixture's image
+    tower under `vision_config` and the `vision_model.` prefix, beside text-tower and projection tensors keras-vit must
+    leave."""
     from safetensors.numpy import load_file, save
 
-    folder = FAMILIES / fixture
+    folder = root / fixture
     vision = json.loads((folder / "config.json").read_text())
     for key in ("architectures", "model_type", "transformers_version"):
         vision.pop(key, None)
@@ -537,3 +539,22 @@ def test_from_pretrained_of_a_family_hub_repo_gives_the_library_outputs(server, 
     model = keras_vit.from_pretrained(f"hf://{repo}")
     io_npz = np.load(FAMILIES / fixture / "io.npz")
     np.testing.assert_allclose(model.predict(io_npz["images"], verbose=0), io_npz[output], atol=1e-5)
+
+
+def test_a_siglip2_naflex_hub_repo_is_one_line_to_a_naflex_model(server, env):
+    """`hf://google/siglip2-base-patch16-naflex` (a two-tower `Siglip2Model` repo) gives a `NaFlexViT` with the
+    repo's patch budget, whose pooled output on transformers' own preprocessed inputs is transformers'."""
+    import keras
+
+    import keras_vit
+
+    root, fixture = ROOT / "tests" / "fixtures" / "interop_families2", "hf_siglip2_naflex"
+    repo = "google/siglip2-base-patch16-naflex"
+    hub_files(server, repo, "main", _dual_encoder_repo(fixture, "siglip2", "Siglip2Model", _SIGLIP_OTHERS, root))
+    model = keras_vit.from_pretrained(f"hf://{repo}")
+    assert isinstance(model, keras_vit.NaFlexViT) and model.options["max_num_patches"] == 16
+    arrays = np.load(root / fixture / "io.npz")
+    inputs = dict(patches=arrays["pixel_values"], mask=arrays["pixel_attention_mask"].astype("int32"),
+                  grid=arrays["spatial_shapes"].astype("int32"))  # fmt: skip
+    pooled = keras.Model(model.inputs, model.get_layer("MAPHead_0").output)(inputs)
+    assert scaled_diff(pooled, arrays["pooler_output"]) <= 1e-5  # relative to the outputs' scale (7.6 here)
