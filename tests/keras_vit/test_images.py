@@ -403,7 +403,7 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
     for path in paths:
         full = images.read_image(path)
         for seed in range(6):
-            box = preprocess._inception_box((0.05, 1.0), tf.constant([seed, 7], tf.int64))
+            box = preprocess.inception_box((0.05, 1.0), tf.constant([seed, 7], tf.int64))
             begin, size = (t.numpy() for t in box(tf.constant(full.shape)))
             expected = full[begin[0] : begin[0] + size[0], begin[1] : begin[1] + size[1]]
             np.testing.assert_array_equal(source.decode_window(tf.constant(path), box).numpy(), expected)
