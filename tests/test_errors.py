@@ -456,6 +456,7 @@ def test_check_writable_on_a_real_read_only_folder():
         shutil.rmtree(base)
 
 
+@pytest.mark.slow
 def test_full_disk_mid_run_keeps_the_checkpoints_and_resumes(tmp_path, failing_disk, capsys, monkeypatch):
     workdir = tmp_path / "run"
     checkpoints = workdir / "checkpoints"
@@ -510,6 +511,7 @@ def exported(tmp_path_factory):
     return root, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code, problem, fix",
     [

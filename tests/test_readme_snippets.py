@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.conftest import ROOT
 
@@ -21,6 +22,7 @@ def _snippet(heading):
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_pretrained_snippet_runs_from_the_cache(tmp_path):
     import keras_vit
     from keras_vit.weights import catalogue, sources

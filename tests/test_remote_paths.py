@@ -93,6 +93,7 @@ def test_train_and_resume_on_a_url_equal_the_same_on_a_local_disk(remote_run, tm
     _nothing_local(remote_run.cwd)
 
 
+@pytest.mark.slow
 def test_init_from_url_npz_and_keras(remote_run):
     from keras_vit.weights import checkpoint_variables
     from training.model_setup import build_model

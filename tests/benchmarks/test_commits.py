@@ -8,11 +8,13 @@ import pytest
 from benchmarks import commits
 
 
+@pytest.mark.slow
 def test_a_measurement_times_the_form_it_names():
     assert commits.measure("infer", "testing", 32, 2, 1) > 0
     assert commits.measure("train", "testing", 32, 2, 1) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="the graphs are TensorFlow's")
 def test_the_programs_count_the_graphs_ops():
     counts = commits.programs("testing", 32, 2)

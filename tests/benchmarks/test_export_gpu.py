@@ -7,6 +7,7 @@ import pytest
 from benchmarks import export_gpu
 
 
+@pytest.mark.slow
 def test_prints_each_files_gpu_verdict(tmp_path, capsys):
     export_gpu.main(["--variant", "testing", "--image-size", "32", "--modes", "float32,dynamic_int8", "--images", "4",
                      "--json", str(tmp_path / "gpu.json")])  # fmt: skip

@@ -49,6 +49,7 @@ def test_rows_add_the_micro_batch_of_32_blocks_of_activations():
     assert sharded * 1024 == pytest.approx(4 * (1 + 1) * 4 + 8 * (25 + 32 * 99))
 
 
+@pytest.mark.slow
 def test_split_counts_add_up_to_the_golden_h14_count():
     counts = fsdp_fit.split_counts(224, 32, devices=(8, 3), num_classes=1000)
     assert sum(counts[8]) == sum(counts[3]) == H14_PARAMETERS

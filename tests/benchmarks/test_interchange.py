@@ -60,6 +60,7 @@ def check_rows(bench, own_outputs, tmp_path, layout):
     return info
 
 
+@pytest.mark.slow
 def test_keras_vit_rows_run_without_torch(tmp_path):
     from benchmarks.keras_impl import KerasBench
 

@@ -171,6 +171,7 @@ def test_memory_record_of_one_setting_in_process():
     assert record["step_mib"] == record["after_mib"] - record["before_mib"] >= 0
 
 
+@pytest.mark.slow
 def test_recipe_spec_counts_the_recipe_model_from_create_model():
     spec = fit.recipe_spec("imagenet21k_b16")
     # B/16's 86,567,656 at 224 px with a 1000-class head, less that head (768 x 1000 + 1000), plus pre_logits

@@ -11,6 +11,7 @@ from export.kinds.classifier import BUDGETS, check_budget, compare
 from tests.support import export_fixtures as fx
 
 
+@pytest.mark.slow
 def test_float_budget_scales_with_large_logits(tmp_path):
     """A head with large weights gives logits in the thousands; float32 rounding then moves them by more than
     1e-4 absolute (the old budget), though the TFLite model is as exact, relative to the logits, as a small one."""

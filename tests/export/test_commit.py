@@ -51,6 +51,7 @@ def test_fewer_modes_leave_only_what_the_new_report_lists(tiny, tmp_path):
     assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # not mkdtemp's private mode
 
 
+@pytest.mark.slow
 def test_fewer_modes_on_a_url(tiny):
     root, _ = tiny
     out = f"ram://{uuid.uuid4().hex}/export"

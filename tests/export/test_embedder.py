@@ -68,6 +68,7 @@ def tiny(tmp_path_factory):
     return model, pixels, folder, report
 
 
+@pytest.mark.slow
 def test_centred_vectors_are_checked_too(tiny):
     """Vectors that share a direction make a cosine near 1 say less than it seems (random networks' did, mean
     neighbour cosine ~0.95, while their attention projections started equal); the float32 file must also keep the
@@ -142,6 +143,7 @@ def test_metadata_states_the_embedder_form(tiny):
         assert metadata.QUANTIZATION_WORDS[mode] in meta["description"]
 
 
+@pytest.mark.slow
 def test_l2_normalised_embedder_and_pre_logits(tiny, tmp_path):
     import keras
 
@@ -164,6 +166,7 @@ def test_l2_normalised_embedder_and_pre_logits(tiny, tmp_path):
     assert cosine(vectors, keras_features(with_pre_logits, pixels[:6])).min() >= 0.9999
 
 
+@pytest.mark.slow
 def test_feature_model_cuts_the_head_off_a_classifier():
     import keras
 
@@ -179,6 +182,7 @@ def test_feature_model_cuts_the_head_off_a_classifier():
     np.testing.assert_allclose(headless.predict(x, verbose=0), pooled.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cli_predict_prints_size_and_norm_and_similar_prints_the_cosine(tiny, tmp_path, capsys):
     model, pixels, folder, _ = tiny
     files = []

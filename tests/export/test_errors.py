@@ -86,6 +86,7 @@ def test_unknown_quantization_mode(tiny, tmp_path, capsys):
     assert not (tmp_path / "out").exists()  # rejected before anything was written
 
 
+@pytest.mark.slow
 def test_int8_without_representative_data(tiny, tmp_path):
     root, model = tiny
     with pytest.raises(export.ExportError, match="--representative-data"):
@@ -123,6 +124,7 @@ def test_predict_on_a_corrupt_image(tiny, tmp_path, capsys):
         export.predict(root / "model.keras", [tmp_path / "absent.png"])
 
 
+@pytest.mark.slow
 def test_wrong_shaped_or_typed_tensors(tiny):
     _, model = tiny
     tflite = TFLiteRunner(export.convert_tflite(model, "float32"))
@@ -231,6 +233,7 @@ def test_predict_on_something_that_is_not_an_artifact(tmp_path):
         export.predict(junk, [image])
 
 
+@pytest.mark.slow
 def test_a_model_saved_with_an_unknown_optimizer_schedule_still_exports(tmp_path):
     """A training run saves its optimizer, whose schedule class lives in training/ (never imported here)."""
     import keras

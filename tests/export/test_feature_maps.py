@@ -65,6 +65,7 @@ def assert_close(got, want, tol):
     assert float(np.abs(np.asarray(got, np.float64) - want).max()) <= tol * scale
 
 
+@pytest.mark.slow
 def test_the_reference_tells_the_outputs_apart(exported):
     model, _, pixels, _, _ = exported
     ref = block_outputs(model, pixels)
@@ -91,6 +92,7 @@ def test_tflite_outputs_read_by_name_equal_the_blocks(exported):
                 assert np.abs(got[name] - ref[name]).max() < np.abs(got[name] - other).max(), (mode, name)
 
 
+@pytest.mark.slow
 def test_saved_model_reloaded_gives_the_blocks_by_name(exported):
     model, _, pixels, out, _ = exported
     ref = block_outputs(model, pixels)
@@ -176,6 +178,7 @@ def test_swapped_outputs_fail_the_verification(exported):
     assert failures == ["encoderblock_0: the artifact lacks it", "block_0: Keras has no output of that name"]
 
 
+@pytest.mark.slow
 def test_full_integer_int8_misses_what_int8_matmul_keeps(exported):
     """Why int8 is refused (feature_maps.REFUSED): on this model its tokens drift well below the budget that the
     int8_matmul file, calibrated on the same images, meets."""
@@ -239,6 +242,7 @@ def test_what_goes_where():
     assert not feature_maps.is_feature_maps(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
 
 
+@pytest.mark.slow
 def test_keras_file_exports_through_the_command_line(exported, tmp_path, capsys):
     """The feature model's .keras file through `python -m export`, as a user runs it (float32 with an open batch,
     SavedModel)."""

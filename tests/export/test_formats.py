@@ -50,6 +50,7 @@ class KerasFile:
                       plan.kind.check_budget(found, budget))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_new_format_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
     monkeypatch.setitem(formats.FORMATS, KerasFile.NAME, KerasFile)  # the one registry line
     model = fx.random_classifier("testing", head_scale=4.0)

@@ -74,6 +74,7 @@ def test_driver_is_found_from_the_environment_first(tmp_path, monkeypatch):
     assert gpu.find_driver()[0] is None
 
 
+@pytest.mark.slow
 def test_export_runs_every_tflite_on_the_gpu(exported):
     model, images, out, report = exported
     keras_probabilities = softmax(model.predict((images.astype(np.float32) - 127.5) / 127.5, verbose=0))
@@ -95,6 +96,7 @@ def g_driver(entry):
     return gpu.Driver(tuple(entry["driver"]["icd_files"]), entry["driver"]["source"])
 
 
+@pytest.mark.slow
 def test_ops_the_gpu_refuses_are_named_and_run_on_the_cpu(tmp_path, driver):
     import tensorflow as tf
 
@@ -118,6 +120,7 @@ def test_ops_the_gpu_refuses_are_named_and_run_on_the_cpu(tmp_path, driver):
     assert len(gpu.run_on_gpu(path, x, driver, run_seconds=0)["outputs"]) == 1
 
 
+@pytest.mark.slow
 def test_a_wrong_or_crashing_gpu_kernel_is_caught(tmp_path, driver):
     """Measured with LiteRT 2.3 on SwiftShader: the delegate takes CUMSUM, which TF's Analyzer calls supported too,
     and over a (1, 192) tensor returns its input unchanged; over a (1, 4, 4, 3) tensor it kills the process with
@@ -140,6 +143,7 @@ def test_a_wrong_or_crashing_gpu_kernel_is_caught(tmp_path, driver):
     assert result["status"] == "failed" and result["reason"].startswith("killed by signal 4"), result["reason"]
 
 
+@pytest.mark.slow
 def test_no_driver_says_not_run_and_require_fails(exported, tmp_path, monkeypatch):
     model, images, out, _ = exported
     runner = export.load_runner(out / "model_float32.tflite")
@@ -173,6 +177,7 @@ def test_no_driver_says_not_run_and_require_fails(exported, tmp_path, monkeypatc
     assert wrong["status"] == "ran" and not wrong["within_budget"] and wrong["failures"] == []
 
 
+@pytest.mark.slow
 def test_a_crashing_or_hanging_driver_does_not_take_the_export_down(tmp_path, monkeypatch, driver):
     crash = tmp_path / "crash.py"
     crash.write_text("import os\nos.abort()\n")
@@ -190,6 +195,7 @@ def test_a_crashing_or_hanging_driver_does_not_take_the_export_down(tmp_path, mo
     assert result["status"] == "failed" and result["reason"] == "timed out after 2 s"
 
 
+@pytest.mark.slow
 def test_cli_require_fails_without_a_driver(exported, tmp_path, monkeypatch, capsys):
     model = exported[0]
     path = tmp_path / "m.keras"

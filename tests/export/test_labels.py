@@ -35,6 +35,7 @@ def exported(tmp_path_factory):
     return root, model, out
 
 
+@pytest.mark.slow
 def test_tflite_metadata_labels_are_the_models_class_names(exported):
     root, _, out = exported
     flatbuffer = (out / "model_float32.tflite").read_bytes()
@@ -44,6 +45,7 @@ def test_tflite_metadata_labels_are_the_models_class_names(exported):
     assert not (root / "labels.txt").exists()
 
 
+@pytest.mark.slow
 def test_predict_prints_index_probability_and_name_once(exported, tmp_path, capsys):
     from PIL import Image
 
@@ -79,6 +81,7 @@ def test_predict_without_names_prints_no_name_column(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_label_sources_in_order(tmp_path):
     """--labels, else the model's class_names, else none ("0", "1", ...): a labels.txt beside the model is not read."""
     old = tmp_path / "old_workdir"

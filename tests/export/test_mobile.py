@@ -78,6 +78,7 @@ def tiny():
     return model, raw, export.convert_tflite(model, "float32", labels=LABELS)
 
 
+@pytest.mark.slow
 def test_metadata_is_standard_and_leaves_litert_bit_identical(tiny, tmp_path):
     from tensorflow.lite.python import schema_py_generated as schema
 
@@ -113,6 +114,7 @@ def test_metadata_is_standard_and_leaves_litert_bit_identical(tiny, tmp_path):
     assert np.array_equal(litert(raw, pixels), litert(full, pixels))  # bit-identical outputs
 
 
+@pytest.mark.slow
 def test_default_conversion_outputs_probabilities_that_mediapipe_reads(tiny, tmp_path):
     model, _, flatbuffer = tiny
     path = tmp_path / "tiny.tflite"
@@ -153,6 +155,7 @@ def test_predict_reads_labels_and_probabilities_from_metadata(tiny, tmp_path, ca
         assert lines[3 * i + 1].split() == [str(best), f"{expected[i, best]:.4f}", *LABELS[best].split()]
 
 
+@pytest.mark.slow
 def test_uint8_io_model_is_verified_on_raw_pixels(tmp_path, monkeypatch):
     # A random model's full-int8 version disagrees with it on noise (the digits model is checked below);
     # this test is about which figures are reported, so the budget is opened.

@@ -92,6 +92,7 @@ def test_ti16_at_224_float32_and_dynamic_int8(tmp_path, monkeypatch):
               "max |dp| vs Keras,", g["max_abs_diff_vs_cpu"], "vs CPU,", g["seconds"], "s")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dynamic_batch_option(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     flatbuffer = export.convert_tflite(model, "float32", dynamic_batch=True)
@@ -103,6 +104,7 @@ def test_dynamic_batch_option(tmp_path):
     assert list(fixed.input["shape_signature"]) == [1, 32, 32, 3]
 
 
+@pytest.mark.slow
 def test_full_int8_with_uint8_io(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     images = random_images(64, 32)
@@ -117,12 +119,14 @@ def test_full_int8_with_uint8_io(tmp_path):
     assert np.corrcoef(runner.outputs(x)["logits"].ravel(), model.predict(x, verbose=0).ravel())[0, 1] > 0.9
 
 
+@pytest.mark.slow
 def test_exact_gelu_converts_to_the_builtin_op():
     model = fx.random_classifier("testing", gelu="exact")
     ops = export.read_ops(export.convert_tflite(model, "float32"))
     assert "GELU" in ops and export.non_builtin_ops(ops) == []
 
 
+@pytest.mark.slow
 def test_keras_runner_and_saved_model_agree_on_raw_images(tmp_path):
     model = fx.random_classifier("testing", head_scale=4.0)
     path = export.write_saved_model(model, tmp_path / "sm", [f"c{i}" for i in range(10)])
@@ -149,6 +153,7 @@ def test_op_reader_flags_custom_ops():
     assert export.non_builtin_ops(ops) == ["CUSTOM:Erf"]
 
 
+@pytest.mark.slow
 def test_tflite_signatures_name_their_outputs():
     """The signature an app runs by name (LiteRT's signature runner, CompiledModel.run_by_name) says what comes out:
     `probabilities` / `logits` for a classifier, `embedding` for an embedder, not the frozen graph's output_0."""

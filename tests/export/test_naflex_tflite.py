@@ -42,6 +42,7 @@ def case():
     return model, serve, spec, inputs, arrays["pooler_output"]
 
 
+@pytest.mark.slow
 def test_tflite_builtins(case):
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
@@ -72,6 +73,7 @@ def onnx_bytes(case):
     return proto.SerializeToString()
 
 
+@pytest.mark.slow
 def test_onnx(case, onnx_bytes):
     import onnxruntime
 

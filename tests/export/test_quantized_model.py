@@ -22,6 +22,7 @@ def _quantized(mode):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["int8", "float8"])
 def test_a_quantized_model_is_refused_before_any_conversion(tmp_path, mode, monkeypatch):
     monkeypatch.setattr(job, "_plan", lambda *a: pytest.fail("planned (and converted) a quantized model"))
@@ -32,6 +33,7 @@ def test_a_quantized_model_is_refused_before_any_conversion(tmp_path, mode, monk
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_quantized_keras_file_in_one_line(tmp_path):
     path = tmp_path / "q.keras"
     _quantized("int8").save(path)

@@ -90,6 +90,7 @@ def test_a_naflex_two_tower_file_gives_transformers_outputs(tmp_path):
     check(model, library_inputs("hf_siglip2_naflex", arrays), arrays, arrays["pixel_attention_mask"].astype(bool))
 
 
+@pytest.mark.slow
 def test_a_fixed_two_tower_file_gives_transformers_outputs_as_either_form(tmp_path):
     path = big_vision_file(tmp_path / "siglip.npz", load_file(os.path.join(FIXED, "model.safetensors")),
                            naflex=False)  # fmt: skip

@@ -376,6 +376,7 @@ def _cli(*args, env=None):
     )
 
 
+@pytest.mark.slow
 def test_cli_list_and_info_import_no_keras():
     for args in (["list"], ["info", "ViT-B_16"], ["--help"]):
         result = _cli(*args)
@@ -391,6 +392,7 @@ def test_cli_list_and_info_import_no_keras():
     assert bad.returncode == 2 and "not in the catalogue" in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_mode_still_offers_every_public_name():
     # What `python -m keras_vit.weights` sees while it starts (sys.argv[0] is "-m" then): the packages skip Keras at
     # import and give their names on first use.
@@ -434,6 +436,7 @@ def test_docs_catalogue_tables_are_the_cli_output():
 INTEROP = ROOT / "tests" / "fixtures" / "interop"
 
 
+@pytest.mark.slow
 def test_from_pretrained_of_a_catalogue_name_downloads_once_and_names_the_classes(server, env, tmp_path):
     import keras_vit
 
@@ -507,6 +510,7 @@ def _folder_repo(fixture):
     return {p.name: p.read_bytes() for p in (FAMILIES / fixture).iterdir() if p.name != "io.npz"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("repo", "fixture", "output", "files"),
     [

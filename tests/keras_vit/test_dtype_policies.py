@@ -38,6 +38,7 @@ def _policy_map(model, mode):
     return policy_map
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["int8", "float8"])
 def test_a_policy_map_quantizes_each_layer_it_names_and_the_weights_load(mode):
     float_model = VisionTransformer(**KWARGS)
@@ -61,6 +62,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     test_case = None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(test_case is None, reason="keras-hub's test battery does not import here")
 def test_keras_hubs_model_battery_passes():
     class Battery(test_case.TestCase):

@@ -96,6 +96,7 @@ def test_stored_grid_uses_the_stored_table_bit_for_bit():
     np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(fixed(x)))
 
 
+@pytest.mark.slow
 def test_tf_function_and_xla_match_eager_and_the_rebuilt_model_at_every_size():
     import tensorflow as tf
 
@@ -142,6 +143,7 @@ def test_bilinear_option_equals_a_model_rebuilt_with_tf_resize():
     np.testing.assert_allclose(np.asarray(model(x)), np.asarray(rebuilt_at(model, (40, 56), reference)(x)), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_trains_the_stored_embedding_at_any_size():
     model = dynamic_model()
     before = stored_posemb(model).copy()
@@ -179,6 +181,7 @@ def test_errors_name_the_problem_and_the_fix():
         fixed(np.zeros((1, 48, 48, 3), "float32"))
 
 
+@pytest.mark.slow
 def test_hybrid_uses_the_resnet_stride():
     config = dict(image_size=64, num_layers=1, resnet_layers=(1, 1, 1, 1), num_classes=3)
     model = randomised(keras_vit.create_model("R26+S/32", dynamic_image_size=True, **config))
@@ -190,6 +193,7 @@ def test_hybrid_uses_the_resnet_stride():
         model(np.zeros((1, 80, 128, 3), "float32"))
 
 
+@pytest.mark.slow
 def test_training_evaluate_takes_a_dynamic_model(tmp_path):
     import json
 
@@ -232,6 +236,7 @@ def test_inspection_runs_on_the_stored_grid():
     np.testing.assert_allclose(attention_weights(model, x), attention_weights(fixed, x), atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_tflite_export_is_at_the_stored_size(tmp_path):
     import export
     from export.saved_model import build_serving_module

@@ -101,6 +101,7 @@ def test_a_module_no_extra_installs_is_left_to_the_traceback():
     assert status.returncode == 1 and "Traceback" in status.stderr and "numpy" in status.stderr
 
 
+@pytest.mark.slow
 def test_another_package_of_the_extra_is_named_too(tmp_path):
     # TensorFlow present, scikit-learn (the digits data set's loader) not: found once the run reads its data.
     result = _without(["sklearn"], "training", "--workdir", str(tmp_path / "run"), "--epochs", "1")

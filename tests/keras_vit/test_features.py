@@ -61,6 +61,7 @@ def assert_same(actual, expected):
     np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6 * max(1.0, float(np.abs(expected).max())))
 
 
+@pytest.mark.slow
 def test_nhwc_and_prefix_tokens_equal_get_layer_and_numpy(tiny):
     model, ckpt, images = tiny
     features = keras_vit.feature_model(model, blocks=(0, -1), output="NHWC", return_prefix_tokens=True)
@@ -99,6 +100,7 @@ def test_one_block_gives_its_array_and_shares_the_models_weights(tiny):
     assert_same(features.predict(images, verbose=0), read_layers(model, images, ["encoderblock_1"])[0][:, 1:])
 
 
+@pytest.mark.slow
 def test_the_model_itself_is_unchanged(tiny, tmp_path):
     model, _, images = tiny
     before = model.predict(images, verbose=0)
@@ -108,6 +110,7 @@ def test_the_model_itself_is_unchanged(tiny, tmp_path):
     np.testing.assert_array_equal(keras.saving.load_model(tmp_path / "m.keras").predict(images, verbose=0), before)
 
 
+@pytest.mark.slow
 def test_final_entry_with_norm_matches_timm_transformers_and_keras_hub():
     # timm's io.npz holds `pre_logits`, the normed class token; transformers' and keras-hub's hold every token
     # after the final LayerNorm (`last_hidden_state`, `backbone_output`).
@@ -136,6 +139,7 @@ def test_hybrid_gives_its_feature_grid():
     assert_same(maps, tokens[:, 1:].reshape(2, 4, 4, 32))
 
 
+@pytest.mark.slow
 def test_dynamic_image_size_reads_the_grid_of_each_input():
     model = keras_vit.create_model("testing", dynamic_image_size=True)
     features = keras_vit.feature_model(model, blocks=(0, 1), output="NHWC", return_prefix_tokens=True)
@@ -191,6 +195,7 @@ def test_token_split_config_round_trip():
 # ----- export -----
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip(tiny, tmp_path):
     model, _, images = tiny
     features = keras_vit.feature_model(model, blocks=(0, 2), output="NHWC", norm=True, return_prefix_tokens=True)
@@ -203,6 +208,7 @@ def test_keras_file_round_trip(tiny, tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TFLite conversion traces a TF graph")
 def test_tflite_through_the_exporters_conversion(tiny):
     from ai_edge_litert.interpreter import Interpreter
@@ -223,6 +229,7 @@ def test_tflite_through_the_exporters_conversion(tiny):
     assert max_diff(maps, features.predict(images, verbose=0)) < TOL
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export is TensorFlow's")
 def test_saved_model_export(tiny, tmp_path):
     import tensorflow as tf
@@ -242,6 +249,7 @@ def test_saved_model_export(tiny, tmp_path):
 FAMILIES = os.path.join(str(support.FIXTURES), "interop_families")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fixture, prefix", [("timm_dinov2_small_reg4", 5), ("timm_deit_tiny_distilled", 2), ("timm_siglip_base", 0)]
 )

@@ -223,6 +223,7 @@ def _zoo(root):
     return expected
 
 
+@pytest.mark.slow
 def test_folder_dataset_reads_every_format_through_the_reader(tmp_path):
     from training import data
     from training.options.config import TrainConfig
@@ -417,6 +418,7 @@ def test_crop_windows_decode_to_the_readers_pixels(tmp_path):
             )
 
 
+@pytest.mark.slow
 def test_the_training_stream_is_the_same_with_and_without_window_decoding(tmp_path):
     """Decoding crop windows is a speed-up only: the batches equal those of decoding every image in full."""
     import dataclasses

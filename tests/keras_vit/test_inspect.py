@@ -316,6 +316,7 @@ def test_patch_embedding_components_recover_planted_directions():
 # ----- plots and imports -----
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, dict(class_token=False, pooling="gap", image_size=(24, 40))])
 def test_save_figures_writes_four_pngs(tmp_path, overrides):
     model = keras_vit.create_model("testing", **overrides)
@@ -392,6 +393,7 @@ def test_distance_figure_colours_many_heads_on_a_colour_bar():
     assert len(plot.collections) == 16 and all(len(c.get_offsets()) == 4 for c in plot.collections)
 
 
+@pytest.mark.slow
 def test_inspect_works_without_matplotlib(tmp_path):
     # keras itself imports matplotlib when it is installed, so block it: the array functions must not need it,
     # and the figures must say what is missing.

@@ -31,6 +31,7 @@ def testing_keras(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_variant_and_npz(tmp_path, fixtures_dir, capsys):
     npz = str(fixtures_dir / "vit_tiny_official.npz")
     assert main(["testing", "--npz", npz, "--out", str(tmp_path / "a")]) == 0
@@ -40,6 +41,7 @@ def test_variant_and_npz(tmp_path, fixtures_dir, capsys):
     _assert_four_pngs(tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_keras_file_with_image_files(tmp_path, testing_keras):
     rng = np.random.default_rng(0)
     grey, rgba = tmp_path / "grey.png", tmp_path / "rgba.jpg.png"
@@ -54,6 +56,7 @@ def test_keras_file_with_image_files(tmp_path, testing_keras):
     np.testing.assert_array_equal(images[0, ..., 0], images[0, ..., 2])  # grey repeated into RGB
 
 
+@pytest.mark.slow
 def test_digits_workdir(tmp_path, capsys, monkeypatch):
     """A training workdir (model.keras + samples/heldout.npz) of a digits-shaped model: figures go to WORKDIR/plots.
 
@@ -91,6 +94,7 @@ def _fails(argv, capsys, *fragments):
     return err
 
 
+@pytest.mark.slow
 def test_clear_errors(tmp_path, testing_keras, fixtures_dir, capsys):
     out = ["--out", str(tmp_path / "out")]
     _fails([str(tmp_path / "missing.keras"), *out], capsys, "Model file not found", "missing.keras")
@@ -127,6 +131,7 @@ def test_clear_errors(tmp_path, testing_keras, fixtures_dir, capsys):
     assert exit_info.value.code == 2 and "--out" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_module_entry_point(tmp_path, fixtures_dir, monkeypatch, capsys):
     # `python -m keras_vit.inspect` runs the package's __main__ as "__main__" (run in-process: a fresh
     # interpreter would spend ~10 s importing TensorFlow again).

@@ -139,6 +139,7 @@ def _h5_tree(path):
     return tree
 
 
+@pytest.mark.slow
 def test_save_pretrained_keras_hub_writes_the_fixture_preset(tmp_path):
     out = keras_vit.save_pretrained(loaded(KERAS_HUB), tmp_path / "preset", format="keras_hub")
     for name in ("model.weights.h5", "task.weights.h5"):
@@ -179,6 +180,7 @@ def test_transformers_to_timm_keeps_names_and_warns_about_epsilon(tmp_path):
     assert max_diff(again.predict(ref["images"], verbose=0), ref["logits"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_npz_round_trip_loads_with_load_npz(tmp_path):
     ref = io(TIMM)
     path = keras_vit.save_pretrained(loaded(TIMM), tmp_path / "vit.npz", format="npz")
@@ -211,6 +213,7 @@ def test_an_unused_pooler_in_a_transformers_classifier_is_not_applied(tmp_path):
     assert max_diff(model.predict(ref["images"], verbose=0), ref["logits"]) < TOL
 
 
+@pytest.mark.slow
 def test_tanh_gelu_and_generic_labels_survive_transformers(tmp_path):
     model = keras_vit.create_model("testing", num_classes=3)
     rng = np.random.default_rng(0)
@@ -317,6 +320,7 @@ def test_image_size_override_interpolates_position_embeddings():
     np.testing.assert_allclose(got[1:].reshape(8, 8, -1), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_num_classes_override_starts_a_zero_head_with_a_warning():
     ref = io(HF_CLS)
     with pytest.warns(UserWarning, match=r"from_pretrained: skipped head: checkpoint head \(48, 5\)"):

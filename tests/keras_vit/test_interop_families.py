@@ -99,6 +99,7 @@ def test_fixture_options_and_prefix_tokens(fixture):
     assert model.config.num_prefix_tokens == prefix
 
 
+@pytest.mark.slow
 def test_save_pretrained_round_trip(fixture, tmp_path):
     name, model, ref = fixture
     out = keras_vit.save_pretrained(model, tmp_path / name, format=fmt(name))

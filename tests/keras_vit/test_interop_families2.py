@@ -49,6 +49,7 @@ def test_fixture_matches_timm(fixture):
     assert max(diffs.values()) < TOL, diffs
 
 
+@pytest.mark.slow
 def test_non_square_input_matches_timms_dynamic_size(fixture):
     name, _, ref = fixture
     if "wide_images" not in ref:
@@ -86,6 +87,7 @@ def test_options_come_from_the_architecture_table(fixture):
         assert getattr(model.config, key) == value, key
 
 
+@pytest.mark.slow
 def test_save_pretrained_writes_timms_layout(fixture, tmp_path):
     """The written tensors have the fixture's names and shapes; their values are the fixture's (the patch
     embedding and position table aside where mean/std were folded in), and the folder reads back to the model."""

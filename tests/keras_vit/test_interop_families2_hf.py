@@ -85,6 +85,7 @@ def test_fixture_matches_transformers(fixture):
     assert {k: getattr(model.config, k) for k in EXPECTED[name]} == EXPECTED[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", WIDE)
 @pytest.mark.parametrize("how", ["dynamic_image_size", "image_size"])
 def test_non_square_input_matches_transformers(name, how):
@@ -98,6 +99,7 @@ def test_non_square_input_matches_transformers(name, how):
     assert max(diffs.values()) < TOL, diffs
 
 
+@pytest.mark.slow
 def test_save_pretrained_round_trip(fixture, tmp_path):
     """Written back in transformers' layout: the (vision tower's) tensor names and shapes, their values (but for
     those the normalisation folds into, and an unused mask token), the same outputs when read again. A MetaCLIP 2
@@ -188,6 +190,7 @@ def test_an_aimv2_head_changed_by_training_is_not_written_as_aimv2(tmp_path):
 KERAS_HUB = os.path.join(str(support.FIXTURES), "kerashub_dinov3")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dinov3_vit", "dinov3_vit_gated"])
 def test_keras_hub_dinov3_presets_match_keras_hub(name):
     """keras-hub's DINOV3Backbone presets (made by keras-hub from the transformers fixtures): every token after the

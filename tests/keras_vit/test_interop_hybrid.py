@@ -221,6 +221,7 @@ def case(request, tmp_path_factory):
     return name, folder, keras_vit.from_pretrained(folder), images, timm_hybrid_logits(images, state, heads)
 
 
+@pytest.mark.slow
 def test_timm_hybrid_matches_timm_maths(case):
     name, _, model, images, expected = case
     _, stages, patch, size, heads = CASES[name]
@@ -229,6 +230,7 @@ def test_timm_hybrid_matches_timm_maths(case):
     assert scaled_diff(model.predict(images, verbose=0), expected) < TOL
 
 
+@pytest.mark.slow
 def test_timm_hybrid_in_float64_matches_timm_maths_beyond_float32(case):
     """The mapping is exact, not merely close: in float64 the model meets the reference far below float32's
     round-off (what is left, about 1e-7, is the transformer's float32 internals)."""
@@ -238,6 +240,7 @@ def test_timm_hybrid_in_float64_matches_timm_maths_beyond_float32(case):
     assert scaled_diff(wide.predict(images.astype("float64"), verbose=0), expected) < 1e-6
 
 
+@pytest.mark.slow
 def test_vit_jax_constants_would_not_match(case):
     """The same weights with vit_jax's constants (std + 1e-5, GroupNorm 1e-6) miss timm's outputs: the reference
     can tell the two apart, so matching it is a real check of resnet_norm='timm'."""
@@ -247,6 +250,7 @@ def test_vit_jax_constants_would_not_match(case):
     assert scaled_diff(other.predict(images, verbose=0), expected) > 1e-4
 
 
+@pytest.mark.slow
 def test_timm_hybrid_round_trip(case, tmp_path):
     name, folder, model, images, expected = case
     out = keras_vit.save_pretrained(model, tmp_path / name, format="timm")

@@ -154,6 +154,7 @@ print("DIFF", keras.config.backend(), float(np.abs(jitted - arrays["pooler_outpu
 """
 
 
+@pytest.mark.slow
 def test_jax_backend_reproduces_transformers():
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(support.ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(
@@ -181,6 +182,7 @@ def test_load_weights_into_a_naflex_model_with_a_new_head():
     assert "Transformer/posembed_input/pos_embedding" in report.resized
 
 
+@pytest.mark.slow
 def test_a_saved_naflex_model_is_a_source(tmp_path):
     """`from_pretrained("model.keras")` (what `--init` takes): a NaFlexViT back; the fixed model with naflex=False."""
     arrays = io(HF)
@@ -192,6 +194,7 @@ def test_a_saved_naflex_model_is_a_source(tmp_path):
     assert isinstance(fixed, keras_vit.VisionTransformer)
 
 
+@pytest.mark.slow
 def test_a_gap_siglip_tower_is_a_naflex_model_that_averages_only_the_valid_tokens(tmp_path):
     """timm's SigLIP 2 `gap` tower as NaFlex: with 4 padding rows after the 4 x 4 grid, the mean of the valid tokens
     gives timm's logits; a mean over every row would not. Written as timm's naflexvit and read back: the same."""

@@ -98,6 +98,7 @@ def saved_model(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first",
     [
@@ -125,6 +126,7 @@ def test_no_package_decides_by_the_command_line():
             assert "orig_argv" not in text and "sys.argv[:1]" not in text, path
 
 
+@pytest.mark.slow
 def test_a_probe_for_keras_does_not_use_up_the_registration():
     """`importlib.util.find_spec("keras")` before Keras is imported (availability checks do it) once consumed the
     hook that registers keras_vit's classes, so `load_model` could not find VisionTransformer afterwards."""

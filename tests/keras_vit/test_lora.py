@@ -173,6 +173,7 @@ def test_under_mixed_precision_the_merge_is_computed_in_float32():
     np.testing.assert_allclose(merged, expected, rtol=0, atol=1e-7)  # Keras' bfloat16 layer.kernel: 8.6e-4 off
 
 
+@pytest.mark.slow
 def test_a_quantized_lora_model_is_refused_by_merge_with_the_order_that_works():
     model = _model()
     with pytest.warns(UserWarning):  # Keras names the layers it has nothing to quantize in

@@ -46,6 +46,7 @@ def test_non_square_image_matches_numpy(tmp_path):
     _assert_close(model.predict(images, verbose=0), numpy_vit.vit_forward(images, ckpt, num_layers=2))
 
 
+@pytest.mark.slow
 def test_ti16_matches_numpy(tmp_path):
     rng = np.random.default_rng(3)
     ckpt = vit_checkpoint(rng, hidden=192, layers=12, heads=3, mlp=768, patch=16, grid=(14, 14), classes=1000)
@@ -101,6 +102,7 @@ def test_small_hybrid_matches_numpy(tmp_path):
     _assert_close(model.predict(images, verbose=0), expected)
 
 
+@pytest.mark.slow
 def test_r50_b16_checkpoint_keys_map_one_to_one(tmp_path):
     """Every key of a full R50+B/16 checkpoint layout maps to a variable of the right shape, and vice versa."""
     from keras_vit.weights import checkpoint_variables

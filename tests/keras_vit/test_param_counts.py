@@ -75,6 +75,7 @@ def test_parameter_count(name):
     gc.collect()
 
 
+@pytest.mark.slow
 def test_backbone_without_head():
     assert keras_vit.create_model("B/16", num_classes=0).count_params() == 85_798_656
 

@@ -27,6 +27,7 @@ def _projections(model):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_quantize_reaches_every_projection_and_stays_near_float(mode):
     model = _model()
@@ -43,6 +44,7 @@ def test_quantize_reaches_every_projection_and_stays_near_float(mode):
     assert (out.argmax(-1) == reference.argmax(-1)).mean() >= 0.75 or mode == "int4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["int8", "float8"])
 def test_a_quantized_model_saves_and_loads(tmp_path, mode):
     model = _model()
@@ -54,6 +56,7 @@ def test_a_quantized_model_saves_and_loads(tmp_path, mode):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(_images())), before, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_quantize_works_on_a_hybrid_with_stochastic_depth(mode):
     keras.utils.set_random_seed(7)

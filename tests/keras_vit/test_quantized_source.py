@@ -29,6 +29,7 @@ def _quantized_file(tmp_path, mode):
     return path, model, images, reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["int8", "int4", "float8"])
 def test_a_quantized_keras_file_loads_within_the_quantization_error(tmp_path, mode):
     path, model, images, reference = _quantized_file(tmp_path, mode)
@@ -42,6 +43,7 @@ def test_a_quantized_keras_file_loads_within_the_quantization_error(tmp_path, mo
     assert np.abs(out - out_quantized).max() <= 2 * error + 1e-6 * np.abs(reference).max()
 
 
+@pytest.mark.slow
 def test_an_int8_kernel_is_its_codes_over_their_scales(tmp_path):
     path, model, _, _ = _quantized_file(tmp_path, "int8")
     dense = model.get_layer("encoderblock_0").mlp.dense_0

@@ -101,6 +101,7 @@ def test_remat_is_kept_in_the_config_and_refused_with_dropout():
     )
 
 
+@pytest.mark.slow
 def test_elementwise_remat_round_trips_keeps_the_weights_and_allows_dropout(tmp_path):
     model = keras_vit.create_model("testing", remat="elementwise")
     assert model.get_config()["remat"] == "elementwise"

@@ -218,6 +218,7 @@ NEW_MODELS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", NEW_MODELS.values(), ids=NEW_MODELS.keys())
 def test_new_model_config_and_keras_file_round_trip(tmp_path, options):
     model = keras_vit.create_model("testing", hidden_size=48, num_heads=3, **options)

@@ -65,6 +65,7 @@ FAMILY_MODELS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", FAMILY_MODELS.values(), ids=FAMILY_MODELS.keys())
 def test_family_model_config_and_keras_file_round_trip(tmp_path, options):
     model = keras_vit.create_model("testing", **options)
@@ -95,6 +96,7 @@ def test_class_names_survive_config_and_keras_file(tmp_path):
         keras_vit.create_model("testing", class_names=["a", "b", "c"])
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_in_a_fresh_process(tmp_path):
     model = keras_vit.create_model("testing", representation_size=16, stochastic_depth_rate=0.1, dropout_rate=0.1)
     rng = np.random.default_rng(0)
@@ -117,6 +119,7 @@ def test_keras_file_round_trip_in_a_fresh_process(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_policy(tmp_path):
     rng = np.random.default_rng(1)
     reference = keras_vit.create_model("testing")
@@ -138,6 +141,7 @@ def test_mixed_bfloat16_policy(tmp_path):
     np.testing.assert_array_equal(revived.predict(images, verbose=0), logits)
 
 
+@pytest.mark.slow
 def test_compiled_matches_eager():
     rng = np.random.default_rng(2)
     model = keras_vit.create_model("testing")
@@ -149,6 +153,7 @@ def test_compiled_matches_eager():
     np.testing.assert_allclose(model.predict(images, verbose=0), eager, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_one_step_with_regularisation():
     model = keras_vit.create_model("testing", dropout_rate=0.1, attention_dropout_rate=0.1, stochastic_depth_rate=0.2)
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -98,6 +98,7 @@ def _subprocess(code, backend):
     return json.loads(result.stdout.split("RESULT", 1)[1])
 
 
+@pytest.mark.slow
 def test_micro_batches_update_as_one_batch_on_tensorflow():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("the in-process case is the TensorFlow backend's")

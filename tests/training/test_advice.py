@@ -238,6 +238,7 @@ def test_the_shipped_advice_file_is_well_formed():
                 assert figures and all(v > 0 for v in figures.values())
 
 
+@pytest.mark.slow
 def test_the_trainer_prints_the_advice_and_follows_it_for_auto_jit(tmp_path, monkeypatch, capsys):
     import training
     from training.options.resolve import model_config

@@ -136,6 +136,7 @@ def test_cutout_is_an_80_pixel_grey_square_at_level_10():
     assert len(set(sides)) > 1 or sides[0] == (80, 80)  # clipped at the borders sometimes
 
 
+@pytest.mark.slow
 def test_ops_are_chosen_per_image_in_a_batch():
     """A batch of identical flat images: the outcomes differ by op (Invert 155, Brightness 190, Posterize 96,
     SolarizeAdd 210, identity 100, grey fill 128 ...), so one batch showing several means several ops."""

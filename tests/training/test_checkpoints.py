@@ -75,6 +75,7 @@ def test_checkpoints_that_all_fail_give_an_error_not_a_restart(tmp_path):
     assert _manager(tmp_path / "empty").restore_latest() is None  # no checkpoints at all: a fresh start
 
 
+@pytest.mark.slow
 def test_restore_matches_variables_by_path_and_names_a_mismatch(tmp_path):
     manager = _manager(tmp_path)
     path = _save_at(manager, 3, [1.0, 2.0, 3.0])
@@ -103,6 +104,7 @@ def test_restore_matches_variables_by_path_and_names_a_mismatch(tmp_path):
         _manager(tmp_path).restore_latest()
 
 
+@pytest.mark.slow
 def test_rotation_never_deletes_the_last_good_checkpoint(tmp_path):
     manager = _manager(tmp_path, keep=1)
     _save_at(manager, 5, [1.0, 2.0, 3.0])

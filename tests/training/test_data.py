@@ -32,6 +32,7 @@ def test_digits_source_is_the_contract_conversion_with_a_stratified_split():
     np.testing.assert_array_equal(held_labels, again)  # fixed split
 
 
+@pytest.mark.slow
 def test_stream_resumed_at_a_step_equals_the_uninterrupted_stream():
     config = TrainConfig(**SMALL, augment="inception", mixup_alpha=0.2, randaugment=(2, 10))
     source = data.load_source("synthetic", seed=3)
@@ -72,6 +73,7 @@ def _counting_source(count):
     return source, reads
 
 
+@pytest.mark.slow
 def test_resume_of_a_sequential_source_reads_one_pass_and_continues_the_same_stream():
     count, batch, buffer, step, steps = 60, 8, 16, 301, 12  # step 301 = element 2408: pass 40, 8 elements in
     source, reads = _counting_source(count)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops
 
@@ -56,6 +57,7 @@ print("DISTRIBUTED", first_batch())
 """
 
 
+@pytest.mark.slow
 def test_keras_jax_places_the_next_batch_before_handing_out_the_current_one_on_one_device_only():
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run([sys.executable, "-c", ONE_AHEAD], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -40,6 +40,7 @@ def _pairs(config, n, **kwargs):
     return floats, uint8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs", [{}, {"start_step": 5}, {"shard": (1, 2)}])
 def test_with_randaugment_the_uint8_stream_scaled_and_mixed_is_the_float_stream(kwargs):
     floats, uint8 = _pairs(TrainConfig(**TINY), 3, **kwargs)
@@ -77,6 +78,7 @@ def test_without_randaugment_the_resized_images_are_rounded_and_eval_batches_too
             assert np.abs(_host(images.numpy())[real] - x.numpy()[real]).max() <= HALF_LEVEL + 1e-6
 
 
+@pytest.mark.slow
 def test_mixup_with_accumulation_is_refused_and_accumulation_alone_splits_uint8_batches():
     source = data.load_source("synthetic")
     with pytest.raises(ValueError, match="Use device_input=false or accum_steps=1"):
@@ -132,6 +134,7 @@ def same_step():
     return f"same step {keras.backend.backend()} {a} {b} {worst}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.jax)])  # in each session
 def test_the_wrapper_trains_like_the_plain_model_on_the_float_stream(backend):
     if backend == keras.backend.backend():  # the suite's own backend: here
@@ -212,6 +215,7 @@ def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_an
     assert abs(metrics["h"]["loss"] - metrics["d"]["loss"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_the_moving_average_and_lora_runs_write_the_plain_model_with_device_input(tmp_path):
     import training
 

@@ -61,6 +61,7 @@ def _averages(path, variables):
     return [averages[variable.path.replace("/", "_")] for variable in variables]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accum_steps, export_average", [(1, True), (2, False)])
 def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(
     tmp_path, accum_steps, export_average
@@ -109,6 +110,7 @@ def test_accumulation_and_the_average_train_under_jax_to_the_numpy_average(tmp_p
     test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(tmp_path, 2, True)
 
 
+@pytest.mark.slow
 def test_keras_fit_still_writes_the_average_over_the_weights():
     """Pins `ema.hold_until_the_end`: Keras' `fit` ends by replacing the weights with their average; held, it does
     not. Once Keras stops doing it, the hold is unnecessary."""

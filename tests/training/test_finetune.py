@@ -90,6 +90,7 @@ def test_init_at_a_new_resolution_with_a_fresh_head(pretrained, suffix, capsys):
     assert not model.get_layer("head").kernel.numpy().any() and not model.get_layer("head").bias.numpy().any()
 
 
+@pytest.mark.slow
 def test_finetune_end_to_end_32_to_48_with_three_classes(pretrained, tmp_path, capsys):
     from PIL import Image
 

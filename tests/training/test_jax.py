@@ -352,6 +352,7 @@ def test_jax_placement_choices_and_errors():
     assert out["precision"] == "highest"
 
 
+@pytest.mark.slow
 @pytest.mark.process  # what a fresh process imports is the subject
 def test_the_jax_route_never_imports_the_tensorflow_strategy_module():
     code = (

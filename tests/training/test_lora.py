@@ -45,6 +45,7 @@ def _checkpoint(workdir, step):
     }
 
 
+@pytest.mark.slow
 def test_a_lora_run_trains_the_factors_and_head_resumes_exactly_and_saves_the_merged_model(
     digits_init, tmp_path, capsys
 ):

@@ -198,6 +198,7 @@ def test_processes_that_see_different_workdirs_stop_before_the_first_step(runs, 
     assert not (tmp_path / "a" / "checkpoints").exists() and max(steps_saved(tmp_path / "b")) == 12
 
 
+@pytest.mark.slow
 @pytest.mark.process
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tmp_path, index):
@@ -217,6 +218,7 @@ def test_a_process_whose_peers_never_come_fails_with_one_line_in_bounded_time(tm
     assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was written
 
 
+@pytest.mark.slow
 @pytest.mark.process  # the variables a process starts with
 def test_incomplete_keras_distribution_variables_are_refused_before_any_work(tmp_path):
     result = run_cli("-m", "training", "--workdir", tmp_path / "run", *RUN,
@@ -257,6 +259,7 @@ def test_the_processes_rows_assemble_the_one_process_micro_batches(stream):
             np.testing.assert_array_equal(np.concatenate([parts[0][u][1], parts[1][u][1]]), y)
 
 
+@pytest.mark.slow
 def test_a_tfds_split_is_read_as_one_share_per_process(tmp_path):
     import training
     from tests.support.tfds_fakes import prepare_fake_cifar10

@@ -6,6 +6,7 @@ import types
 
 import keras
 import numpy as np
+import pytest
 from PIL import Image
 
 from keras_vit.models.naflex import NaFlexViT
@@ -40,6 +41,7 @@ def test_each_image_keeps_its_aspect_and_batches_have_one_shape(tmp_path):
         np.testing.assert_array_equal(inputs["mask"], mask)
 
 
+@pytest.mark.slow
 def test_a_naflex_model_fits_on_them(tmp_path):
     paths, labels, names = _folder(tmp_path)
     ds = naflex_dataset(paths, labels, len(names), batch_size=3, patch_size=8, max_num_patches=16, seed=1)

@@ -191,6 +191,7 @@ def test_docs_say_what_the_code_does():
     assert "AugReg" not in training.options.config.TrainConfig.__doc__.split("head_bias_init:")[1].split("\n")[0]
 
 
+@pytest.mark.slow
 def test_extra_evals_are_reported_in_metrics_json(tmp_path):
     """A run on a tiny TFDS dataset with two extra splits: "test_again" repeats the main split (same numbers),
     "first12" is checked against the model's own predictions on those images, computed with numpy."""

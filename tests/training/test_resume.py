@@ -124,6 +124,7 @@ def test_sigterm_saves_then_exits_and_the_run_resumes(tmp_path, capfd):
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"] == 32
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
     # Warm-up from a tiny to an absurd learning rate: the first steps are fine, then the weights blow up.
     config = training.TrainConfig(
@@ -208,6 +209,7 @@ def test_restore_skips_an_unreadable_newest_checkpoint(tmp_path):
     np.testing.assert_array_equal(model.get_layer("head").bias.numpy(), [1.0, 2.0, 3.0])
 
 
+@pytest.mark.slow
 def test_resuming_with_a_different_batch_size_is_refused(tmp_path):
     config = training.TrainConfig(**runs.TINY_CONFIG)
     training.train(config, str(tmp_path), verbose=0)

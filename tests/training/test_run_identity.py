@@ -256,6 +256,7 @@ class _KillAt(keras.callbacks.Callback):
             raise _Killed
 
 
+@pytest.mark.slow
 def test_after_a_mid_epoch_resume_the_epochs_log_row_equals_the_uninterrupted_runs(tmp_path):
     config = CONFIG.replace(epochs=2, steps_per_epoch=4, checkpoint_every=2, deterministic=True, schedule="constant")
     training.train(config, str(tmp_path / "whole"), verbose=0)

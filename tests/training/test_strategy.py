@@ -266,6 +266,7 @@ def test_explicit_mirrored_and_default_on_cpu():
         select_strategy("gpu")
 
 
+@pytest.mark.slow
 def test_cli_strategy_tpu_without_tpu_fails_fast_with_a_clear_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)

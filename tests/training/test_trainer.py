@@ -23,6 +23,7 @@ TINY = dict(
 )
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_trains_with_float32_variables_and_logits(tmp_path):
     config = training.TrainConfig(**TINY, precision="mixed_bfloat16", jit_compile=False)
     result = training.train(config, str(tmp_path), verbose=0)
@@ -59,6 +60,7 @@ def test_evaluate_errors(tmp_path):
         training.evaluate(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_steps_per_execution_adjusted_to_the_epoch_then_evaluate_under_a_strategy(tmp_path, capsys):
     # 6 steps per epoch with 4 per execution would make Keras run 8 per epoch; the trainer uses 3.
     config = training.TrainConfig(**{**TINY, "steps_per_epoch": 6}, jit_compile=False, steps_per_execution=4)
