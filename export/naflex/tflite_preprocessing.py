@@ -75,8 +75,9 @@ def _kernel_numerators(t, big_t, method):
     zero = tf.zeros_like(t)
     if method == "bilinear":
         return tf.maximum(zero, big_t - t)
-    near = 3 * t**3 - 5 * t**2 * big_t + 2 * big_t**3
-    far = -(t**3) + 5 * t**2 * big_t - 8 * t * big_t**2 + 4 * big_t**3
+    t2, big2 = t * t, big_t * big_t  # products, not powers: TFLite has no int64 POW
+    near = 3 * t2 * t - 5 * t2 * big_t + 2 * big2 * big_t
+    far = -t2 * t + 5 * t2 * big_t - 8 * t * big2 + 4 * big2 * big_t
     return tf.where(t < big_t, near, tf.where(t < 2 * big_t, far, zero))
 
 
