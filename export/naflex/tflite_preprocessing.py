@@ -134,14 +134,20 @@ def pass_taps(n_in, n_out, method, arithmetic):
 
 
 def _resize_pass(image, axis, n_out, method, arithmetic):
-    """One separable pass of int32 (H, W, C) `image` along `axis` to `n_out` samples, rounded back to 0..255."""
+    """One separable pass of int32 (H, W, C) `image` along `axis` to `n_out` samples, rounded back to 0..255. A loop
+    over the taps (a TFLite WHILE) keeps one (H, n_out, C) sum in memory instead of every tap at once."""
     tf = _tf()
     index, weights, bits = pass_taps(tf.shape(image)[axis], n_out, method, arithmetic)
-    taps = tf.gather(image, index, axis=axis)  # (H, n_out, K, C) or (n_out, K, W, C)
-    weights = tf.expand_dims(weights, -1)
-    weights = tf.expand_dims(weights, 0) if axis == 1 else tf.expand_dims(weights, -1)
+    shape = tf.tensor_scatter_nd_update(tf.shape(image), [[axis]], tf.reshape(n_out, [1]))
+
+    def add_tap(tap, total):
+        w = tf.gather(weights, tap, axis=1)
+        w = tf.reshape(w, [1, -1, 1]) if axis == 1 else tf.reshape(w, [-1, 1, 1])
+        return tap + 1, total + tf.gather(image, tf.gather(index, tap, axis=1), axis=axis) * w
+
+    start = (tf.constant(0), tf.zeros(shape, tf.int32))
+    _, total = tf.while_loop(lambda tap, _: tap < tf.shape(index)[1], add_tap, start)
     one = _power_of_two(bits)
-    total = tf.reduce_sum(taps * weights, axis=axis + 1)
     return tf.clip_by_value((total + one // 2) // one, 0, 255)
 
 
