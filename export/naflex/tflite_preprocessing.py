@@ -134,8 +134,8 @@ def pass_taps(n_in, n_out, method, arithmetic):
 
 
 def _resize_pass(image, axis, n_out, method, arithmetic):
-    """One separable pass of int32 (H, W, C) `image` along `axis` to `n_out` samples, rounded back to 0..255. A loop
-    over the taps (a TFLite WHILE) keeps one (H, n_out, C) sum in memory instead of every tap at once."""
+    """One separable pass of uint8 or int32 (H, W, C) `image` along `axis` to `n_out` samples, int32 0..255.
+    A loop over the taps (a TFLite WHILE) keeps one (H, n_out, C) sum in memory instead of every tap at once."""
     tf = _tf()
     index, weights, bits = pass_taps(tf.shape(image)[axis], n_out, method, arithmetic)
     shape = tf.tensor_scatter_nd_update(tf.shape(image), [[axis]], tf.reshape(n_out, [1]))
@@ -143,7 +143,7 @@ def _resize_pass(image, axis, n_out, method, arithmetic):
     def add_tap(tap, total):
         w = tf.gather(weights, tap, axis=1)
         w = tf.reshape(w, [1, -1, 1]) if axis == 1 else tf.reshape(w, [-1, 1, 1])
-        return tap + 1, total + tf.gather(image, tf.gather(index, tap, axis=1), axis=axis) * w
+        return tap + 1, total + tf.cast(tf.gather(image, tf.gather(index, tap, axis=1), axis=axis), tf.int32) * w
 
     start = (tf.constant(0), tf.zeros(shape, tf.int32))
     _, total = tf.while_loop(lambda tap, _: tap < tf.shape(index)[1], add_tap, start)
@@ -152,7 +152,7 @@ def _resize_pass(image, axis, n_out, method, arithmetic):
 
 
 def resize(image, height, width, method, arithmetic):
-    """int32 (H, W, C) 0..255 -> int32 (height, width, C): `keras_vit.resample.resize_uint8` (columns first), exact."""
+    """uint8 (H, W, C) -> int32 (height, width, C) 0..255: `keras_vit.resample.resize_uint8` (columns first), exact."""
     return _resize_pass(_resize_pass(image, 1, width, method, arithmetic), 0, height, method, arithmetic)
 
 
@@ -177,7 +177,7 @@ def preprocess(image, patch_size, max_num_patches, style="transformers", mean=0.
     options = STYLES[style]
     shape = tf.shape(image)
     rows, cols = target_grid(shape[1], shape[2], p, n)
-    pixels = resize(tf.cast(image[0], tf.int32), rows * p, cols * p, options["method"], options["arithmetic"])
+    pixels = resize(image[0], rows * p, cols * p, options["method"], options["arithmetic"])
     table = tf.constant(scale_table(style, mean, std).reshape(-1))
     scaled = tf.gather(table, pixels * 3 + tf.range(3))
     count = rows * cols
