@@ -117,3 +117,27 @@ def test_a_float32_resize_is_not_bit_exact():
     expected = resize_uint8(image, 160, 400, "bilinear", "torchvision")
     floated = tf.image.resize(image.astype(np.float32), (160, 400), "bilinear", antialias=True).numpy()
     assert (np.clip(np.round(floated), 0, 255).astype(np.uint8) != expected).sum() > 100
+
+
+def test_the_one_known_bicubic_difference_is_numpys_float64_rounding():
+    """The one weight of `benchmarks.naflex_preprocessing --exactness 2000` that differs (timm's bicubic, 3330 ->
+    3587 samples, output 3568, tap 3312): the exact ratio, 3300399.5000002 in 2**-22 units, rounds up; numpy's
+    float64 evaluation of the same kernel lands at 3300399.4999996 and rounds down."""
+    from fractions import Fraction
+
+    import tensorflow as tf
+
+    from export.naflex.tflite_preprocessing import pass_taps
+
+    n_in, n_out, i, k = 3330, 3587, 3568, 3312
+    lo, w = resample_weights(n_in, n_out, "bicubic")[i]
+    assert 0.4999 < w[k - lo] * 2**22 - 3300399 < 0.5
+    side = 2 * max(n_in, n_out)
+    offsets = [abs((2 * j + 1) * n_out - (2 * i + 1) * n_in) for j in range(n_in)]
+    near = [3 * t**3 - 5 * t * t * side + 2 * side**3 if t < side else 0 for t in offsets]
+    far = [-(t**3) + 5 * t * t * side - 8 * t * side**2 + 4 * side**3 if side <= t < 2 * side else 0 for t in offsets]
+    exact = Fraction((near[k] + far[k]) * 2**22, sum(near) + sum(far))
+    assert Fraction(1, 2) < exact - 3300399 < Fraction(1, 2) + Fraction(1, 10**6)
+    index, weights, _ = pass_taps(tf.constant(n_in), tf.constant(n_out), "bicubic", "pil")
+    (column,) = np.nonzero(index.numpy()[i] == k)[0]
+    assert weights.numpy()[i, column] == 3300400 and _fixed_point([(lo, w)], "pil")[0][0][1][k - lo] == 3300399
