@@ -12,7 +12,7 @@ from keras_vit import naflex_inputs, resample
 
 MODULE = "naflex_preprocessing.py"
 SETTINGS = "naflex_preprocessing.json"
-OWNED = (r"naflex_preprocessing\.(py|json)",)
+OWNED = (r"naflex_preprocessing\.(py|json|tflite)",)
 # Every verification image is cut to one of these (height, width) fractions of itself: wide, tall, square.
 ASPECTS = {"wide": (0.5, 1.0), "tall": (1.0, 0.5), "square": (1.0, 1.0)}
 

@@ -13,8 +13,10 @@ from ..errors import ExportError
 from ..io import check_labels
 from ..kinds import classifier, embedder
 from ..runtime import median_ms
+from ..tflite.flatbuffer import non_builtin_ops, read_ops
 from . import app_preprocessing as preprocessing
 from . import files as naflex_files
+from . import tflite_preprocessing
 
 FORMAT_NAMES = ("saved_model", "tflite", "onnx", "openvino")
 
@@ -43,6 +45,7 @@ def write(plan, source, staging, out, options):
         commit.write_staged(staging / name, data)
     shipped = preprocessing.load(staging / preprocessing.MODULE)  # every file is fed what the app's copy makes
     v = _verification(plan, source, options, shipped)
+    v.app = _app_tflite(plan, v, staging, options) if "tflite" in plan.formats else None
     artifacts = []
     for fmt in plan.formats:
         for mode in plan.modes if fmt == "tflite" else (None,):
@@ -87,16 +90,53 @@ def _verification(plan, source, options, shipped):
     keras_row = {"threads": "tf-default", "latency_ms": latency, **plan.kind.keras_fields(named, truth, source)}
     note = plan.kind.NO_ACCURACY.get(chosen.origin) if plan.kind.LABELLED else None
     return types.SimpleNamespace(feeds=feeds, aspects=np.asarray(aspects), reference=reference, truth=truth,
-                                 keras=keras_row, set_name=chosen.name, note=note)  # fmt: skip
+                                 keras=keras_row, set_name=chosen.name, note=note, images=images)  # fmt: skip
+
+
+def _app_tflite(plan, v, staging, options):
+    """Writes naflex_preprocessing.tflite and runs it on every verification image: its feeds, and whether they equal
+    the shipped numpy preprocessing's bitwise."""
+    data = tflite_preprocessing.flatbuffer(preprocessing.settings(plan.model))
+    commit.write_staged(staging / tflite_preprocessing.NAME, data)
+    runner = tflite_preprocessing.Runner(data, options.num_threads)
+    feeds = [runner.inputs(image) for image in v.images]
+    differing = sum(int((f[k] != s[k]).sum()) for f, s in zip(feeds, v.feeds) for k in naflex_files.INPUTS)
+    latency = median_ms(lambda: runner.inputs(v.images[0]), options.latency_runs, options.latency_warmup)
+    sizes = sorted({image.shape[:2] for image in v.images})
+    return types.SimpleNamespace(feeds=feeds, differing=differing, bytes=len(data), latency_ms=latency,
+                                 non_builtin_ops=non_builtin_ops(read_ops(data)),
+                                 sizes=[list(s) for s in sizes])  # fmt: skip
+
+
+def _fed_by_app(plan, v, runner, budget):
+    """The .tflite file run on naflex_preprocessing.tflite's feeds and judged against Keras: (lines, failures)."""
+    app = v.app
+    outputs = np.concatenate([runner.run(feed) for feed in app.feeds])
+    found = plan.kind.figures({plan.output: outputs}, {plan.output: v.reference}, v.truth)
+    failures = [f"fed by {tflite_preprocessing.NAME}: {f}" for f in plan.kind.check_budget(found, budget)]
+    if app.differing or app.non_builtin_ops:
+        failures.append(f"{tflite_preprocessing.NAME}: {app.differing} input values differ from "
+                        f"{preprocessing.MODULE}'s, non-builtin ops {app.non_builtin_ops or 'none'}")  # fmt: skip
+    lines = [
+        f"  {tflite_preprocessing.NAME}: {app.bytes} bytes, builtin ops only, {app.latency_ms:.2f} ms per image; "
+        f"its inputs vs {preprocessing.MODULE}'s on {len(app.feeds)} images (wide, tall, square): "
+        + ("bitwise equal" if not app.differing else f"{app.differing} values differ"),
+        f"  fed by {tflite_preprocessing.NAME}: max |diff| vs Keras {float(np.abs(outputs - v.reference).max()):.2e}",
+    ]
+    return lines, failures
 
 
 def _judge(plan, v, runner, options, name, fmt, mode, out, size, lines, budget_key, **fields):
-    """The report entry of one file: its runtime's outputs on every feed against the Keras reference."""
+    """The report entry of one file: its runtime's outputs on every feed against the Keras reference (a .tflite
+    file's also on naflex_preprocessing.tflite's feeds)."""
     outputs = np.concatenate([runner.run(feed) for feed in v.feeds])
     kind = plan.kind
     found = kind.figures({plan.output: outputs}, {plan.output: v.reference}, v.truth)
     budget = kind.BUDGETS.get(budget_key, kind.BUDGETS["float32"])
     failures = kind.check_budget(found, budget)
+    if fmt == "tflite" and v.app is not None:
+        app_lines, app_failures = _fed_by_app(plan, v, runner, budget)
+        lines, failures = [*lines, *app_lines], [*failures, *app_failures]
     by_aspect = {a: float(np.abs(outputs[v.aspects == a] - v.reference[v.aspects == a]).max())
                  for a in preprocessing.ASPECTS if (v.aspects == a).any()}  # fmt: skip
     lines = [*lines, "  max |diff| by aspect: " + ", ".join(f"{a} {d:.2e}" for a, d in by_aspect.items())]
@@ -161,6 +201,11 @@ def _onnx_data(plan):
     return plan.onnx
 
 
+def _app_summary(app):
+    return {"file_bytes": app.bytes, "latency_ms": app.latency_ms, "image_sizes": app.sizes,
+            "differing_input_values": app.differing, "non_builtin_ops": app.non_builtin_ops}  # fmt: skip
+
+
 _ENTRIES = {"saved_model": _saved_model, "tflite": _tflite, "onnx": _onnx, "openvino": _openvino}
 
 
@@ -175,7 +220,12 @@ def _report(plan, source, v, artifacts, out, options):
             **plan.kind.describe_model(plan),
         },
         **({"labels": plan.labels, "tflite_output": plan.output} if plan.labels is not None else {}),
-        "preprocessing": [preprocessing.MODULE, preprocessing.SETTINGS],
+        "preprocessing": [
+            preprocessing.MODULE,
+            preprocessing.SETTINGS,
+            *([tflite_preprocessing.NAME] if v.app is not None else []),
+        ],
+        **({"preprocessing_tflite": _app_summary(v.app)} if v.app is not None else {}),
         "verification": {
             "set": v.set_name + ", cut wide, tall and square in turn",
             "images": len(v.feeds),
@@ -188,6 +238,14 @@ def _report(plan, source, v, artifacts, out, options):
         "notes": [
             f"NaFlex inputs: an app makes them with {preprocessing.MODULE} (inputs(image) for any uint8 RGB image; "
             f"settings in {preprocessing.SETTINGS}); every file was fed what it made",
+            *(
+                [
+                    f"On a phone: {tflite_preprocessing.NAME} (one uint8 (1, H, W, 3) image, any H and W) makes the "
+                    f"three inputs, then the model's .tflite runs on them"
+                ]
+                if v.app is not None
+                else []
+            ),
             *([v.note] if v.note else []),
         ],
         "passed": all(a["passed"] for a in artifacts),

@@ -60,6 +60,7 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     from export.__main__ import main as export_main
     from export.naflex.app_preprocessing import load
     from export.naflex.files import TFLiteRunner
+    from export.naflex.tflite_preprocessing import Runner
     from training.__main__ import main as train_main
 
     # The fixture's 5 classes, its head loaded (init_head): logits of order 1, so the files' agreement means something.
@@ -90,6 +91,9 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
         assert a["passed"] and set(a["max_abs_diff_by_aspect"]) == {"wide", "tall", "square"}, a["name"]
     tflite = next(a for a in report["artifacts"] if a["format"] == "tflite")
     assert tflite["non_builtin_ops"] == []
+    app = report["preprocessing_tflite"]  # run on the same cut images, its inputs equal the numpy module's bitwise
+    assert app["differing_input_values"] == 0 and app["non_builtin_ops"] == [] and len(app["image_sizes"]) == 3
+    assert any(line.startswith("  fed by naflex_preprocessing.tflite: max |diff|") for line in tflite["lines"])
 
     # What an app does: the shipped numpy preprocessing on a photo of any size, then the .tflite file.
     shipped = load(out / "naflex_preprocessing.py")
@@ -100,3 +104,7 @@ def test_a_naflex_fine_tune_runs_from_the_command_line_and_exports_in_every_form
     runner = TFLiteRunner((out / "model_float32.tflite").read_bytes())
     logits = keras.ops.convert_to_numpy(model(feed, training=False))
     assert np.abs(logits).max() > 0.1 and scaled_diff(runner.run(feed), logits) <= TOL
+    # What a phone app does: naflex_preprocessing.tflite on the photo, then the model's .tflite on what it made.
+    app_feed = Runner((out / "naflex_preprocessing.tflite").read_bytes()).inputs(pixels)
+    assert all(np.array_equal(app_feed[k], feed[k]) and app_feed[k].dtype == feed[k].dtype for k in feed)
+    assert scaled_diff(runner.run(app_feed), logits) <= TOL
