@@ -36,6 +36,7 @@ def converted(request):
     return request.param, p, n, data, tflite_preprocessing.Runner(data)
 
 
+@pytest.mark.slow
 def test_the_tflite_preprocessing_equals_naflex_image_on_odd_sizes(converted):
     style, p, n, _, runner = converted
     rng = np.random.default_rng(0)
@@ -50,6 +51,7 @@ def test_the_tflite_preprocessing_equals_naflex_image_on_odd_sizes(converted):
             assert _mismatches({**found, "patches": swapped}, expected) == ["patches"]
 
 
+@pytest.mark.slow
 def test_the_file_has_builtin_ops_only_and_an_open_image_size(converted):
     from ai_edge_litert.interpreter import Interpreter
 
@@ -68,6 +70,7 @@ def _rational_size(h, w, p, n):
     return max(1, -(-h * k // side)) * p, max(1, -(-w * k // side)) * p
 
 
+@pytest.mark.slow
 def test_the_integer_target_size_equals_the_bisection():
     import tensorflow as tf
 
@@ -85,6 +88,7 @@ def test_the_integer_target_size_equals_the_bisection():
     assert all(_rational_size(h, w, 16, 256) != target_size(h, w, 16, 256) for h, w in GRID_SIZES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, arithmetic", [("bilinear", "torchvision"), ("bicubic", "pil")])
 def test_the_integer_weights_equal_the_float64_fixed_point_ones(method, arithmetic):
     import tensorflow as tf
