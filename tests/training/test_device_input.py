@@ -1,6 +1,6 @@
 """uint8 images to the device (`--set device_input=true`, `training.device_input`): the uint8 stream, scaled and mixed
 in numpy with the weights it carries, is the float stream (resumed and sharded too); the wrapper's train step is the
-plain model's on the float stream (TensorFlow, and JAX in a subprocess); a command-line run killed mid-epoch resumes,
+plain model's on the float stream (TensorFlow, and JAX in the JAX session); a command-line run killed mid-epoch resumes,
 ends like the host-route run and writes the plain model; "auto" is off on a CPU and says so in metrics.json."""
 
 import json
@@ -15,6 +15,7 @@ import pytest
 
 import keras_vit
 from tests import support
+from tests.support import processes
 from training import data
 from training.device_input import DeviceInput, resolve_device_input
 from training.options.config import TrainConfig
@@ -171,42 +172,52 @@ def test_under_mixed_bfloat16_the_wrapper_still_scales_and_mixes_in_float32():
     np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(expected, np.float32))
 
 
-# A run with Mixup and RandAugment, checkpoints at steps 3, 4, 6, 8; killed after step 3's, it resumes mid-epoch.
+# A run with Mixup and RandAugment, checkpoints at steps 3, 4, 6, 8; killed after step 3's, it resumes mid-epoch. JAX's
+# default jit_compile=auto (the step one jitted program, as a JAX user runs it; op by op took longer than compiling).
 SETTINGS = (
     "image_size=16 steps_per_epoch=4 checkpoint_every=3 eval_every=0 num_samples=8 num_calibration=8 "
-    "mixup_alpha=0.2 randaugment=(2,10) deterministic=True jit_compile=false warmup_steps=1 plots=false"
+    "mixup_alpha=0.2 randaugment=(2,10) deterministic=True warmup_steps=1 plots=false"
 )
 RUN = ["--dataset", "synthetic", "--epochs", "2", "--batch-size", "8"]
 RUN += [arg for option in SETTINGS.split(" ") for arg in ("--set", option)]
 
 
-def _cli(workdir, backend, *extra, kill_at=None):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "KERAS_VIT_KILL_AT_WRITE", "XLA_FLAGS")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, KERAS_BACKEND=backend)
-    if kill_at:
-        env["KERAS_VIT_KILL_AT_WRITE"] = kill_at
-    command = [sys.executable, "-m", "training", "--workdir", str(workdir), *RUN, *extra]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def _cli(workdir, *extra, kill_at=None):
+    """The run as a JAX process of its own with the JAX session's 2 host devices: the killed run."""
+    env = processes.env(backend="jax", devices=2, **({"KERAS_VIT_KILL_AT_WRITE": kill_at} if kill_at else {}))
+    return processes.run_cli("-m", "training", "--workdir", workdir, *RUN, *extra, env=env, timeout=600, check=False)
+
+
+def _in_process(workdir, capfd, *extra):
+    """The same command line in this (JAX) session: a kill is what needs a process, not the runs around it."""
+    from training.__main__ import main
+
+    return processes.call_cli(main, "--workdir", workdir, *RUN, *extra, capfd=capfd)
 
 
 # On JAX, where a checkpoint syncs the fitted wrapper's training state: the route with most to get wrong. TensorFlow's
-# fit through the wrapper is checked in-process (the wrapper's train step, the EMA and LoRA runs below).
-@pytest.mark.slow  # three short runs: ~35 s
+# fit through the wrapper is checked in-process (the wrapper's train step, the EMA and LoRA runs below). The host
+# and resumed runs go in the JAX session (DataParallel over its 2 host devices, as the killed process's).
+@pytest.mark.jax
+@pytest.mark.slow  # three short runs, one a process
 @pytest.mark.process  # a run killed
-def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_and_writes_the_plain_model(tmp_path):
-    backend = "jax"
+def test_a_device_input_run_killed_mid_epoch_resumes_to_the_host_runs_weights_and_writes_the_plain_model(
+    tmp_path, capfd
+):
+    assert keras.backend.backend() == "jax"
     host, device = tmp_path / "host", tmp_path / "device"
-    reference = _cli(host, backend)  # device_input=auto: off on this CPU
+    reference = _in_process(host, capfd)  # device_input=auto: off on this CPU
     assert reference.returncode == 0, reference.stdout[-2000:] + reference.stderr[-3000:]
     assert "device_input=auto: images scaled in tf.data (a cpu run)" in reference.stdout
-    stopped = _cli(device, backend, "--set", "device_input=true", kill_at="ckpt-00000003.npz:after")
+    stopped = _cli(device, "--set", "device_input=true", kill_at="ckpt-00000003.npz:after")
     assert stopped.returncode == -signal.SIGKILL, stopped.stdout[-2000:] + stopped.stderr[-3000:]
-    resumed = _cli(device, backend, "--set", "device_input=true")
+    resumed = _in_process(device, capfd, "--set", "device_input=true")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "resuming from step 3 of 8" in resumed.stdout
     metrics = {name: json.loads((path / "metrics.json").read_text()) for name, path in (("h", host), ("d", device))}
     assert metrics["h"]["device_input"] is False and "cpu run" in metrics["h"]["device_input_reason"]
     assert metrics["d"]["device_input"] is True and metrics["d"]["resumed_from_step"] == 3
+    assert metrics["h"]["devices"] == metrics["d"]["devices"] == 2
     models = [keras.saving.load_model(str(path / "model.keras"), compile=False) for path in (host, device)]
     assert type(models[1]).__name__ == "VisionTransformer" and models[1].inputs[0].dtype == "float32"
     worst = max(float(np.abs(a - b).max()) for a, b in zip(*(m.get_weights() for m in models)))

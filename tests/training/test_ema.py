@@ -61,21 +61,44 @@ def _averages(path, variables):
     return [averages[variable.path.replace("/", "_")] for variable in variables]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("accum_steps, export_average", [(1, True), (2, False)])
-def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(
-    tmp_path, accum_steps, export_average
-):
-    decay = 0.8
+DECAY = 0.8
+CHOICES = {1: True, 2: False}  # accum_steps: ema_export (the average exported without accumulation, the raw with)
+
+
+def _recorded_run(workdir, accum_steps, export_average):
+    """The tiny run with the average (decay 0.8), the weights recorded after each update: (config, record, result)."""
     record = _WeightsAfterEachUpdate()
-    config = training.TrainConfig(**TINY, accum_steps=accum_steps, ema_decay=decay, ema_export=export_average)
-    result = training.train(config, str(tmp_path), callbacks=[record], verbose=0)
+    config = training.TrainConfig(**TINY, accum_steps=accum_steps, ema_decay=DECAY, ema_export=export_average)
+    return config, record, training.train(config, str(workdir), callbacks=[record], verbose=0)
+
+
+@pytest.fixture(scope="module")
+def default_runs(tmp_path_factory):
+    """{accum_steps: (workdir, config, record, result, the final checkpoint's averages)} of the default strategy's
+    runs: checked against numpy below, and the reference of the MirroredStrategy runs."""
+    runs = {}
+    for accum_steps, export_average in CHOICES.items():
+        workdir = tmp_path_factory.mktemp(f"default-{accum_steps}")
+        runs[accum_steps] = (workdir, *_recorded_run(workdir, accum_steps, export_average))
+        runs[accum_steps] += (checkpoint_averages(workdir / "checkpoints" / "ckpt-00000005.npz"),)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accum_steps", sorted(CHOICES))
+def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(default_runs, accum_steps):
+    workdir, config, record, result, _ = default_runs[accum_steps]
+    _check_the_numpy_average(workdir, config, record, result)
+
+
+def _check_the_numpy_average(workdir, config, record, result):
+    export_average = config.ema_export
     assert len(record.seen) == 5  # one record per optimiser step, micro-batches or not
     expected = record.seen[0]  # the first update starts the average at its weights (Keras' rule)
     for weights in record.seen[1:]:
-        expected = [np.float32(decay) * a + np.float32(1 - decay) * w for a, w in zip(expected, weights)]
+        expected = [np.float32(DECAY) * a + np.float32(1 - DECAY) * w for a, w in zip(expected, weights)]
     model = result.model
-    averages = _averages(tmp_path / "checkpoints" / "ckpt-00000005.npz", model.trainable_variables)
+    averages = _averages(workdir / "checkpoints" / "ckpt-00000005.npz", model.trainable_variables)
     for average, reference in zip(averages, expected):
         np.testing.assert_allclose(average, reference, rtol=1e-5, atol=1e-7)
     raw = record.seen[-1]
@@ -85,15 +108,15 @@ def test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_updat
     for variable, value in zip(model.trainable_variables, chosen):
         np.testing.assert_array_equal(variable.numpy(), value)
     report = result.metrics["ema"]
-    assert report["decay"] == decay and report["exported"] == ("average" if export_average else "raw")
+    assert report["decay"] == DECAY and report["exported"] == ("average" if export_average else "raw")
     assert set(report["raw"]) == set(report["average"]) == {"top1", "top5", "loss"}
     assert report["raw"]["loss"] != report["average"]["loss"]  # two weight sets were evaluated
     assert result.metrics["loss"] == report["average" if export_average else "raw"]["loss"]
-    header, arrays = checkpoint_file.read(str(tmp_path / "checkpoints" / "ckpt-00000005.npz"))
+    header, arrays = checkpoint_file.read(str(workdir / "checkpoints" / "ckpt-00000005.npz"))
     for variable, value in zip(model.trainable_variables, raw):  # the checkpoint keeps the raw weights either way
         np.testing.assert_array_equal(arrays[f"model/{header['paths']['model'].index(variable.path):05d}"], value)
     # The finished run, started again with the other choice: nothing trains, the model holds the other set.
-    again = training.train(config.replace(ema_export=not export_average), str(tmp_path), verbose=0)
+    again = training.train(config.replace(ema_export=not export_average), str(workdir), verbose=0)
     assert again.metrics["resumed_from_step"] == 5 and again.metrics["ema"]["exported"] != report["exported"]
     for variable, value in zip(again.model.trainable_variables, raw if export_average else averages):
         np.testing.assert_array_equal(variable.numpy(), value)
@@ -107,7 +130,7 @@ def test_accumulation_and_the_average_train_under_jax_to_the_numpy_average(tmp_p
     """The test above with accum_steps=2 on Keras' JAX backend, where `ema.once_per_update` once handed a Variable
     to `keras.ops.where` (JAX refuses its `__jax_array__` while tracing)."""
     assert keras.backend.backend() == "jax"
-    test_the_average_is_the_numpy_moving_average_of_the_weights_after_each_update(tmp_path, 2, True)
+    _check_the_numpy_average(tmp_path, *_recorded_run(tmp_path, 2, True))
 
 
 @pytest.mark.slow
@@ -215,38 +238,36 @@ def test_a_digits_ema_run_killed_mid_epoch_resumes_bitwise_under_jax(tmp_path, c
 
 
 MIRRORED = textwrap.dedent("""
-    import json, sys
+    import sys
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import numpy as np
     import training
-    from tests.training.test_ema import TINY, checkpoint_averages
-    out = {}
+    from tests.training.test_ema import DECAY, TINY
     for accum in (1, 2):
-        averages = {}
-        for strategy in ("default", "mirrored"):
-            config = training.TrainConfig(**{**TINY, "strategy": strategy}, accum_steps=accum, ema_decay=0.8)
-            training.train(config, f"{sys.argv[1]}/{accum}-{strategy}", verbose=0)
-            averages[strategy] = checkpoint_averages(f"{sys.argv[1]}/{accum}-{strategy}/checkpoints/ckpt-00000005.npz")
-        one, two = averages["default"], averages["mirrored"]
-        out[accum] = {"difference": max(float(np.abs(one[k] - two[k]).max()) for k in one),
-                      "size": max(float(np.abs(v).max()) for v in one.values()), "count": len(one)}
-    print("RESULT" + json.dumps(out))
+        config = training.TrainConfig(**{**TINY, "strategy": "mirrored"}, accum_steps=accum, ema_decay=DECAY)
+        training.train(config, f"{sys.argv[1]}/{accum}", verbose=0)
 """)
 
 
 @pytest.mark.slow
 @pytest.mark.process  # logical devices are set before TensorFlow starts
-def test_mirrored_strategy_keeps_the_same_average_with_and_without_accumulation(tmp_path):
+def test_mirrored_strategy_keeps_the_same_average_with_and_without_accumulation(default_runs, tmp_path):
     """Two logical CPUs: Keras' own EMA step under MirroredStrategy, and the accumulation work-around's
-    (`training.placement.workarounds.accumulate_across_replicas`), against the default strategy's average."""
+    (`training.placement.workarounds.accumulate_across_replicas`), against the default strategy's average (the
+    runs checked against numpy above)."""
     env = {**_env("tensorflow"), "KERAS_BACKEND": "tensorflow"}
     result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    out = json.loads(result.stdout.split("RESULT", 1)[1])
+    out = {}
+    for accum in (1, 2):
+        one = default_runs[accum][-1]
+        two = checkpoint_averages(tmp_path / str(accum) / "checkpoints" / "ckpt-00000005.npz")
+        assert list(one) == list(two)
+        out[accum] = {"difference": max(float(np.abs(one[k] - two[k]).max()) for k in one),
+                      "size": max(float(np.abs(v).max()) for v in one.values()), "count": len(one)}  # fmt: skip
     print("mirrored:", json.dumps(out))
-    for accum in ("1", "2"):
+    for accum in (1, 2):
         assert out[accum]["count"] == 40 and out[accum]["size"] > 0.1  # one per weight of "testing", not zeros
         assert out[accum]["difference"] < 1e-6, out

@@ -135,9 +135,10 @@ def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path, capfd):
     from export.__main__ import main as export_main
     from training.__main__ import main as train_main
 
-    # The backbone only gives the recipe its --init: trained without XLA (its compile is not the subject here).
+    # The backbone only gives the recipe its --init: trained without XLA (its compile is not the subject here), no
+    # figures and no mid-run evaluation (neither touches the weights: the same top-1 with or without them).
     backbone = training.train("digits", str(tmp_path / "digits6"), verbose=0, epochs=6, num_samples=16,
-                              num_calibration=16, jit_compile=False)  # fmt: skip
+                              num_calibration=16, jit_compile=False, plots=False, eval_every=0)  # fmt: skip
     command = [
         "--config",
         "digits_lora",
@@ -145,6 +146,8 @@ def test_the_digits_lora_recipe_reaches_the_accuracy_it_states(tmp_path, capfd):
         tmp_path / "digits6" / "model.keras",
         "--workdir",
         tmp_path / "lora",
+        "--set",
+        "plots=false",  # the recipe's figures are not what this test checks
     ]
     run = call_cli(train_main, *command, capfd=capfd)  # the command line, in this process
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
