@@ -574,6 +574,7 @@ def test_runners_warn_on_images_outside_the_model_range():
         runner.outputs(pixels / 127.5 - 1.5)  # not 0..255, still out of range
 
 
+@pytest.mark.slow
 def test_predict_refuses_float_images_and_the_model_itself_stays_silent(exported):
     import export
 

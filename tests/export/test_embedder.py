@@ -80,6 +80,7 @@ def test_centred_vectors_are_checked_too(tiny):
     assert cosine(vectors - centre, reference - centre).min() >= 0.9999
 
 
+@pytest.mark.slow
 def test_mediapipe_image_embedder_matches_keras(tiny):
     model, pixels, folder, report = tiny
     assert report["passed"] and report["kind"] == "embedder"
@@ -115,6 +116,7 @@ def litert_vectors(path, x):
     return np.array(rows)
 
 
+@pytest.mark.slow
 def test_each_file_is_also_judged_with_the_projects_preprocessing(tiny):
     """As a classifier's: an embedder file is judged fed as an app feeds it (the figures reported) and with the
     project's (x - 127.5) / 127.5 (`project_preprocessing`), both held to its budget; the latter is recomputed here
@@ -132,6 +134,7 @@ def test_each_file_is_also_judged_with_the_projects_preprocessing(tiny):
     assert table.count("with the project's preprocessing: min cos") == len(FAST_MODES)
 
 
+@pytest.mark.slow
 def test_metadata_states_the_embedder_form(tiny):
     _, _, folder, _ = tiny
     for mode in ("float32", "dynamic_int8"):

@@ -75,6 +75,7 @@ def test_the_reference_tells_the_outputs_apart(exported):
     assert np.abs(ref["encoderblock_0_prefix"] - ref["encoderblock_2_prefix"]).max() > 0.1
 
 
+@pytest.mark.slow
 def test_tflite_outputs_read_by_name_equal_the_blocks(exported):
     model, _, pixels, out, _ = exported
     ref = block_outputs(model, pixels)
@@ -107,6 +108,7 @@ def test_saved_model_reloaded_gives_the_blocks_by_name(exported):
     assert runner.outputs_from_images(bigger)["encoderblock_2"].shape == (2, *GRID, 32)
 
 
+@pytest.mark.slow
 def test_sidecar_maps_each_name_to_where_tflite_put_it(exported):
     _, _, _, out, _ = exported
     flatbuffer = (out / "feature_maps_float32.tflite").read_bytes()
@@ -126,6 +128,7 @@ def test_sidecar_maps_each_name_to_where_tflite_put_it(exported):
     assert info["outputs"][0]["meaning"] == "patch map (NHWC) of encoderblock_2, (batch, 3, 5, 32)"
 
 
+@pytest.mark.slow
 def test_litert_compiled_model_reads_the_outputs_by_name(exported):
     """LiteRT's CompiledModel (the API after the interpreter) runs the file by the signature's names too."""
     from ai_edge_litert.compiled_model import CompiledModel, HardwareAccelerator
@@ -143,6 +146,7 @@ def test_litert_compiled_model_reads_the_outputs_by_name(exported):
         assert_close(got, ref[name], 1e-4)
 
 
+@pytest.mark.slow
 def test_report_lists_every_file_and_output(exported):
     _, _, _, out, report = exported
     assert report["passed"] and report["kind"] == "feature_maps"
@@ -159,6 +163,7 @@ def test_report_lists_every_file_and_output(exported):
     assert "(feature maps)" in table and "status: PASSED" in table and "GPU check not run" in table
 
 
+@pytest.mark.slow
 def test_swapped_outputs_fail_the_verification(exported):
     model, _, pixels, _, _ = exported
     ref = block_outputs(model, pixels)
@@ -197,6 +202,7 @@ def test_full_integer_int8_misses_what_int8_matmul_keeps(exported):
     assert worst["int8"] < 0.95 < feature_maps.BUDGETS["int8_matmul"]["min_cosine"] <= worst["int8_matmul"], worst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -217,6 +223,7 @@ def test_requests_it_cannot_meet_fail_in_one_line(exported, tmp_path, options, m
     assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_predict_refuses_feature_map_files_in_one_line(exported):
     _, _, pixels, out, _ = exported
     for path, what in ((out / "feature_maps_float32.tflite", "is a feature-map file"),

@@ -135,6 +135,7 @@ def test_default_conversion_outputs_probabilities_that_mediapipe_reads(tiny, tmp
     np.testing.assert_allclose(litert(logits_model, pixels), keras_logits, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_predict_reads_labels_and_probabilities_from_metadata(tiny, tmp_path, capsys):
     from PIL import Image as PILImage
 
@@ -217,6 +218,7 @@ def test_mediapipe_classifies_the_main_jobs_models(digits_main_job):
     print("MediaPipe top-1 agreement with LiteRT / with Keras / accuracy:", figures)
 
 
+@pytest.mark.slow
 def test_runner_takes_the_normalisation_from_the_metadata(tiny, monkeypatch):
     from export.tflite.runner import TFLiteRunner
 

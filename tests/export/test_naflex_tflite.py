@@ -84,6 +84,7 @@ def test_onnx(case, onnx_bytes):
         assert scaled_diff(got, expected[i : i + 1]) <= TOL
 
 
+@pytest.mark.slow
 def test_openvino(case, onnx_bytes, tmp_path):
     """The same ONNX graph read and compiled by OpenVINO (f32 inference, as the exporter asks for)."""
     import openvino as ov

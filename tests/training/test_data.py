@@ -214,6 +214,7 @@ def test_mixup_mixes_images_and_labels_with_the_same_weight():
         np.testing.assert_allclose(y.numpy().sum(-1), 1.0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_randaugment_option_runs_in_tf_data():
     config = TrainConfig(**SMALL, randaugment=(2, 10))
     x, _ = _batches(data.train_dataset(data.load_source("synthetic", seed=3), config), 1)[0]
