@@ -21,6 +21,7 @@ def test_readme_main_job_is_train_then_export():
     assert main_job.commands() == ["python -m training", "python -m export runs/digits"]
 
 
+@pytest.mark.slow
 def test_a_worker_waiting_for_the_main_job_fails_with_a_message_instead_of_hanging(tmp_path):
     lock = tmp_path / "main_job.lock"
     with open(lock, "a") as holder:  # another worker, stuck in the job

@@ -305,6 +305,7 @@ def test_root_only_npz_hybrid_loads_with_vit_jax_maths(tmp_path):
     assert scaled_diff(model.predict(images, verbose=0), expected) < TOL
 
 
+@pytest.mark.slow
 def test_timm_hybrid_is_refused_as_npz_which_cannot_record_its_constants(tmp_path):
     """A .npz holds arrays only, so reading it back would build the stem with vit_jax's constants (the test above
     shows they give other outputs): refused in one line naming timm's layout, and nothing written."""

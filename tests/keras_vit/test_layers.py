@@ -259,6 +259,7 @@ def test_no_embed_class_adds_positions_to_patch_tokens_only():
     np.testing.assert_allclose(tokens[:, 3:], patches + posemb, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_distillation_averages_the_two_heads():
     model = keras_vit.create_model("testing", distillation_token=True, num_classes=3)
     rng = np.random.default_rng(10)

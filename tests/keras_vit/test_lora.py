@@ -127,6 +127,7 @@ def _factors(hidden, heads, layers, rank):
     return layers * (3 * (hidden * heads * rank + rank * head_dim) + (heads * head_dim * rank + rank * hidden))
 
 
+@pytest.mark.slow
 def test_the_trainable_counts_of_docs_training_md():
     from keras_vit.lora import lora_parameter_count
 

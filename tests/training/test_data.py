@@ -224,6 +224,7 @@ def test_randaugment_option_runs_in_tf_data():
 # ---------------------------------------------------------------------------------------------------- TFDS
 
 
+@pytest.mark.slow
 def test_tfds_source_reads_prepared_data_with_split_strings(tmp_path):
     name = tfds_fakes.tiny_shapes(tmp_path)
     source = data.load_source(f"tfds:{name}", data_dir=str(tmp_path), train_split="train[:20]", eval_split="test")

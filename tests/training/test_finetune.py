@@ -190,6 +190,7 @@ def test_init_from_a_loopback_hub_repo_gives_the_library_outputs(server, env):
     assert str(env / "hub") in os.path.realpath(next((env / "hub").rglob("model.safetensors")))
 
 
+@pytest.mark.slow
 def test_init_from_a_catalogue_name_reads_the_cache_without_a_request(server, env):
     """A catalogue name whose file the test placed in the (temporary) cache: loaded from there, no request made."""
     from keras_vit.weights import catalogue, sources

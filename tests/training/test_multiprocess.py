@@ -238,6 +238,7 @@ def _batches(source, config, steps, shard, start_step=0):
     return [(x.numpy(), y.numpy()) for x, y in ds]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", ["in-memory", "read in order"])
 def test_the_processes_rows_assemble_the_one_process_micro_batches(stream):
     import dataclasses
