@@ -7,9 +7,9 @@ import keras_vit.images
 from keras_vit.naflex_inputs import STYLES, naflex_image, target_size
 from keras_vit.resample import resize_uint8
 
-from ..augment import quantize, randaugment
+from ..augment import quantize
 from .decoders import slice_window
-from .preprocess import inception_box
+from .preprocess import inception_box, randaugment_fn
 
 
 def naflex_features(image, patch_size, max_num_patches, style="transformers"):
@@ -54,7 +54,7 @@ def naflex_prepare_fn(source, config, patch_size):
     """(position, raw element) -> (NaFlex inputs, one-hot label) of a NaFlex run's training stream, seeded by the
     position as a fixed-size run's: with `augment="inception"` an Inception crop kept at its own aspect ratio (no
     squash: the crop is what is resized within the patch budget), `flip`, then RandAugment at the NaFlex size."""
-    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
+    augment_more = randaugment_fn(config) if config.randaugment else None
 
     def prepare(index, element):
         raw, label = element
@@ -68,12 +68,9 @@ def naflex_prepare_fn(source, config, patch_size):
             image = source.decode(raw)
         if config.flip:
             image = tf.image.stateless_random_flip_left_right(image, seeds[1])
-        image = naflex_pixels(image, patch_size, config.max_num_patches)
-        if config.randaugment:
-            num_layers, magnitude = config.randaugment
-            seed = tf.random.experimental.stateless_fold_in(seed, 1)
-            image = randaugment(tf.cast(image, tf.float32), num_layers, magnitude, seed, pixel_scale)
-            image = tf.cast(quantize(image), tf.uint8)
+        if augment_more:  # at the NaFlex size, from which `naflex_features` then only cuts patches
+            image = naflex_pixels(image, patch_size, config.max_num_patches)
+            image = tf.cast(quantize(augment_more(image, seed)), tf.uint8)
         return naflex_features(image, patch_size, config.max_num_patches), tf.one_hot(label, source.num_classes)
 
     return prepare

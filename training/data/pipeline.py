@@ -4,10 +4,10 @@
 import numpy as np
 import tensorflow as tf
 
-from ..augment import quantize, randaugment
+from ..augment import quantize
 from ..options import model_config
 from .naflex import naflex_blank, naflex_features, naflex_prepare_fn
-from .preprocess import augment_fn, eval_pixels, mix_rows, mixup, mixup_weights, resize, scale
+from .preprocess import augment_fn, eval_pixels, mix_rows, mixup, mixup_weights, randaugment_fn, resize, scale
 
 
 def train_dataset(source, config, *, start_step=0, num_steps=None, shard=(0, 1), device_input=False):
@@ -112,7 +112,7 @@ def _prepare_fn(source, config, device_input=False):
     if config.naflex:
         return naflex_prepare_fn(source, config, model_config(config, source.num_classes).patch_size)
     augment = augment_fn(config, source.original_size)
-    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
+    augment_more = randaugment_fn(config) if config.randaugment else None
 
     def prepare(index, element):
         raw, label = element
@@ -122,12 +122,8 @@ def _prepare_fn(source, config, device_input=False):
             image = augment(raw, seed, source.decode_window)
         else:
             image = augment(source.decode(raw), seed)
-        if config.randaugment:
-            # Per image, on the uint8 crop as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
-            num_layers, magnitude = config.randaugment
-            image = randaugment(
-                quantize(image), num_layers, magnitude, tf.random.experimental.stateless_fold_in(seed, 1), pixel_scale
-            )
+        if augment_more:
+            image = augment_more(image, seed)
         pixels = tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
         return pixels, tf.one_hot(label, source.num_classes)
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_vit.preprocessing import PIXEL_CENTER, PIXEL_SCALE
 
+from ..augment import quantize, randaugment
 from .decoders import slice_window
 
 
@@ -78,7 +79,8 @@ def _translate(image, size, max_shift, seed):
 
 
 def augment_fn(config, original_size=None):
-    """(uint8 image, stateless seed) -> float32 training image in [-1, 1], per `config.augment`."""
+    """(uint8 image, stateless seed) -> the training image per `config.augment`, float32 0..255 at
+    `config.image_size`."""
     size = config.image_size
 
     def augment(image, seed, decode_window=None):
@@ -95,6 +97,20 @@ def augment_fn(config, original_size=None):
         if config.flip and config.augment == "inception":
             image = tf.image.stateless_random_flip_left_right(image, seeds[1])
         return tf.ensure_shape(image, [size, size, 3])  # static shapes for XLA/TPU; still 0..255 for RandAugment
+
+    return augment
+
+
+def randaugment_fn(config):
+    """(image of values 0..255, the element's stateless seed) -> `config.randaugment` applied, float32 of integral
+    values 0..255; Translate and Cutout scaled to `config.image_size` with `config.randaugment_scale_pixels`."""
+    num_layers, magnitude = config.randaugment
+    pixel_scale = config.image_size / 224.0 if config.randaugment_scale_pixels else 1.0
+
+    def augment(image, seed):
+        # Per image, on the uint8-valued crop, as big_vision's `...|flip_lr|randaug(2,10)|value_range(-1, 1)`.
+        seed = tf.random.experimental.stateless_fold_in(seed, 1)
+        return randaugment(quantize(tf.cast(image, tf.float32)), num_layers, magnitude, seed, pixel_scale)
 
     return augment
 
