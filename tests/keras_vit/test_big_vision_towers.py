@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 import keras_vit
 from keras_vit.weights.errors import CheckpointError
 from tests import support
-from tests.keras_vit.test_interop_naflex import check, io, library_inputs
+from tests.support.naflex_fixtures import check, io, library_inputs
 from tests.support.numerics import scaled_diff
 
 NAFLEX = os.path.join(str(support.FIXTURES), "interop_families2", "hf_siglip2_naflex")
