@@ -54,7 +54,7 @@ def naflex_prepare_fn(source, config, patch_size):
     """(position, raw element) -> (NaFlex inputs, one-hot label) of a NaFlex run's training stream, seeded by the
     position as a fixed-size run's: with `augment="inception"` an Inception crop kept at its own aspect ratio (no
     squash: the crop is what is resized within the patch budget), `flip`, then RandAugment at the NaFlex size."""
-    augment_more = randaugment_fn(config) if config.randaugment else None
+    randaugment_image = randaugment_fn(config) if config.randaugment else None
 
     def prepare(index, element):
         raw, label = element
@@ -68,9 +68,9 @@ def naflex_prepare_fn(source, config, patch_size):
             image = source.decode(raw)
         if config.flip:
             image = tf.image.stateless_random_flip_left_right(image, seeds[1])
-        if augment_more:  # at the NaFlex size, from which `naflex_features` then only cuts patches
+        if randaugment_image:  # at the NaFlex size, from which `naflex_features` then only cuts patches
             image = naflex_pixels(image, patch_size, config.max_num_patches)
-            image = tf.cast(quantize(augment_more(image, seed)), tf.uint8)
+            image = tf.cast(quantize(randaugment_image(image, seed)), tf.uint8)
         return naflex_features(image, patch_size, config.max_num_patches), tf.one_hot(label, source.num_classes)
 
     return prepare

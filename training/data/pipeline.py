@@ -112,7 +112,7 @@ def _prepare_fn(source, config, device_input=False):
     if config.naflex:
         return naflex_prepare_fn(source, config, model_config(config, source.num_classes).patch_size)
     augment = augment_fn(config, source.original_size)
-    augment_more = randaugment_fn(config) if config.randaugment else None
+    randaugment_image = randaugment_fn(config) if config.randaugment else None
 
     def prepare(index, element):
         raw, label = element
@@ -122,8 +122,8 @@ def _prepare_fn(source, config, device_input=False):
             image = augment(raw, seed, source.decode_window)
         else:
             image = augment(source.decode(raw), seed)
-        if augment_more:
-            image = augment_more(image, seed)
+        if randaugment_image:
+            image = randaugment_image(image, seed)
         pixels = tf.cast(quantize(image), tf.uint8) if device_input else scale(image)
         return pixels, tf.one_hot(label, source.num_classes)
 
